@@ -1,0 +1,70 @@
+"""The ``onnxmon`` command line: a thin layer over the modules of ``monitor``.
+
+Each command group lives in its own module in this package and is registered below.
+User mistakes (``MonitorError``) print one line, no traceback, and exit 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from monitor import __version__
+from monitor.errors import MonitorError
+
+app = typer.Typer(
+    name="onnxmon",
+    help="Continuous precision monitor for ONNX models served by ONNX Runtime.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"onnxmon {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """Continuous precision monitor for ONNX models served by ONNX Runtime."""
+
+
+def _register() -> None:
+    # --- command groups: one line each (keep sorted) ---
+    from monitor.cli import config_cmd
+
+    config_cmd.register(app)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script; returns the process exit code."""
+    _register()
+    try:
+        app(args=argv, standalone_mode=False, prog_name="onnxmon")
+    except MonitorError as exc:
+        typer.echo(f"onnxmon: error: {exc}", err=True)
+        return exc.exit_code
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    except Exception as exc:  # click usage errors and aborts
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            return 2
+        if isinstance(exc, click.exceptions.Abort):
+            return 130
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

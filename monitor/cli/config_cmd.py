@@ -1,0 +1,29 @@
+"""``onnxmon config validate|show``: check a config file before the daemon ever sees it."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from monitor import config
+
+ConfigOption = typer.Option(None, "-c", "--config", help="Config file (default: $ONNXMON_CONFIG or ./onnxmon.yaml).")
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(help="Validate and show the configuration.", no_args_is_help=True)
+
+    @group.command("validate")
+    def validate(config_file: str | None = ConfigOption) -> None:
+        """Validate the config; print every problem with its path and exit 2 if any."""
+        settings = config.load(config_file)
+        typer.echo(f"{settings.source}: ok ({len(settings.models)} model(s), {len(settings.benchsets)} benchset(s))")
+
+    @group.command("show")
+    def show(config_file: str | None = ConfigOption) -> None:
+        """Print the effective config (file + ONNXMON_* overrides, paths resolved) as JSON."""
+        settings = config.load(config_file)
+        typer.echo(json.dumps(settings.model_dump(mode="json"), indent=2))
+
+    app.add_typer(group, name="config")

@@ -1,0 +1,408 @@
+"""The onnxmon configuration: one YAML file plus ``ONNXMON_*`` environment overrides.
+
+``load(path)`` reads the file, applies env overrides (``ONNXMON_STORE__URL=...``;
+``__`` nests, a number indexes a list: ``ONNXMON_MODELS__0__REPEATS=3``), validates
+everything with pydantic and reports *every* problem at once with its path, e.g.
+``models[2].tolerance.outputs.logits.atol: must be >= 0``. Relative paths are resolved
+against the directory of the config file, so a config works from any working directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from monitor.errors import ConfigError
+from monitor.results import AppliedTolerance
+
+DEFAULT_CONFIG = "onnxmon.yaml"
+ENV_PREFIX = "ONNXMON_"
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from ``90``, ``"90s"``, ``"15m"``, ``"1h"``, ``"7d"``; rejects negatives and junk."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration like '15m' or '30s', got {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise ValueError(f"expected a duration like '15m', '30s' or '1h', got {value!r}")
+        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if seconds < 0:
+        raise ValueError(f"duration must be >= 0, got {value!r}")
+    return seconds
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+class _Strict(BaseModel):
+    """Unknown keys are errors: a typo in a tolerance must not silently do nothing."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TopK(_Strict):
+    k: int = Field(ge=1)
+    min_agreement: float = Field(default=1.0, ge=0.0, le=1.0)
+
+
+class Tolerance(_Strict):
+    """Thresholds for one output; unset fields inherit from the level above."""
+
+    atol: float | None = Field(default=None, ge=0.0)
+    rtol: float | None = Field(default=None, ge=0.0)
+    cosine_min: float | None = Field(default=None, ge=-1.0, le=1.0)
+    snr_min_db: float | None = None
+    max_mismatch_ratio: float | None = Field(default=None, ge=0.0, le=1.0)
+    topk: TopK | None = None
+
+    def over(self, base: Tolerance) -> Tolerance:
+        """This tolerance with every unset field taken from ``base``."""
+        merged = base.model_dump(exclude_unset=True) | self.model_dump(exclude_unset=True)
+        return Tolerance.model_validate(merged)
+
+    def applied(self) -> AppliedTolerance:
+        """The concrete thresholds (library defaults fill what nobody set)."""
+        return AppliedTolerance(
+            atol=1e-5 if self.atol is None else self.atol,
+            rtol=1e-4 if self.rtol is None else self.rtol,
+            cosine_min=self.cosine_min,
+            snr_min_db=self.snr_min_db,
+            max_mismatch_ratio=0.0 if self.max_mismatch_ratio is None else self.max_mismatch_ratio,
+            topk_k=self.topk.k if self.topk else None,
+            topk_min_agreement=self.topk.min_agreement if self.topk else None,
+        )
+
+
+class ModelTolerance(_Strict):
+    default: Tolerance = Tolerance()
+    outputs: dict[str, Tolerance] = {}
+
+
+class Schedule(_Strict):
+    """When the daemon runs a model: a fixed ``interval`` or a ``cron`` expression."""
+
+    interval: Duration | None = None
+    cron: str | None = None
+    jitter: Duration = 0.0
+
+    @model_validator(mode="after")
+    def _one_trigger(self) -> Schedule:
+        if (self.interval is None) == (self.cron is None):
+            raise ValueError("set exactly one of 'interval' or 'cron'")
+        if self.interval is not None and self.interval <= 0:
+            raise ValueError("interval must be > 0")
+        return self
+
+
+class StoreConfig(_Strict):
+    url: str = "sqlite:///onnxmon.db"
+    baselines_dir: Path = Path("baselines")
+    benchsets_dir: Path = Path("benchsets")
+
+
+class Defaults(_Strict):
+    tolerance: Tolerance = Tolerance(atol=1e-5, rtol=1e-4)
+    repeats: int = Field(default=1, ge=1)
+    timeout: Duration = 600.0
+    schedule: Schedule = Schedule(interval=900.0)
+
+
+class GenerateSpec(_Strict):
+    """Random samples drawn from a model's input signature (seeded, so reproducible)."""
+
+    model: Path
+    count: int = Field(default=8, ge=1, le=100_000)
+    seed: int = 0
+    ranges: dict[str, tuple[float, float]] = {}
+    dims: dict[str, int] = {}
+    edge_cases: bool = False
+
+    @field_validator("ranges")
+    @classmethod
+    def _ordered(cls, ranges: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+        for name, (low, high) in ranges.items():
+            if low > high:
+                raise ValueError(f"range for input {name!r} has low {low} > high {high}")
+        return ranges
+
+
+class BenchsetConfig(_Strict):
+    """A declared benchmark set; exactly one source."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    generate: GenerateSpec | None = None
+    npz: list[Path] | None = None
+    onnx_test_data: Path | None = None
+    polygraphy_json: Path | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> BenchsetConfig:
+        sources = [s for s in ("generate", "npz", "onnx_test_data", "polygraphy_json") if getattr(self, s)]
+        if len(sources) != 1:
+            raise ValueError(
+                "set exactly one source of 'generate', 'npz', 'onnx_test_data', 'polygraphy_json'"
+                f" (found {sources or 'none'})"
+            )
+        return self
+
+    @property
+    def source(self) -> str:
+        for s in ("generate", "npz", "onnx_test_data", "polygraphy_json"):
+            if getattr(self, s):
+                return s
+        raise AssertionError("validated to have one source")
+
+
+class ProviderSpec(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z]+ExecutionProvider$")
+    options: dict[str, str | int | float | bool] = {}
+
+
+GraphOptLevel = Literal["disable", "basic", "extended", "layout", "all"]
+
+
+class SessionConfig(_Strict):
+    graph_optimization_level: GraphOptLevel = "all"
+    intra_op_num_threads: int = Field(default=0, ge=0)
+    inter_op_num_threads: int = Field(default=0, ge=0)
+    execution_mode: Literal["sequential", "parallel"] = "sequential"
+    deterministic_compute: bool = False
+    config_entries: dict[str, str] = {}
+
+
+def _provider_list(value: Any) -> Any:
+    if isinstance(value, list):
+        return [{"name": v} if isinstance(v, str) else v for v in value]
+    return value
+
+
+class ModelConfig(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    path: Path
+    benchset: str
+    providers: Annotated[list[ProviderSpec], BeforeValidator(_provider_list)] = [
+        ProviderSpec(name="CPUExecutionProvider")
+    ]
+    session: SessionConfig = SessionConfig()
+    repeats: int | None = Field(default=None, ge=1)
+    timeout: Duration | None = None
+    tolerance: ModelTolerance = ModelTolerance()
+    schedule: Schedule | None = None
+    localize_on_fail: bool = False
+
+    @field_validator("providers")
+    @classmethod
+    def _non_empty(cls, providers: list[ProviderSpec]) -> list[ProviderSpec]:
+        if not providers:
+            raise ValueError("list at least one execution provider")
+        names = [p.name for p in providers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"a provider is listed twice: {names}")
+        return providers
+
+
+class Settings(_Strict):
+    store: StoreConfig = StoreConfig()
+    defaults: Defaults = Defaults()
+    benchsets: list[BenchsetConfig] = []
+    models: list[ModelConfig] = []
+    source: Path | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> Settings:
+        for kind, items in (("model", self.models), ("benchset", self.benchsets)):
+            seen: set[str] = set()
+            for item in items:
+                if item.name in seen:
+                    raise ValueError(f"{kind} name {item.name!r} is used twice")
+                seen.add(item.name)
+        declared = {b.name for b in self.benchsets}
+        for model in self.models:
+            if model.benchset not in declared:
+                raise ValueError(
+                    f"model {model.name!r} uses benchset {model.benchset!r}, which is not declared;"
+                    f" declared: {sorted(declared)}"
+                )
+        return self
+
+    def model(self, name: str) -> ModelConfig:
+        for model in self.models:
+            if model.name == name:
+                return model
+        raise ConfigError(f"no model {name!r} in config; models are {[m.name for m in self.models]}")
+
+    def benchset(self, name: str) -> BenchsetConfig:
+        for benchset in self.benchsets:
+            if benchset.name == name:
+                return benchset
+        raise ConfigError(f"no benchset {name!r} in config; benchsets are {[b.name for b in self.benchsets]}")
+
+    def tolerance_for(self, model: ModelConfig, output: str) -> AppliedTolerance:
+        """Per-output override over the model default over the global default."""
+        merged = model.tolerance.default.over(self.defaults.tolerance)
+        if output in model.tolerance.outputs:
+            merged = model.tolerance.outputs[output].over(merged)
+        return merged.applied()
+
+    def repeats_for(self, model: ModelConfig) -> int:
+        return model.repeats if model.repeats is not None else self.defaults.repeats
+
+    def timeout_for(self, model: ModelConfig) -> float:
+        return model.timeout if model.timeout is not None else self.defaults.timeout
+
+    def schedule_for(self, model: ModelConfig) -> Schedule:
+        return model.schedule if model.schedule is not None else self.defaults.schedule
+
+
+def config_path(explicit: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Path:
+    """The config to read: ``-c`` beats ``ONNXMON_CONFIG`` beats ``./onnxmon.yaml``."""
+    env = os.environ if environ is None else environ
+    return Path(explicit or env.get("ONNXMON_CONFIG") or DEFAULT_CONFIG)
+
+
+def load(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Read, override from the environment, validate, and resolve paths; raises ``ConfigError``."""
+    env = os.environ if environ is None else environ
+    file = config_path(path, env)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {file} not found (pass -c PATH or set ONNXMON_CONFIG)") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {file} cannot be read: {exc.strerror}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{file}:{where} is not valid YAML: {problem}") from None
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{file}: expected a mapping at the top level, got {type(raw).__name__}")
+    return from_mapping(apply_env_overrides(raw, env), origin=file)
+
+
+def from_mapping(raw: Mapping[str, Any], origin: Path | None = None) -> Settings:
+    """Validate an already-parsed mapping; paths resolve against ``origin``'s directory."""
+    try:
+        settings = Settings.model_validate(dict(raw))
+    except ValidationError as exc:
+        where = f"{origin}: " if origin else ""
+        problems = "\n".join(f"  {format_error(e)}" for e in exc.errors())
+        raise ConfigError(f"{where}{exc.error_count()} problem(s) in config:\n{problems}") from None
+    base = origin.resolve().parent if origin else Path.cwd()
+    return _resolve_paths(settings, base, origin)
+
+
+def format_error(error: Mapping[str, Any]) -> str:
+    """``models[2].tolerance.outputs.logits.atol: must be >= 0`` from a pydantic error."""
+    path = ""
+    for part in error.get("loc", ()):
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in ("function-before[_provider_list(), list[ProviderSpec]]",):
+            continue
+        else:
+            path += f".{part}" if path else str(part)
+    message = str(error.get("msg", "invalid"))
+    message = message.removeprefix("Value error, ")
+    message = message.replace("Input should be greater than or equal to", "must be >=")
+    message = message.replace("Input should be less than or equal to", "must be <=")
+    message = message.replace("Extra inputs are not permitted", "unknown key")
+    return f"{path or '(top level)'}: {message}"
+
+
+def apply_env_overrides(raw: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """Return ``raw`` with every ``ONNXMON_A__B__0__C=value`` applied (values parsed as YAML)."""
+    result: dict[str, Any] = dict(raw)
+    for key in sorted(environ):
+        if not key.startswith(ENV_PREFIX) or key == "ONNXMON_CONFIG" or "__" not in key and not _is_top(key):
+            continue
+        parts = [p.lower() for p in key[len(ENV_PREFIX) :].split("__")]
+        try:
+            value = yaml.safe_load(environ[key])
+        except yaml.YAMLError:
+            value = environ[key]
+        _set_path(result, parts, value, key)
+    return result
+
+
+def _is_top(key: str) -> bool:
+    return key[len(ENV_PREFIX) :].lower() in Settings.model_fields
+
+
+def _set_path(node: Any, parts: list[str], value: Any, key: str) -> None:
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ConfigError(f"env {key}: '{part}' is not an index of a list of {len(node)} item(s)")
+            if last:
+                node[int(part)] = value
+            else:
+                node[int(part)] = _copy(node[int(part)])
+                node = node[int(part)]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                node[part] = _copy(node.get(part, {}))
+                node = node[part]
+        else:
+            raise ConfigError(f"env {key}: cannot descend into a {type(node).__name__} at '{part}'")
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list):
+        return list(value)
+    return value
+
+
+def _resolve_paths(settings: Settings, base: Path, origin: Path | None) -> Settings:
+    def rel(path: Path) -> Path:
+        return path if path.is_absolute() else (base / path)
+
+    store = settings.store.model_copy(
+        update={"baselines_dir": rel(settings.store.baselines_dir), "benchsets_dir": rel(settings.store.benchsets_dir)}
+    )
+    if store.url.startswith("sqlite:///") and not store.url.startswith("sqlite:////"):
+        db = store.url.removeprefix("sqlite:///")
+        if db and db != ":memory:":
+            store = store.model_copy(update={"url": f"sqlite:///{rel(Path(db))}"})
+    benchsets = []
+    for b in settings.benchsets:
+        update: dict[str, Any] = {}
+        if b.generate:
+            update["generate"] = b.generate.model_copy(update={"model": rel(b.generate.model)})
+        if b.npz:
+            update["npz"] = [rel(p) for p in b.npz]
+        if b.onnx_test_data:
+            update["onnx_test_data"] = rel(b.onnx_test_data)
+        if b.polygraphy_json:
+            update["polygraphy_json"] = rel(b.polygraphy_json)
+        benchsets.append(b.model_copy(update=update))
+    models = [m.model_copy(update={"path": rel(m.path)}) for m in settings.models]
+    return settings.model_copy(update={"store": store, "benchsets": benchsets, "models": models, "source": origin})

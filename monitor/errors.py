@@ -1,0 +1,31 @@
+"""The few exception types onnxmon raises for *user* mistakes.
+
+A ``MonitorError`` is something the user can fix (bad config, missing file, wrong
+argument); the CLI prints its message on one line and exits 2. Failures inside a
+check are not exceptions to the caller: ``check.run`` turns them into an ``error``
+verdict with a bounded reason.
+"""
+
+from __future__ import annotations
+
+
+class MonitorError(Exception):
+    """A problem the user can fix; the message names the file, the field and the expectation."""
+
+    exit_code = 2
+
+
+class ConfigError(MonitorError):
+    """The configuration file or an environment override is invalid."""
+
+
+class BenchsetError(MonitorError):
+    """A benchmark set is missing, malformed, unsafe or does not match its checksums."""
+
+
+class BaselineError(MonitorError):
+    """A baseline is missing, malformed, or does not match its checksums."""
+
+
+class ModelError(MonitorError):
+    """A model file is missing or cannot be loaded, or inputs do not fit its signature."""

@@ -1,0 +1,97 @@
+"""Small, seeded ONNX models built with ``onnx.helper`` for the test suite.
+
+Every builder returns an ``onnx.ModelProto``; ``save`` writes it. Models are tiny so a
+real ONNX Runtime session runs them in milliseconds, yet they exercise real kernels.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+
+
+def _model(graph: onnx.GraphProto) -> onnx.ModelProto:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="onnxmon-tests")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def save(model: onnx.ModelProto, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def classifier(seed: int = 0, features: int = 16, hidden: int = 32, classes: int = 10) -> onnx.ModelProto:
+    """x[batch, features] -> MatMul/Add/Relu -> MatMul/Add -> ``logits`` and Softmax -> ``prob``."""
+    rng = np.random.default_rng(seed)
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 0.5, (features, hidden)).astype(np.float32), "w1"),
+        numpy_helper.from_array(rng.normal(0, 0.1, (hidden,)).astype(np.float32), "b1"),
+        numpy_helper.from_array(rng.normal(0, 0.5, (hidden, classes)).astype(np.float32), "w2"),
+        numpy_helper.from_array(rng.normal(0, 0.1, (classes,)).astype(np.float32), "b2"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h0"], name="fc1"),
+        helper.make_node("Add", ["h0", "b1"], ["h1"], name="fc1_bias"),
+        helper.make_node("Relu", ["h1"], ["h2"], name="relu1"),
+        helper.make_node("MatMul", ["h2", "w2"], ["h3"], name="fc2"),
+        helper.make_node("Add", ["h3", "b2"], ["logits"], name="fc2_bias"),
+        helper.make_node("Softmax", ["logits"], ["prob"], name="softmax", axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "classifier",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", features])],
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", classes]),
+            helper.make_tensor_value_info("prob", TensorProto.FLOAT, ["batch", classes]),
+        ],
+        inits,
+    )
+    return _model(graph)
+
+
+def deep_mlp(seed: int = 0, width: int = 16, layers: int = 40) -> onnx.ModelProto:
+    """A chain of ``layers`` MatMul/Add/Tanh blocks (3 nodes each): a 100+ node model."""
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+    prev = "x"
+    for i in range(layers):
+        inits.append(numpy_helper.from_array((rng.normal(0, 1, (width, width)) / np.sqrt(width)).astype(np.float32), f"w{i}"))
+        inits.append(numpy_helper.from_array(rng.normal(0, 0.05, (width,)).astype(np.float32), f"b{i}"))
+        nodes += [
+            helper.make_node("MatMul", [prev, f"w{i}"], [f"mm{i}"], name=f"matmul_{i}"),
+            helper.make_node("Add", [f"mm{i}", f"b{i}"], [f"add{i}"], name=f"add_{i}"),
+            helper.make_node("Tanh", [f"add{i}"], [f"act{i}"], name=f"tanh_{i}"),
+        ]
+        prev = f"act{i}"
+    nodes.append(helper.make_node("Identity", [prev], ["y"], name="output"))
+    graph = helper.make_graph(
+        nodes,
+        "deep_mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", width])],
+        inits,
+    )
+    return _model(graph)
+
+
+def perturb_initializer(model: onnx.ModelProto, name: str, relative: float, index: int = 0) -> onnx.ModelProto:
+    """A copy of ``model`` with one element of initializer ``name`` scaled by ``1 + relative``."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for i, init in enumerate(copy.graph.initializer):
+        if init.name == name:
+            array = numpy_helper.to_array(init).copy()
+            flat = array.reshape(-1)
+            flat[index] = flat[index] * (1 + relative) if flat[index] != 0 else relative
+            copy.graph.initializer[i].CopyFrom(numpy_helper.from_array(array, name))
+            return copy
+    raise KeyError(f"no initializer {name!r}")
