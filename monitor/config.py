@@ -221,8 +221,28 @@ class ModelConfig(_Strict):
         return providers
 
 
+class ApiConfig(_Strict):
+    """The daemon's HTTP server. Mutating calls need the bearer token (``token`` or ``token_file``)."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65535)
+    token: str | None = Field(default=None, repr=False)
+    token_file: Path | None = None
+
+
+class DaemonConfig(_Strict):
+    """How ``onnxmon serve`` runs checks and shares work with other replicas."""
+
+    mode: Literal["single", "daemonset", "sharded"] = "single"
+    baseline_scope: Literal["shared", "pool", "node"] = "shared"
+    auto_capture_baseline: bool = False
+    max_backoff: Duration = 3600.0
+
+
 class Settings(_Strict):
     store: StoreConfig = StoreConfig()
+    api: ApiConfig = ApiConfig()
+    daemon: DaemonConfig = DaemonConfig()
     defaults: Defaults = Defaults()
     benchsets: list[BenchsetConfig] = []
     models: list[ModelConfig] = []
@@ -337,7 +357,7 @@ def apply_env_overrides(raw: dict[str, Any], environ: Mapping[str, str]) -> dict
     """Return ``raw`` with every ``ONNXMON_A__B__0__C=value`` applied (values parsed as YAML)."""
     result: dict[str, Any] = dict(raw)
     for key in sorted(environ):
-        if not key.startswith(ENV_PREFIX) or key == "ONNXMON_CONFIG" or "__" not in key and not _is_top(key):
+        if not key.startswith(ENV_PREFIX) or key == "ONNXMON_CONFIG" or ("__" not in key and not _is_top(key)):
             continue
         parts = [p.lower() for p in key[len(ENV_PREFIX) :].split("__")]
         try:
@@ -405,4 +425,9 @@ def _resolve_paths(settings: Settings, base: Path, origin: Path | None) -> Setti
             update["polygraphy_json"] = rel(b.polygraphy_json)
         benchsets.append(b.model_copy(update=update))
     models = [m.model_copy(update={"path": rel(m.path)}) for m in settings.models]
-    return settings.model_copy(update={"store": store, "benchsets": benchsets, "models": models, "source": origin})
+    api = settings.api
+    if api.token_file is not None:
+        api = api.model_copy(update={"token_file": rel(api.token_file)})
+    return settings.model_copy(
+        update={"store": store, "api": api, "benchsets": benchsets, "models": models, "source": origin}
+    )

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-class Verdict(str, enum.Enum):
+class Verdict(enum.StrEnum):
     """Outcome of a check: numbers agree, numbers drifted, or numbers could not be measured."""
 
     PASS = "pass"

@@ -1,0 +1,276 @@
+"""ONNX Runtime sessions built exactly as production configures them, verified and timed.
+
+``Session`` creates an ``InferenceSession`` from a ``ModelConfig``-style description
+(providers with options, graph optimization level, threads, deterministic compute,
+session config entries) and then *verifies* it: ``get_available_providers()`` lists what
+was compiled in, not what works, and a CUDA provider whose libraries fail to load falls
+back to CPU with only a log line. Only ``session.get_providers()`` tells the truth, so a
+requested provider missing from it is reported in ``SessionInfo.fallback``.
+
+``run()`` validates inputs against the model signature once (the public method
+validates, the private one works) and enforces a timeout with ``RunOptions.terminate``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+import time
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from monitor.config import ProviderSpec, SessionConfig
+from monitor.errors import ModelError
+
+_OPT_LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "layout": getattr(ort.GraphOptimizationLevel, "ORT_ENABLE_LAYOUT", ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED),
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+# ONNX Runtime's tensor type strings -> numpy dtypes (inputs we can feed from numpy).
+_ORT_TYPES = {
+    "tensor(float)": np.float32,
+    "tensor(double)": np.float64,
+    "tensor(float16)": np.float16,
+    "tensor(int8)": np.int8,
+    "tensor(int16)": np.int16,
+    "tensor(int32)": np.int32,
+    "tensor(int64)": np.int64,
+    "tensor(uint8)": np.uint8,
+    "tensor(uint16)": np.uint16,
+    "tensor(uint32)": np.uint32,
+    "tensor(uint64)": np.uint64,
+    "tensor(bool)": np.bool_,
+}
+
+_PLACEMENT_KEY = "session.record_ep_graph_assignment_info"
+
+
+class RunTimeout(Exception):
+    """``Session.run`` exceeded its timeout and ONNX Runtime terminated it."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One model input or output: name, numpy dtype (None if not numpy-representable), shape."""
+
+    name: str
+    type: str
+    shape: tuple[int | str | None, ...]
+
+    @property
+    def dtype(self) -> np.dtype[Any] | None:
+        numpy_type = _ORT_TYPES.get(self.type)
+        return np.dtype(numpy_type) if numpy_type is not None else None
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """What the session really is, as opposed to what was asked for."""
+
+    requested: tuple[str, ...]
+    effective: tuple[str, ...]
+    fallback: tuple[str, ...]
+    provider_options: Mapping[str, Mapping[str, str]]
+    placement: Mapping[str, int] = field(default_factory=dict)
+    inputs: tuple[TensorSpec, ...] = ()
+    outputs: tuple[TensorSpec, ...] = ()
+    load_seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "requested": list(self.requested),
+            "effective": list(self.effective),
+            "fallback": list(self.fallback),
+            "provider_options": {k: dict(v) for k, v in self.provider_options.items()},
+            "placement": dict(self.placement),
+            "load_seconds": self.load_seconds,
+        }
+
+
+def session_options(cfg: SessionConfig, *, record_placement: bool = True) -> ort.SessionOptions:
+    """``SessionOptions`` from config; ``deterministic_compute`` is the attribute, not a config key."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = _OPT_LEVELS[cfg.graph_optimization_level]
+    options.intra_op_num_threads = cfg.intra_op_num_threads
+    options.inter_op_num_threads = cfg.inter_op_num_threads
+    options.execution_mode = (
+        ort.ExecutionMode.ORT_PARALLEL if cfg.execution_mode == "parallel" else ort.ExecutionMode.ORT_SEQUENTIAL
+    )
+    # The string key "session.use_deterministic_compute" does nothing; the attribute does.
+    options.use_deterministic_compute = cfg.deterministic_compute
+    options.log_severity_level = 3
+    for key, value in cfg.config_entries.items():
+        options.add_session_config_entry(key, value)
+    if record_placement and _PLACEMENT_KEY not in cfg.config_entries:
+        options.add_session_config_entry(_PLACEMENT_KEY, "1")
+    return options
+
+
+def provider_arguments(specs: Sequence[ProviderSpec]) -> tuple[list[str], list[dict[str, str]]]:
+    """Provider names and their options as ONNX Runtime wants them (option values as strings)."""
+    names = [spec.name for spec in specs]
+    options = [{key: _option_text(value) for key, value in spec.options.items()} for spec in specs]
+    return names, options
+
+
+def _option_text(value: object) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def file_digests(path: Path) -> tuple[str, str]:
+    """(sha256, md5) of a file, read once in 1 MiB blocks; md5 because many teams already compare it."""
+    sha, md5 = hashlib.sha256(), hashlib.md5(usedforsecurity=False)
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            sha.update(block)
+            md5.update(block)
+    return sha.hexdigest(), md5.hexdigest()
+
+
+class Session:
+    """A verified ``InferenceSession``; ``info`` says which providers really run the model."""
+
+    def __init__(
+        self,
+        model_path: Path,
+        providers: Sequence[ProviderSpec],
+        session: SessionConfig | None = None,
+        *,
+        optimized_model_path: Path | None = None,
+    ) -> None:
+        self.model_path = Path(model_path)
+        cfg = session or SessionConfig()
+        if not self.model_path.is_file():
+            raise ModelError(f"model file {self.model_path} not found")
+        options = session_options(cfg)
+        if optimized_model_path is not None:
+            options.optimized_model_filepath = str(optimized_model_path)
+        names, provider_options = provider_arguments(providers)
+        started = time.perf_counter()
+        try:
+            with warnings.catch_warnings():
+                # "provider not in available provider names": we report it ourselves as a fallback.
+                warnings.simplefilter("ignore", UserWarning)
+                self._session = ort.InferenceSession(
+                    str(self.model_path), sess_options=options, providers=names, provider_options=provider_options
+                )
+        except Exception as exc:  # ORT raises several pybind types (InvalidProtobuf, Fail, ...)
+            reason = _first_line(exc)
+            raise ModelError(f"model file {self.model_path} cannot be loaded by ONNX Runtime: {reason}") from None
+        load_seconds = time.perf_counter() - started
+        effective = tuple(self._session.get_providers())
+        self.info = SessionInfo(
+            requested=tuple(names),
+            effective=effective,
+            fallback=tuple(n for n in names if n not in effective),
+            provider_options=self._session.get_provider_options(),
+            placement=self._placement(),
+            inputs=tuple(_spec(i) for i in self._session.get_inputs()),
+            outputs=tuple(_spec(o) for o in self._session.get_outputs()),
+            load_seconds=load_seconds,
+        )
+
+    @property
+    def output_names(self) -> list[str]:
+        return [o.name for o in self.info.outputs]
+
+    def _placement(self) -> dict[str, int]:
+        """Node count per execution provider, where this ORT version can tell."""
+        getter = getattr(self._session, "get_provider_graph_assignment_info", None)
+        if getter is None:
+            return {}
+        counts: dict[str, int] = {}
+        with contextlib.suppress(Exception):
+            for subgraph in getter():
+                counts[subgraph.ep_name] = counts.get(subgraph.ep_name, 0) + len(subgraph.get_nodes())
+        return counts
+
+    def check_inputs(self, feeds: Mapping[str, np.ndarray], *, where: str = "inputs") -> None:
+        """Raise ``ModelError`` naming the input and the expectation if ``feeds`` do not fit."""
+        wanted = {spec.name: spec for spec in self.info.inputs}
+        missing = sorted(set(wanted) - set(feeds))
+        extra = sorted(set(feeds) - set(wanted))
+        if missing or extra:
+            raise ModelError(
+                f"{where} do not match {self.model_path.name}: missing {missing}, unexpected {extra};"
+                f" model inputs are {list(wanted)}"
+            )
+        for name, spec in wanted.items():
+            array = feeds[name]
+            if spec.dtype is not None and array.dtype != spec.dtype:
+                raise ModelError(f"{where} input {name!r} has dtype {array.dtype}, model wants {spec.dtype}")
+            if len(array.shape) != len(spec.shape):
+                raise ModelError(
+                    f"{where} input {name!r} has shape {tuple(array.shape)}, model wants rank {len(spec.shape)}"
+                    f" {_shape_text(spec.shape)}"
+                )
+            for got, want in zip(array.shape, spec.shape, strict=True):
+                if isinstance(want, int) and want >= 0 and got != want:
+                    raise ModelError(
+                        f"{where} input {name!r} has shape {tuple(array.shape)}, model wants {_shape_text(spec.shape)}"
+                    )
+
+    def run(
+        self, feeds: Mapping[str, np.ndarray], *, timeout_s: float | None = None, where: str = "inputs"
+    ) -> dict[str, np.ndarray]:
+        """Validate ``feeds`` against the signature, then run with an optional timeout."""
+        self.check_inputs(feeds, where=where)
+        return self._run(feeds, timeout_s)
+
+    def _run(self, feeds: Mapping[str, np.ndarray], timeout_s: float | None) -> dict[str, np.ndarray]:
+        run_options = ort.RunOptions()
+        with _terminate_after(run_options, timeout_s) as fired:
+            try:
+                values = self._session.run(None, dict(feeds), run_options)
+            except Exception:
+                if fired.is_set():
+                    raise RunTimeout(f"inference exceeded {timeout_s:g}s and was terminated") from None
+                raise
+        return dict(zip(self.output_names, (np.asarray(v) for v in values), strict=True))
+
+
+@contextlib.contextmanager
+def _terminate_after(run_options: ort.RunOptions, timeout_s: float | None) -> Iterator[threading.Event]:
+    """Set ``run_options.terminate`` after ``timeout_s``; yields an event that tells if it fired."""
+    fired = threading.Event()
+    if timeout_s is None or timeout_s <= 0:
+        yield fired
+        return
+
+    def terminate() -> None:
+        fired.set()
+        run_options.terminate = True
+
+    timer = threading.Timer(timeout_s, terminate)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield fired
+    finally:
+        timer.cancel()
+
+
+def _spec(node_arg: Any) -> TensorSpec:
+    return TensorSpec(name=node_arg.name, type=node_arg.type, shape=tuple(node_arg.shape))
+
+
+def _shape_text(shape: Sequence[int | str | None]) -> str:
+    return "(" + ", ".join("?" if d is None else str(d) for d in shape) + ")"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[-1][:500] if text else type(exc).__name__
