@@ -14,7 +14,6 @@ validates, the private one works) and enforces a timeout with ``RunOptions.termi
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import threading
 import time
 import warnings
@@ -128,16 +127,6 @@ def _option_text(value: object) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
     return str(value)
-
-
-def file_digests(path: Path) -> tuple[str, str]:
-    """(sha256, md5) of a file, read once in 1 MiB blocks; md5 because many teams already compare it."""
-    sha, md5 = hashlib.sha256(), hashlib.md5(usedforsecurity=False)
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            sha.update(block)
-            md5.update(block)
-    return sha.hexdigest(), md5.hexdigest()
 
 
 class Session:

@@ -64,7 +64,9 @@ def deep_mlp(seed: int = 0, width: int = 16, layers: int = 40) -> onnx.ModelProt
     nodes, inits = [], []
     prev = "x"
     for i in range(layers):
-        inits.append(numpy_helper.from_array((rng.normal(0, 1, (width, width)) / np.sqrt(width)).astype(np.float32), f"w{i}"))
+        inits.append(
+            numpy_helper.from_array((rng.normal(0, 1, (width, width)) / np.sqrt(width)).astype(np.float32), f"w{i}")
+        )
         inits.append(numpy_helper.from_array(rng.normal(0, 0.05, (width,)).astype(np.float32), f"b{i}"))
         nodes += [
             helper.make_node("MatMul", [prev, f"w{i}"], [f"mm{i}"], name=f"matmul_{i}"),
@@ -95,3 +97,79 @@ def perturb_initializer(model: onnx.ModelProto, name: str, relative: float, inde
             copy.graph.initializer[i].CopyFrom(numpy_helper.from_array(array, name))
             return copy
     raise KeyError(f"no initializer {name!r}")
+
+
+def mixed_inputs(batch: int | str = "batch") -> onnx.ModelProto:
+    """Three inputs of three kinds: ``x`` float[batch,4], ``ids`` int64[batch,2], ``flag`` bool[batch,2].
+
+    Outputs ``y = 2x``, ``ids_out = ids`` and ``flag_out = not flag``: enough to feed every dtype family.
+    """
+    two = numpy_helper.from_array(np.array(2.0, dtype=np.float32), "two")
+    nodes = [
+        helper.make_node("Mul", ["x", "two"], ["y"], name="double"),
+        helper.make_node("Identity", ["ids"], ["ids_out"], name="ids_identity"),
+        helper.make_node("Not", ["flag"], ["flag_out"], name="negate"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mixed_inputs",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4]),
+            helper.make_tensor_value_info("ids", TensorProto.INT64, [batch, 2]),
+            helper.make_tensor_value_info("flag", TensorProto.BOOL, [batch, 2]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4]),
+            helper.make_tensor_value_info("ids_out", TensorProto.INT64, [batch, 2]),
+            helper.make_tensor_value_info("flag_out", TensorProto.BOOL, [batch, 2]),
+        ],
+        [two],
+    )
+    return _model(graph)
+
+
+def layernorm_gelu(seed: int = 0, width: int = 64) -> onnx.ModelProto:
+    """LayerNorm and GELU written out as primitive ops, which ONNX Runtime fuses at level ``all``.
+
+    The fused kernels accumulate differently, so the graph optimization level changes the
+    low bits of the output: a realistic, quiet numeric change.
+    """
+    rng = np.random.default_rng(seed)
+
+    def const(name: str, value: np.ndarray) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.asarray(value, dtype=np.float32), name)
+
+    inits = [
+        const("two", np.array([2.0])),
+        const("eps", np.array([1e-5])),
+        const("gamma", rng.normal(size=(width,))),
+        const("beta", rng.normal(size=(width,))),
+        const("sqrt2", np.array([np.sqrt(2.0)])),
+        const("one", np.array([1.0])),
+        const("half", np.array([0.5])),
+    ]
+    n = helper.make_node
+    nodes = [
+        n("ReduceMean", ["x"], ["mean"], name="ln_mean", axes=[-1]),
+        n("Sub", ["x", "mean"], ["centered"], name="ln_sub"),
+        n("Pow", ["centered", "two"], ["squared"], name="ln_pow"),
+        n("ReduceMean", ["squared"], ["var"], name="ln_var", axes=[-1]),
+        n("Add", ["var", "eps"], ["var_eps"], name="ln_add_eps"),
+        n("Sqrt", ["var_eps"], ["std"], name="ln_sqrt"),
+        n("Div", ["centered", "std"], ["normed"], name="ln_div"),
+        n("Mul", ["normed", "gamma"], ["scaled"], name="ln_scale"),
+        n("Add", ["scaled", "beta"], ["ln"], name="ln_shift"),
+        n("Div", ["ln", "sqrt2"], ["ln_s"], name="gelu_div"),
+        n("Erf", ["ln_s"], ["erf"], name="gelu_erf"),
+        n("Add", ["erf", "one"], ["erf1"], name="gelu_add"),
+        n("Mul", ["ln", "erf1"], ["gelu_mul"], name="gelu_mul"),
+        n("Mul", ["gelu_mul", "half"], ["y"], name="gelu_half"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "layernorm_gelu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", width])],
+        inits,
+    )
+    return _model(graph)

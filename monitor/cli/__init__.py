@@ -35,11 +35,24 @@ def _root(
     """Continuous precision monitor for ONNX models served by ONNX Runtime."""
 
 
-def _register() -> None:
-    # --- command groups: one line each (keep sorted) ---
-    from monitor.cli import config_cmd
+_registered = False
 
+
+def _register() -> None:
+    global _registered
+    if _registered:
+        return
+    _registered = True
+    # --- command groups: one line each (keep sorted) ---
+    from monitor.cli import baseline_cmd, benchset_cmd, check_cmd, config_cmd, db_cmd, env_cmd, history_cmd
+
+    baseline_cmd.register(app)
+    benchset_cmd.register(app)
+    check_cmd.register(app)
     config_cmd.register(app)
+    db_cmd.register(app)
+    env_cmd.register(app)
+    history_cmd.register(app)
 
 
 def main(argv: list[str] | None = None) -> int:

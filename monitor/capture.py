@@ -1,0 +1,167 @@
+"""Create baselines: capture on this stack, capture a reference run, or import outputs.
+
+A captured baseline records everything a later check needs to trust it: the model's
+hashes, the exact benchmark-set version, the session and provider settings actually in
+effect, and the environment snapshot taken after the first inference (cuDNN loads
+lazily). The first baseline of a model becomes active; later ones become active only
+when promoted (``--promote`` or ``onnxmon baseline promote``), so a new capture is never
+silently promoted over an existing baseline.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from monitor import baselines, benchset, envsnap, modelfile, tensorio
+from monitor.config import ModelConfig, ProviderSpec, SessionConfig, Settings
+from monitor.errors import BaselineError
+from monitor.runner import Session
+
+Progress = Callable[[int, int], None]
+IntermediateCapture = Callable[[Session, Mapping[str, np.ndarray]], dict[str, np.ndarray]]
+
+REFERENCE_PROVIDERS = (ProviderSpec(name="CPUExecutionProvider"),)
+REFERENCE_SESSION = SessionConfig(graph_optimization_level="disable", intra_op_num_threads=1)
+
+
+def capture_baseline(
+    settings: Settings,
+    model_name: str,
+    *,
+    reference: bool = False,
+    promote: bool = False,
+    intermediate_samples: int = 0,
+    note: str = "",
+    progress: Progress | None = None,
+    capture_env: Callable[[], envsnap.EnvSnapshot] = envsnap.capture,
+    capture_intermediates: IntermediateCapture | None = None,
+) -> baselines.Baseline:
+    """Run the model's benchmark set and store the outputs as a new baseline.
+
+    ``reference=True`` runs on the CPU provider with graph optimizations disabled (source
+    ``reference``) instead of the configured production session (source ``captured``).
+    ``intermediate_samples`` > 0 also stores every intermediate tensor of that many samples,
+    for layer-by-layer localization after an upgrade.
+    """
+    model = settings.model(model_name)
+    bench = benchset.ensure(settings.benchset(model.benchset), settings.store.benchsets_dir)
+    providers: Sequence[ProviderSpec] = REFERENCE_PROVIDERS if reference else model.providers
+    session_cfg = REFERENCE_SESSION if reference else model.session
+    session = Session(model.path, providers, session_cfg)
+    samples = []
+    intermediates: dict[int, dict[str, np.ndarray]] = {}
+    for index in range(len(bench)):
+        feeds = bench.load_sample(index)
+        samples.append(session.run(feeds, where=f"benchset {bench.name!r} sample {index}"))
+        if index < intermediate_samples:
+            grab = capture_intermediates or _default_intermediates(model, providers, session_cfg)
+            intermediates[index] = grab(session, feeds)
+        if progress:
+            progress(index + 1, len(bench))
+    meta = _meta(model, bench, session, "reference" if reference else "captured", capture_env(), note)
+    return _store(settings, model, meta, samples, intermediates, promote)
+
+
+def import_baseline(
+    settings: Settings,
+    model_name: str,
+    files: Sequence[Path],
+    *,
+    kind: Literal["npz", "onnx-test-data"] = "npz",
+    promote: bool = False,
+    note: str = "",
+) -> baselines.Baseline:
+    """Store reference outputs produced elsewhere (e.g. PyTorch outputs saved as npz).
+
+    ``npz``: one file per benchmark sample, in sample order, keys = model output names.
+    ``onnx-test-data``: a directory of ``test_data_set_N/output_K.pb``.
+    """
+    model = settings.model(model_name)
+    bench = benchset.ensure(settings.benchset(model.benchset), settings.store.benchsets_dir)
+    session = Session(model.path, model.providers, model.session)
+    if kind == "onnx-test-data":
+        if len(files) != 1:
+            raise BaselineError("onnx-test-data import takes exactly one directory")
+        samples = benchset.read_onnx_test_outputs(files[0], output_names=session.output_names)
+    else:
+        samples = [_read_npz(path) for path in files]
+    if len(samples) != len(bench):
+        raise BaselineError(
+            f"import for {model.name!r}: {len(samples)} output sample(s) given, benchset"
+            f" {bench.name!r} v{bench.version} has {len(bench)} sample(s); give one per sample, in order"
+        )
+    wanted = set(session.output_names)
+    for index, sample in enumerate(samples):
+        if set(sample) != wanted:
+            raise BaselineError(
+                f"import for {model.name!r}: sample {index} has outputs {sorted(sample)}, model outputs are"
+                f" {sorted(wanted)}"
+            )
+    ordered = [{name: s[name] for name in session.output_names} for s in samples]
+    meta = _meta(model, bench, session, "imported", envsnap.capture(), note)
+    return _store(settings, model, meta, ordered, {}, promote)
+
+
+def _meta(
+    model: ModelConfig,
+    bench: benchset.Benchset,
+    session: Session,
+    source: baselines.Source,
+    snapshot: envsnap.EnvSnapshot,
+    note: str,
+) -> baselines.BaselineMeta:
+    identity = modelfile.identify(model.path)
+    session_facts: dict[str, Any] = session.info.to_dict() | {"options": model.session.model_dump(mode="json")}
+    return baselines.BaselineMeta(
+        id="",
+        model=model.name,
+        created_at=dt.datetime.now(dt.UTC).isoformat(),
+        source=source,
+        model_sha256=identity.sha256,
+        model_md5=identity.md5,
+        external_data=identity.external_data,
+        benchset=bench.name,
+        benchset_version=bench.version,
+        benchset_sha256=bench.sha256,
+        session=session_facts,
+        environment=snapshot.to_dict(),
+        note=note,
+    )
+
+
+def _store(
+    settings: Settings,
+    model: ModelConfig,
+    meta: baselines.BaselineMeta,
+    samples: Sequence[Mapping[str, np.ndarray]],
+    intermediates: Mapping[int, Mapping[str, np.ndarray]],
+    promote: bool,
+) -> baselines.Baseline:
+    root = settings.store.baselines_dir
+    first = baselines.active_id(root, model.name) is None
+    baseline = baselines.write_baseline(root, meta, samples, intermediates or None)
+    if promote or first:
+        baselines.promote(root, baseline.id, by="capture --promote" if promote else "first baseline")
+    return baseline
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    if not path.is_file():
+        raise BaselineError(f"{path}: file not found")
+    return tensorio.load_npz(path, error=BaselineError)
+
+
+def _default_intermediates(
+    model: ModelConfig, providers: Sequence[ProviderSpec], session_cfg: SessionConfig
+) -> IntermediateCapture:
+    def grab(session: Session, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        from monitor import localize  # optional heavy machinery, only when asked
+
+        return localize.capture_intermediates(model.path, feeds, providers=providers, session=session_cfg)
+
+    return grab

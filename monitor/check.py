@@ -1,0 +1,255 @@
+"""One model × its benchmark set → a ``CheckResult``. ``run_check`` never raises.
+
+This is the only module that joins running and comparing: it loads the active baseline,
+replays the baseline's benchmark set through a session built exactly as configured,
+compares every output, records the environment the numbers came from, and turns every
+problem on the way into data: drift is a ``fail`` with reasons, anything that stops the
+measurement is an ``error`` with a bounded reason code.
+
+Attribution of a failing check, in order of precedence: ``model_changed`` (the model
+file hash differs from the baseline's), ``benchset_changed``, ``env_changed`` (a stable
+environment field differs, or a provider fell back), otherwise ``numeric`` (same stack,
+different numbers).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from monitor import baselines, benchset, compare, envsnap, modelfile
+from monitor.config import ModelConfig, Settings
+from monitor.errors import BaselineError, BenchsetError, ConfigError, ModelError, MonitorError
+from monitor.results import AppliedTolerance, CheckResult, OutputStats, Reason, Verdict
+from monitor.runner import RunTimeout, Session
+
+Clock = Callable[[], float]
+EnvCapture = Callable[[], "envsnap.EnvSnapshot"]
+
+_ERROR_CODES: tuple[tuple[type[MonitorError], str], ...] = (
+    (ModelError, "model_error"),
+    (BenchsetError, "benchset_error"),
+    (BaselineError, "baseline_error"),
+    (ConfigError, "config_error"),
+)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """Raw outputs of one replay: per output, one array per sample, plus repeat spread."""
+
+    outputs: dict[str, list[np.ndarray]]
+    spread: dict[str, float]
+    seconds: float
+
+
+def run_check(
+    settings: Settings,
+    model_name: str,
+    *,
+    clock: Clock = time.time,
+    capture_env: EnvCapture | None = None,
+) -> CheckResult:
+    """Check ``model_name`` against its active baseline. Failures become an ``error`` result."""
+    started = clock()
+    try:
+        return _check(settings, settings.model(model_name), started, clock, capture_env or envsnap.capture)
+    except RunTimeout as exc:
+        return _error(model_name, "timeout", str(exc), started, clock())
+    except MonitorError as exc:
+        code = next((c for kind, c in _ERROR_CODES if isinstance(exc, kind)), "config_error")
+        return _error(model_name, code, str(exc), started, clock())
+    except Exception as exc:  # a bug or an ORT failure: still a verdict, never a crash
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        detail = f"{type(exc).__name__}: {exc} (at {where.filename}:{where.lineno})"
+        code = "run_error" if "onnxruntime" in type(exc).__module__ else "internal_error"
+        return _error(model_name, code, detail, started, clock())
+
+
+def _error(model: str, code: str, detail: str, started: float, finished: float) -> CheckResult:
+    return CheckResult(
+        model=model,
+        verdict=Verdict.ERROR,
+        started_at=started,
+        finished_at=finished,
+        reasons=(Reason(code, detail[:2000]),),
+    )
+
+
+def _check(
+    settings: Settings, model: ModelConfig, started: float, clock: Clock, capture_env: EnvCapture
+) -> CheckResult:
+    deadline = started + settings.timeout_for(model)
+    identity = modelfile.identify(model.path)
+    baseline = baselines.active(settings.store.baselines_dir, model.name)
+    if baseline is None:
+        return _error(
+            model.name,
+            "no_baseline",
+            f"no active baseline for {model.name!r}: run `onnxmon baseline capture {model.name}`",
+            started,
+            clock(),
+        )
+    bench = benchset.open_benchset(settings.store.benchsets_dir, baseline.meta.benchset, baseline.meta.benchset_version)
+    session = Session(model.path, model.providers, model.session)
+    tolerances = tolerances_for(settings, model, session.output_names)
+    replay = replay_benchset(session, bench, settings.repeats_for(model), deadline=deadline, clock=clock)
+    snapshot = capture_env()
+    outputs = compare.compare_outputs(replay.outputs, baseline.outputs(), tolerances)
+    outputs = tuple(_with_repeat_spread(o, replay.spread.get(o.name)) for o in outputs)
+
+    reasons: list[Reason] = []
+    if session.info.fallback:
+        reasons.append(
+            Reason(
+                "provider_fallback",
+                f"requested {list(session.info.requested)} but the session runs on {list(session.info.effective)}",
+            )
+        )
+    if identity.sha256 != baseline.meta.model_sha256:
+        reasons.append(
+            Reason(
+                "model_changed",
+                f"{model.path} sha256 {identity.sha256[:12]} != baseline {baseline.meta.model_sha256[:12]}",
+            )
+        )
+    if bench.sha256 != baseline.meta.benchset_sha256:
+        reasons.append(
+            Reason(
+                "benchset_changed",
+                f"benchset {bench.name} v{bench.version} sha256 {bench.sha256[:12]}"
+                f" != baseline {baseline.meta.benchset_sha256[:12]}",
+            )
+        )
+    env_changes = _env_changes(baseline.meta.environment, snapshot)
+    verdict = Verdict.worst([o.verdict for o in outputs] + ([Verdict.FAIL] if reasons else []))
+    details: dict[str, Any] = {
+        "session": session.info.to_dict(),
+        "model": identity.to_dict(),
+        "benchset_version": bench.version,
+        "env_diff": env_changes,
+    }
+    current = _current_benchset_version(settings, model)
+    if current is not None and current != bench.version:
+        details["benchset_note"] = (
+            f"benchset {bench.name} has a newer version v{current}; the baseline uses v{bench.version}."
+            f" Re-capture to adopt it: onnxmon baseline capture {model.name}"
+        )
+    return CheckResult(
+        model=model.name,
+        verdict=verdict,
+        started_at=started,
+        finished_at=clock(),
+        reasons=tuple(reasons),
+        outputs=outputs,
+        baseline_id=baseline.id,
+        model_sha256=identity.sha256,
+        benchset=bench.name,
+        benchset_sha256=bench.sha256,
+        providers_requested=session.info.requested,
+        providers_effective=session.info.effective,
+        sample_count=len(bench),
+        timings={"load_s": session.info.load_seconds, "replay_s": replay.seconds},
+        environment=snapshot.to_dict(),
+        attribution=attribute(verdict, reasons, env_changes),
+        details=details,
+    )
+
+
+def attribute(verdict: Verdict, reasons: list[Reason], env_changes: list[dict[str, Any]]) -> str | None:
+    """Why a failing check failed, by precedence; None unless the verdict is ``fail``."""
+    if verdict is not Verdict.FAIL:
+        return None
+    codes = {r.code for r in reasons}
+    if "model_changed" in codes:
+        return "model_changed"
+    if "benchset_changed" in codes:
+        return "benchset_changed"
+    if "provider_fallback" in codes or any(c.get("stable") for c in env_changes):
+        return "env_changed"
+    return "numeric"
+
+
+def tolerances_for(settings: Settings, model: ModelConfig, output_names: list[str]) -> dict[str, AppliedTolerance]:
+    """Applied tolerance per model output; a configured output the model lacks is a config error."""
+    unknown = sorted(set(model.tolerance.outputs) - set(output_names))
+    if unknown:
+        raise ConfigError(
+            f"models[{model.name}].tolerance.outputs names {unknown}, not outputs of {model.path.name};"
+            f" outputs are {output_names}"
+        )
+    return {name: settings.tolerance_for(model, name) for name in output_names}
+
+
+def replay_benchset(
+    session: Session, bench: benchset.Benchset, repeats: int, *, deadline: float | None = None, clock: Clock = time.time
+) -> Replay:
+    """Run every sample ``repeats`` times; keep the first run and the spread between repeats."""
+    outputs: dict[str, list[np.ndarray]] = {name: [] for name in session.output_names}
+    spread: dict[str, float] = {}
+    began = time.perf_counter()
+    for index in range(len(bench)):
+        feeds = bench.load_sample(index)
+        where = f"benchset {bench.name!r} sample {index}"
+        runs = [session.run(feeds, timeout_s=_remaining(deadline, clock), where=where) for _ in range(repeats)]
+        for name in session.output_names:
+            outputs[name].append(runs[0][name])
+            if repeats > 1:
+                spread[name] = max(spread.get(name, 0.0), compare.repeat_spread([r[name] for r in runs]))
+    return Replay(outputs=outputs, spread=spread, seconds=time.perf_counter() - began)
+
+
+def _remaining(deadline: float | None, clock: Clock) -> float | None:
+    if deadline is None:
+        return None
+    left = deadline - clock()
+    if left <= 0:
+        raise RunTimeout("check exceeded its timeout before all samples ran")
+    return left
+
+
+def _with_repeat_spread(stats: OutputStats, spread: float | None) -> OutputStats:
+    """Attach run-to-run spread; a spread above the output's atol fails it as nondeterministic."""
+    if spread is None:
+        return stats
+    metrics = stats.metrics.__class__(**(stats.metrics.to_dict() | {"nondeterminism_max_abs": spread}))
+    reasons = stats.reasons
+    verdict = stats.verdict
+    if spread > stats.tolerance.atol:
+        reasons = (
+            *reasons,
+            Reason(
+                "nondeterministic",
+                f"repeats differ by up to {spread:.3g} (> atol {stats.tolerance.atol:g})",
+                stats.name,
+            ),
+        )
+        verdict = Verdict.worst([verdict, Verdict.FAIL])
+    return OutputStats(
+        name=stats.name,
+        verdict=verdict,
+        metrics=metrics,
+        tolerance=stats.tolerance,
+        reasons=reasons,
+        dtype=stats.dtype,
+        shape=stats.shape,
+    )
+
+
+def _env_changes(baseline_env: Mapping[str, Any], snapshot: envsnap.EnvSnapshot) -> list[dict[str, Any]]:
+    if not baseline_env.get("fingerprint"):
+        return []
+    before = envsnap.EnvSnapshot.from_dict(dict(baseline_env))
+    return [change.to_dict() for change in envsnap.diff(before, snapshot)]
+
+
+def _current_benchset_version(settings: Settings, model: ModelConfig) -> int | None:
+    try:
+        return benchset.open_benchset(settings.store.benchsets_dir, model.benchset).version
+    except MonitorError:
+        return None

@@ -1,0 +1,94 @@
+"""``onnxmon check``: run the active baselines now, print a table, exit with the verdict.
+
+Exit codes: 0 every model passed, 1 any drift (a ``fail``), 3 a model could not be
+measured (an ``error``) and none drifted, 2 a usage or config error.
+"""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from monitor.check import run_check
+from monitor.cli import common
+from monitor.errors import MonitorError
+from monitor.results import CheckResult, Verdict
+
+_STYLE = {Verdict.PASS: "green", Verdict.FAIL: "bold red", Verdict.ERROR: "bold yellow"}
+
+
+def exit_code(results: list[CheckResult]) -> int:
+    verdicts = {r.verdict for r in results}
+    if Verdict.FAIL in verdicts:
+        return 1
+    if Verdict.ERROR in verdicts:
+        return 3
+    return 0
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("check")
+    def check(
+        models: list[str] = typer.Argument(None, help="Models to check (default: all in the config)."),
+        config_file: str | None = common.ConfigOption,
+        as_json: bool = common.JsonOption,
+        quiet: bool = common.QuietOption,
+        store: bool = typer.Option(True, "--store/--no-store", help="Record the results in the store."),
+    ) -> None:
+        """Replay each model's benchmark set and compare with its active baseline."""
+        settings = common.settings(config_file)
+        names = models or [m.name for m in settings.models]
+        if not names:
+            raise MonitorError(f"{settings.source}: no models configured")
+        for name in names:
+            settings.model(name)  # unknown names are a usage error before anything runs
+        results = [run_check(settings, name) for name in names]
+        if store:
+            _record(settings, results)
+        if as_json:
+            common.print_json([r.to_dict() for r in results])
+        elif not quiet:
+            common.console().print(render(results))
+        raise typer.Exit(exit_code(results))
+
+
+def _record(settings: object, results: list[CheckResult]) -> None:
+    from monitor.config import Settings
+
+    assert isinstance(settings, Settings)
+    node, pod = common.node_identity()
+    db = common.open_store(settings)
+    for result in results:
+        db.record_run(result, node=node, pod=pod)
+
+
+def render(results: list[CheckResult]) -> Table:
+    """One row per output (one per model when nothing was measured)."""
+    table = Table(show_lines=False, pad_edge=False)
+    for column in ("model", "output", "verdict", "max abs", "max rel", "cosine", "SNR dB", "mismatch", "reasons"):
+        table.add_column(column, overflow="fold")
+    for result in results:
+        style = _STYLE[result.verdict]
+        check_reasons = "; ".join(str(r) for r in result.reasons)
+        if not result.outputs:
+            table.add_row(result.model, "-", f"[{style}]{result.verdict.value}[/]", "", "", "", "", "", check_reasons)
+            continue
+        for i, out in enumerate(result.outputs):
+            m = out.metrics
+            reasons = "; ".join(r.code for r in out.reasons)
+            if i == 0 and check_reasons:
+                reasons = "; ".join(x for x in (check_reasons, reasons) if x)
+            table.add_row(
+                result.model if i == 0 else "",
+                out.name,
+                f"[{_STYLE[out.verdict]}]{out.verdict.value}[/]",
+                common.fmt(m.max_abs_error),
+                common.fmt(m.max_rel_error),
+                common.fmt(m.cosine_similarity, ".6f"),
+                common.fmt(m.snr_db, ".1f"),
+                common.fmt(m.mismatch_ratio, ".2%"),
+                reasons,
+            )
+        if result.attribution:
+            table.add_row("", "", "", "", "", "", "", "", f"attribution: {result.attribution}")
+    return table

@@ -1,0 +1,59 @@
+"""Pieces every command shares: the ``-c`` option, loading settings, opening the store, output."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.console import Console
+
+from monitor import config
+
+if TYPE_CHECKING:
+    from monitor.store import Store
+
+ConfigOption = typer.Option(None, "-c", "--config", help="Config file (default: $ONNXMON_CONFIG or ./onnxmon.yaml).")
+JsonOption = typer.Option(False, "--json", help="Print JSON instead of a table.")
+QuietOption = typer.Option(False, "--quiet", "-q", help="Print nothing but errors; rely on the exit code.")
+
+
+def console() -> Console:
+    """A console that fits the terminal (or 120 columns when piped)."""
+    return Console(width=None if sys.stdout.isatty() else 120, highlight=False, soft_wrap=False)
+
+
+def settings(path: str | None) -> config.Settings:
+    return config.load(path)
+
+
+def open_store(settings: config.Settings) -> Store:
+    """The configured store; a SQLite file is created and migrated on first use.
+
+    PostgreSQL is never migrated implicitly: run ``onnxmon db upgrade`` (the Helm chart does
+    it in an initContainer) so that replicas do not race on migrations.
+    """
+    from monitor.store import Store
+
+    store = Store(settings.store.url)
+    if settings.store.url.startswith("sqlite"):
+        store.upgrade()
+    return store
+
+
+def node_identity() -> tuple[str | None, str | None]:
+    """Node and pod from the Kubernetes downward API env (the Helm chart sets them)."""
+    node = os.environ.get("ONNXMON_NODE_NAME") or os.environ.get("NODE_NAME")
+    return node, os.environ.get("POD_NAME")
+
+
+def print_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str, allow_nan=True))
+
+
+def fmt(value: float | int | None, spec: str = ".3g") -> str:
+    if value is None:
+        return "-"
+    return format(value, spec)

@@ -1,0 +1,95 @@
+"""Identity of a model file: hashes of the ``.onnx`` and of its external-data files.
+
+A swapped model must never pass silently, so a baseline records the sha256 (and md5,
+which many teams already compare) of the model file and of every external-data file it
+references. Reading only the protobuf header (``load_external_data=False``) keeps this
+cheap for multi-gigabyte models.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from monitor.errors import ModelError
+
+
+@dataclass(frozen=True)
+class ModelIdentity:
+    """Hashes and headline facts of one model file."""
+
+    path: str
+    sha256: str
+    md5: str
+    size_bytes: int
+    external_data: dict[str, str] = field(default_factory=dict)
+    opset: int | None = None
+    ir_version: int | None = None
+    producer: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "sha256": self.sha256,
+            "md5": self.md5,
+            "size_bytes": self.size_bytes,
+            "external_data": dict(self.external_data),
+            "opset": self.opset,
+            "ir_version": self.ir_version,
+            "producer": self.producer,
+        }
+
+
+def file_digests(path: Path) -> tuple[str, str]:
+    """(sha256, md5) of a file, read once in 1 MiB blocks."""
+    sha, md5 = hashlib.sha256(), hashlib.md5(usedforsecurity=False)
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            sha.update(block)
+            md5.update(block)
+    return sha.hexdigest(), md5.hexdigest()
+
+
+def identify(path: Path) -> ModelIdentity:
+    """Hash ``path`` and its external data; ``ModelError`` if missing or not an ONNX model."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"model file {path} not found")
+    sha256, md5 = file_digests(path)
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf DecodeError and friends
+        raise ModelError(f"model file {path} is not a valid ONNX model: {exc}") from None
+    if not proto.graph.node and not proto.graph.output:
+        raise ModelError(f"model file {path} is not a valid ONNX model: it has no graph")
+    external: dict[str, str] = {}
+    for location in sorted(_external_locations(proto)):
+        data_file = (path.parent / location).resolve()
+        if not data_file.is_file():
+            raise ModelError(f"model file {path} references external data {location!r}, which is missing")
+        external[location] = file_digests(data_file)[0]
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+    return ModelIdentity(
+        path=str(path),
+        sha256=sha256,
+        md5=md5,
+        size_bytes=path.stat().st_size,
+        external_data=external,
+        opset=opset,
+        ir_version=proto.ir_version,
+        producer=f"{proto.producer_name} {proto.producer_version}".strip(),
+    )
+
+
+def _external_locations(proto: onnx.ModelProto) -> set[str]:
+    locations: set[str] = set()
+    for tensor in proto.graph.initializer:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            for entry in tensor.external_data:
+                if entry.key == "location":
+                    locations.add(entry.value)
+    return locations
