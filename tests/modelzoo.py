@@ -173,3 +173,65 @@ def layernorm_gelu(seed: int = 0, width: int = 64) -> onnx.ModelProto:
         inits,
     )
     return _model(graph)
+
+
+def fused_mlp(seed: int = 0, width: int = 257, layers: int = 4, batch: int = 8) -> onnx.ModelProto:
+    """``layers`` MatMul/Add/Relu blocks with an odd inner size that ORT's CPU fusions compute differently.
+
+    With optimizations on, each block becomes one FusedGemm whose rounding differs from
+    MatMul then Add; exposing a MatMul output blocks that fusion and changes the final
+    outputs (the "observer effect"). The batch is fixed so MatMul+Add can become Gemm.
+    """
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+    prev = "x"
+    for i in range(layers):
+        inits.append(
+            numpy_helper.from_array((rng.normal(0, 1, (width, width)) / np.sqrt(width)).astype(np.float32), f"w{i}")
+        )
+        inits.append(numpy_helper.from_array(rng.normal(0, 0.1, (width,)).astype(np.float32), f"b{i}"))
+        nodes += [
+            helper.make_node("MatMul", [prev, f"w{i}"], [f"mm{i}"], name=f"matmul_{i}"),
+            helper.make_node("Add", [f"mm{i}", f"b{i}"], [f"add{i}"], name=f"add_{i}"),
+            helper.make_node("Relu", [f"add{i}"], [f"relu{i}"], name=f"relu_{i}"),
+        ]
+        prev = f"relu{i}"
+    nodes.append(helper.make_node("Identity", [prev], ["y"], name="output"))
+    graph = helper.make_graph(
+        nodes,
+        "fused_mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, width])],
+        inits,
+    )
+    return _model(graph)
+
+
+def small_cnn(seed: int = 0, channels: int = 8, blocks: int = 4, size: int = 16) -> onnx.ModelProto:
+    """``blocks`` Conv/Relu pairs, global average pooling and Flatten: image [1,3,size,size] -> ``y`` [1,channels]."""
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+    prev, cin = "x", 3
+    for i in range(blocks):
+        scale = np.sqrt(cin * 9)
+        inits.append(
+            numpy_helper.from_array((rng.normal(0, 1, (channels, cin, 3, 3)) / scale).astype(np.float32), f"cw{i}")
+        )
+        inits.append(numpy_helper.from_array(rng.normal(0, 0.1, (channels,)).astype(np.float32), f"cb{i}"))
+        nodes += [
+            helper.make_node("Conv", [prev, f"cw{i}", f"cb{i}"], [f"conv{i}"], name=f"conv_{i}", pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", [f"conv{i}"], [f"crelu{i}"], name=f"relu_{i}"),
+        ]
+        prev, cin = f"crelu{i}", channels
+    nodes += [
+        helper.make_node("GlobalAveragePool", [prev], ["pooled"], name="pool"),
+        helper.make_node("Flatten", ["pooled"], ["y"], name="flatten"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "small_cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels])],
+        inits,
+    )
+    return _model(graph)

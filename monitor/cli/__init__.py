@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     _register()
     try:
-        app(args=argv, standalone_mode=False, prog_name="onnxmon")
+        # With standalone_mode=False click *returns* the code of a typer.Exit instead of raising.
+        code = app(args=argv, standalone_mode=False, prog_name="onnxmon")
     except MonitorError as exc:
         typer.echo(f"onnxmon: error: {exc}", err=True)
         return exc.exit_code
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, click.exceptions.Abort):
             return 130
         raise
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,243 @@
+"""Safe reading and writing of tensors as ``.npy`` files, for benchmark sets and baselines.
+
+The files we read come from disk that other people (or a fuzzer) wrote, so a reader here
+never trusts them: pickles are refused (``allow_pickle`` is never on), the ``.npy`` header
+is parsed and checked *before* any array memory is allocated (plain numeric/bool dtype,
+expected shape, and a byte count that matches what is really there, so a header declaring
+``(10**12,)`` in a 200-byte file is rejected at once), and a checksum mismatch, a truncated
+file or a path that escapes its directory raises ``BenchsetError`` naming the file, what
+was expected and what was found. ``.npz`` archives are opened member by member with the
+same reader, so a key holding pickled objects is refused with its file and key named.
+
+A caller that owns a different error type (baselines) passes ``error=BaselineError``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+import numpy as np
+import numpy.lib.format as npy_format
+
+from monitor.errors import BenchsetError, MonitorError
+
+# Plain numeric and boolean kinds: bool, signed/unsigned int, float, complex.
+PLAIN_KINDS = frozenset("biufc")
+_CHUNK = 1 << 20
+
+
+class ByteReader(Protocol):
+    """What the header parser needs of a stream: sized reads and a position."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+    def tell(self) -> int: ...
+
+
+def is_plain_dtype(dtype: np.dtype[Any]) -> bool:
+    """True for bool/int/uint/float/complex scalars; False for objects, strings, records, datetimes."""
+    return dtype.kind in PLAIN_KINDS and dtype.fields is None and dtype.subdtype is None and not dtype.hasobject
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file's bytes, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fp:
+        while chunk := fp.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def save_npy(path: Path, array: np.ndarray[Any, Any], *, error: type[MonitorError] = BenchsetError) -> str:
+    """Write ``array`` as ``.npy`` (no pickles, native byte order), fsync it, and return its sha256."""
+    array = np.asarray(array)
+    if not is_plain_dtype(array.dtype):
+        raise error(f"cannot save {path}: dtype {array.dtype} is not a plain numeric/bool dtype")
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    buffer = io.BytesIO()
+    npy_format.write_array(buffer, np.ascontiguousarray(array), allow_pickle=False)
+    data = buffer.getvalue()
+    with open(path, "wb") as fp:
+        fp.write(data)
+        fp.flush()
+        os.fsync(fp.fileno())
+    return sha256_bytes(data)
+
+
+def load_npy(
+    path: Path,
+    *,
+    expect_dtype: str | np.dtype[Any] | None = None,
+    expect_shape: Sequence[int] | None = None,
+    expect_sha256: str | None = None,
+    error: type[MonitorError] = BenchsetError,
+) -> np.ndarray[Any, Any]:
+    """Read one ``.npy`` file safely; every expectation given is checked, header first."""
+    try:
+        fp = open(path, "rb")  # noqa: SIM115 - closed below, after the hashing reader is done
+    except OSError as exc:
+        raise error(f"tensor file {path} cannot be read: {exc.strerror}") from None
+    with fp:
+        size = os.fstat(fp.fileno()).st_size
+        reader = _HashingReader(fp)
+        array = read_npy_stream(
+            reader, size, where=str(path), expect_dtype=expect_dtype, expect_shape=expect_shape, error=error
+        )
+        if fp.read(1):  # the size check makes this unreachable unless the file grew meanwhile
+            raise error(f"tensor file {path} has bytes after the array data")
+    if expect_sha256 is not None and reader.hexdigest() != expect_sha256:
+        raise error(f"tensor file {path} has sha256 {reader.hexdigest()}, expected {expect_sha256}")
+    return array
+
+
+def load_npy_bytes(
+    data: bytes,
+    *,
+    where: str,
+    expect_dtype: str | np.dtype[Any] | None = None,
+    expect_shape: Sequence[int] | None = None,
+    error: type[MonitorError] = BenchsetError,
+) -> np.ndarray[Any, Any]:
+    """Read ``.npy`` bytes held in memory (an npz member, a base64 blob) with the same checks."""
+    stream = io.BytesIO(data)
+    array = read_npy_stream(
+        stream, len(data), where=where, expect_dtype=expect_dtype, expect_shape=expect_shape, error=error
+    )
+    if stream.tell() != len(data):
+        raise error(f"{where} has {len(data) - stream.tell()} byte(s) after the array data")
+    return array
+
+
+def load_npz(
+    source: Path | IO[bytes], *, label: str | None = None, error: type[MonitorError] = BenchsetError
+) -> dict[str, np.ndarray[Any, Any]]:
+    """Every array of an ``.npz`` archive (a path or an open stream) by key, each read safely."""
+    path = label or f"npz file {source}"
+    arrays: dict[str, np.ndarray[Any, Any]] = {}
+    try:
+        archive = zipfile.ZipFile(source)
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise error(f"{path} cannot be opened as a zip archive: {exc}") from None
+    with archive:
+        for info in archive.infolist():
+            if info.is_dir():
+                continue
+            key = info.filename.removesuffix(".npy")
+            where = f"{path} key {key!r}"
+            if not info.filename.endswith(".npy"):
+                raise error(f"{where}: member {info.filename!r} is not a .npy array")
+            try:
+                with archive.open(info) as member:
+                    arrays[key] = read_npy_stream(member, info.file_size, where=where, error=error)
+            except (zipfile.BadZipFile, OSError, EOFError) as exc:
+                raise error(f"{where} is corrupt: {exc}") from None
+    return arrays
+
+
+def read_npy_stream(
+    fp: ByteReader,
+    size: int,
+    *,
+    where: str,
+    expect_dtype: str | np.dtype[Any] | None = None,
+    expect_shape: Sequence[int] | None = None,
+    error: type[MonitorError] = BenchsetError,
+) -> np.ndarray[Any, Any]:
+    """Parse a header from ``fp`` (``size`` bytes in all), validate it, then read exactly the data."""
+    dtype, shape, fortran_order = _read_header(fp, where, error)
+    if not is_plain_dtype(dtype):
+        raise error(f"{where} holds dtype {dtype}; only plain numeric/bool arrays are accepted (no pickled objects)")
+    if expect_dtype is not None and dtype != np.dtype(expect_dtype):
+        raise error(f"{where} has dtype {dtype.name}, expected {np.dtype(expect_dtype).name}")
+    if expect_shape is not None and tuple(shape) != tuple(expect_shape):
+        raise error(f"{where} has shape {format_shape(shape)}, expected {format_shape(expect_shape)}")
+    header_bytes = fp.tell()
+    expected_bytes = int(np.prod(shape, dtype=object)) * dtype.itemsize  # python ints: no overflow
+    found_bytes = size - header_bytes
+    if found_bytes != expected_bytes:
+        state = "truncated" if found_bytes < expected_bytes else "too long"
+        raise error(
+            f"{where} is {state}: header declares shape {format_shape(shape)} {dtype.name}"
+            f" = {expected_bytes} byte(s), file holds {found_bytes}"
+        )
+    buffer = bytearray(expected_bytes)
+    view = memoryview(buffer)
+    filled = 0
+    while filled < expected_bytes:
+        chunk = fp.read(min(_CHUNK, expected_bytes - filled))
+        if not chunk:
+            raise error(f"{where} is truncated: expected {expected_bytes} data byte(s), read {filled}")
+        view[filled : filled + len(chunk)] = chunk
+        filled += len(chunk)
+    array = np.frombuffer(buffer, dtype=dtype)
+    return array.reshape(shape, order="F" if fortran_order else "C")
+
+
+def _read_header(fp: ByteReader, where: str, error: type[MonitorError]) -> tuple[np.dtype[Any], tuple[int, ...], bool]:
+    try:
+        version = npy_format.read_magic(fp)
+        if version == (1, 0):
+            shape, fortran_order, dtype = npy_format.read_array_header_1_0(fp)
+        elif version == (2, 0):
+            shape, fortran_order, dtype = npy_format.read_array_header_2_0(fp)
+        else:
+            raise error(f"{where} uses .npy format version {version}; expected 1.0 or 2.0")
+    except MonitorError:
+        raise
+    except (ValueError, TypeError, EOFError, SyntaxError, OSError) as exc:
+        raise error(f"{where} is not a valid .npy file: {exc}") from None
+    return np.dtype(dtype), tuple(int(d) for d in shape), bool(fortran_order)
+
+
+def format_shape(shape: Sequence[int | str]) -> str:
+    """``(1,3,224,224)``: the compact form used in every message."""
+    inner = ",".join(str(d) for d in shape)
+    return f"({inner},)" if len(shape) == 1 else f"({inner})"
+
+
+def resolve_inside(root: Path, relative: str, *, what: str, error: type[MonitorError] = BenchsetError) -> Path:
+    """``root / relative``, refusing absolute paths, ``..`` and symlinks that lead outside ``root``."""
+    candidate = Path(relative)
+    if not relative or candidate.is_absolute() or relative.startswith(("/", "\\")) or ".." in candidate.parts:
+        raise error(f"{what}: path {relative!r} must be relative and stay inside {root}")
+    base = root.resolve()
+    resolved = (base / candidate).resolve()
+    if not resolved.is_relative_to(base):
+        raise error(f"{what}: path {relative!r} leads to {resolved}, outside {base} (symlink?)")
+    return resolved
+
+
+class _HashingReader(io.RawIOBase):
+    """A read-only stream that hashes every byte read through it and counts its position."""
+
+    def __init__(self, fp: IO[bytes]) -> None:
+        super().__init__()
+        self._fp = fp
+        self._digest = hashlib.sha256()
+        self.position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        data = self._fp.read(-1 if size is None else size)
+        self._digest.update(data)
+        self.position += len(data)
+        return data
+
+    def tell(self) -> int:
+        return self.position
+
+    def hexdigest(self) -> str:
+        return self._digest.hexdigest()
