@@ -111,6 +111,13 @@ class Schedule(_Strict):
             raise ValueError("set exactly one of 'interval' or 'cron'")
         if self.interval is not None and self.interval <= 0:
             raise ValueError("interval must be > 0")
+        if self.cron is not None:
+            from monitor.scheduler import cron_trigger  # validates the expression; imports nothing heavy
+
+            try:
+                cron_trigger(self.cron)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
         return self
 
 
@@ -237,6 +244,8 @@ class DaemonConfig(_Strict):
     baseline_scope: Literal["shared", "pool", "node"] = "shared"
     auto_capture_baseline: bool = False
     max_backoff: Duration = 3600.0
+    workers: int = Field(default=4, ge=1, le=64)
+    memory_limit_mb: int | None = Field(default=None, ge=64)
 
 
 class Settings(_Strict):
@@ -256,6 +265,14 @@ class Settings(_Strict):
                 if item.name in seen:
                     raise ValueError(f"{kind} name {item.name!r} is used twice")
                 seen.add(item.name)
+        for model in self.models:
+            schedule = self.schedule_for(model)
+            timeout = self.timeout_for(model)
+            if schedule.interval is not None and timeout >= schedule.interval:
+                raise ValueError(
+                    f"model {model.name!r}: timeout {timeout:g}s must be shorter than its schedule interval"
+                    f" {schedule.interval:g}s, or runs would pile up"
+                )
         declared = {b.name for b in self.benchsets}
         for model in self.models:
             if model.benchset not in declared:

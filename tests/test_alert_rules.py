@@ -1,0 +1,157 @@
+"""The Prometheus alert rules: valid, unit-tested with promtool, labelled and annotated, and each
+alert explained in docs/runbook.md under a heading its ``runbook_url`` points at.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from monitor.results import REASON_CODES
+from tests.conftest import need_binary
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ROOT / "deploy" / "prometheus" / "alerts.yaml"
+RULE_TESTS = ROOT / "deploy" / "prometheus" / "alerts_test.yaml"
+RUNBOOK = ROOT / "docs" / "runbook.md"
+RUNBOOK_URL = "https://github.com/onnxmon/onnxmon/blob/main/docs/runbook.md#"
+
+REQUIRED_ALERTS = {
+    "OnnxmonOutputOutOfTolerance": "critical",
+    "OnnxmonChecksStale": "warning",
+    "OnnxmonRunErrors": "warning",
+    "OnnxmonProviderFallback": "critical",
+    "OnnxmonEnvironmentChanged": "info",
+    "OnnxmonNondeterministic": "warning",
+    "OnnxmonDown": "warning",
+    "OnnxmonConfigReloadFailed": "warning",
+}
+# Reason codes of verdict fail (drift); every other code means verdict error and belongs in
+# the OnnxmonRunErrors reason list. A new code must be put on one side or the other.
+DRIFT_REASONS = frozenset(
+    {
+        "atol_rtol",
+        "cosine",
+        "snr",
+        "topk",
+        "nan_mismatch",
+        "inf_mismatch",
+        "exact_mismatch",
+        "nondeterministic",
+        "provider_fallback",
+        "model_changed",
+        "benchset_changed",
+    }
+)
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _rules() -> list[dict[str, Any]]:
+    loaded = yaml.safe_load(RULES.read_text(encoding="utf-8"))
+    return [rule for group in loaded["groups"] for rule in group["rules"]]
+
+
+def _alerts() -> list[dict[str, Any]]:
+    return [rule for rule in _rules() if "alert" in rule]
+
+
+def _record(name: str) -> str:
+    return next(str(rule["expr"]) for rule in _rules() if rule.get("record") == name)
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading: lower case, punctuation dropped, spaces to '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_rules_pass_promtool_check() -> None:
+    promtool = need_binary("prometheus", "promtool")
+    done = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_rules_pass_their_promtool_unit_tests() -> None:
+    promtool = need_binary("prometheus", "promtool")
+    done = subprocess.run(
+        [promtool, "test", "rules", RULE_TESTS.name],
+        cwd=RULE_TESTS.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_rules_are_one_group_named_onnxmon() -> None:
+    groups = yaml.safe_load(RULES.read_text(encoding="utf-8"))["groups"]
+    assert [g["name"] for g in groups] == ["onnxmon"]
+
+
+@pytest.mark.parametrize(("name", "severity"), REQUIRED_ALERTS.items())
+def test_required_alert_exists_with_its_severity(name: str, severity: str) -> None:
+    alerts = {a["alert"]: a for a in _alerts()}
+    assert name in alerts
+    assert alerts[name]["labels"]["severity"] == severity
+
+
+@pytest.mark.parametrize("alert", _alerts(), ids=lambda a: str(a["alert"]))
+def test_alert_is_camel_case_with_severity_summary_description_and_runbook_url(alert: dict[str, Any]) -> None:
+    assert re.fullmatch(r"Onnxmon(?:[A-Z][a-z0-9]*)+", alert["alert"])
+    assert alert["labels"]["severity"] in {"critical", "warning", "info"}
+    annotations = alert["annotations"]
+    assert set(annotations) >= {"summary", "description", "runbook_url"}
+    assert annotations["summary"].strip() and annotations["description"].strip()
+    assert annotations["runbook_url"] == RUNBOOK_URL + alert["alert"].lower()
+
+
+@pytest.mark.parametrize("alert", _alerts(), ids=lambda a: str(a["alert"]))
+def test_runbook_url_anchor_is_a_heading_in_the_runbook(alert: dict[str, Any]) -> None:
+    headings = re.findall(r"^#{1,6}\s+(.+?)\s*$", RUNBOOK.read_text(encoding="utf-8"), re.MULTILINE)
+    anchor = alert["annotations"]["runbook_url"].split("#", 1)[1]
+    assert anchor in {github_anchor(h) for h in headings}
+    assert alert["alert"] in headings, "the section is headed by the exact alert name"
+
+
+@pytest.mark.parametrize("alert", _alerts(), ids=lambda a: str(a["alert"]))
+def test_alert_has_a_firing_and_a_quiet_unit_test(alert: dict[str, Any]) -> None:
+    cases = [
+        case
+        for test in yaml.safe_load(RULE_TESTS.read_text(encoding="utf-8"))["tests"]
+        for case in test.get("alert_rule_test", [])
+        if case["alertname"] == alert["alert"]
+    ]
+    assert any(case["exp_alerts"] for case in cases), "no case where it fires"
+    assert any(not case["exp_alerts"] for case in cases), "no case where it stays quiet"
+
+
+def test_run_error_reasons_are_the_error_side_of_reason_codes() -> None:
+    match = re.search(r'reason=~"([^"]+)"', _record("onnxmon:run_errors:recent"))
+    assert match
+    listed = set(match.group(1).split("|"))
+    assert listed <= REASON_CODES, f"not reason codes: {sorted(listed - REASON_CODES)}"
+    assert not listed & DRIFT_REASONS
+    assert listed | DRIFT_REASONS == REASON_CODES, f"undecided: {sorted(REASON_CODES - listed - DRIFT_REASONS)}"
+
+
+@pytest.mark.parametrize("record", ["onnxmon:output_failing_runs:recent", "onnxmon:run_errors:recent"])
+def test_recent_window_holds_at_least_four_runs_of_every_interval(record: str) -> None:
+    bands = re.findall(
+        r"\[(\d+)([smhd])\]\)+\s+and\s+(?:ignoring\s*\(output\)\s*)?"
+        r"\(onnxmon_schedule_interval_seconds(?:\s*>\s*(\d+))?(?:\s*<=\s*(\d+))?\)",
+        _record(record),
+    )
+    assert bands, "no interval bands found"
+    previous_upper = 0
+    for amount, unit, lower, upper in bands:
+        assert int(lower or 0) == previous_upper, "bands must be contiguous from 0"
+        if upper:
+            assert int(amount) * _SECONDS[unit] >= 4 * int(upper), f"window {amount}{unit} under 4 x {upper}s"
+            previous_upper = int(upper)
+        else:
+            previous_upper = -1  # open-ended last band
+    assert previous_upper == -1, "the last band must be open-ended"
