@@ -44,7 +44,16 @@ def _register() -> None:
         return
     _registered = True
     # --- command groups: one line each (keep sorted) ---
-    from monitor.cli import baseline_cmd, benchset_cmd, check_cmd, config_cmd, db_cmd, env_cmd, history_cmd
+    from monitor.cli import (
+        baseline_cmd,
+        benchset_cmd,
+        check_cmd,
+        config_cmd,
+        db_cmd,
+        env_cmd,
+        history_cmd,
+        serve_cmd,
+    )
 
     baseline_cmd.register(app)
     benchset_cmd.register(app)
@@ -53,6 +62,7 @@ def _register() -> None:
     db_cmd.register(app)
     env_cmd.register(app)
     history_cmd.register(app)
+    serve_cmd.register(app)
 
 
 def main(argv: list[str] | None = None) -> int:
