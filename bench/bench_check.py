@@ -30,10 +30,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor import benchset, capture, compare  # noqa: E402
-from monitor.check import replay_benchset, run_check, tolerances_for  # noqa: E402
-from monitor.config import from_mapping  # noqa: E402
-from monitor.runner import Session  # noqa: E402
+from monitor import benchset, capture, compare
+from monitor.check import replay_benchset, run_check, tolerances_for
+from monitor.config import from_mapping
+from monitor.runner import Session
 
 
 def convnet(channels: int = 32, size: int = 96, seed: int = 0) -> onnx.ModelProto:

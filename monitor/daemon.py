@@ -251,4 +251,3 @@ def _sinks(daemon: Daemon) -> list[Sink]:
         LogSink(logging.getLogger("onnxmon.results")),
     )
     return list(sinks)
-

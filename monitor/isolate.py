@@ -43,6 +43,7 @@ def context() -> multiprocessing.context.BaseContext:
     """The shared forkserver context (created lazily: importing this module starts nothing)."""
     global _context
     if _context is None:
+        ctx: multiprocessing.context.BaseContext
         try:
             ctx = multiprocessing.get_context("forkserver")
             ctx.set_forkserver_preload(_PRELOAD)

@@ -137,7 +137,7 @@ def install_jobs(
             existing.remove()
     now = dt.datetime.now(dt.UTC)
     for model in settings.models:
-        delay = random.uniform(0, first_run_within) if first_run_within > 0 else 0.0  # noqa: S311 - not crypto
+        delay = random.uniform(0, first_run_within) if first_run_within > 0 else 0.0
         scheduler.add_job(
             job,
             trigger_for(settings, model),

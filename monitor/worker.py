@@ -50,7 +50,8 @@ def _localize(settings: config.Settings, model_name: str) -> dict[str, Any]:
     try:
         from monitor import localize_run
 
-        return localize_run.localize_model(settings, model_name, time_budget_s=settings.timeout_for(
-            settings.model(model_name)) / 2).to_dict()
+        return localize_run.localize_model(
+            settings, model_name, time_budget_s=settings.timeout_for(settings.model(model_name)) / 2
+        ).to_dict()
     except Exception as exc:  # localization is advice; it must never turn a fail into a crash
         return {"error": f"{type(exc).__name__}: {exc}"[:1000], "seconds": time.monotonic() - began}
