@@ -61,19 +61,25 @@ class _Strict(BaseModel):
 
 
 class TopK(_Strict):
-    k: int = Field(ge=1)
-    min_agreement: float = Field(default=1.0, ge=0.0, le=1.0)
+    k: int = Field(ge=1, description="How many top classes (last axis) must agree.")
+    min_agreement: float = Field(
+        default=1.0, ge=0.0, le=1.0, description="Fraction of rows whose top-k index sets must match."
+    )
 
 
 class Tolerance(_Strict):
     """Thresholds for one output; unset fields inherit from the level above."""
 
-    atol: float | None = Field(default=None, ge=0.0)
-    rtol: float | None = Field(default=None, ge=0.0)
-    cosine_min: float | None = Field(default=None, ge=-1.0, le=1.0)
-    snr_min_db: float | None = None
-    max_mismatch_ratio: float | None = Field(default=None, ge=0.0, le=1.0)
-    topk: TopK | None = None
+    atol: float | None = Field(default=None, ge=0.0, description="Absolute tolerance in |a-b| <= atol + rtol*|b|.")
+    rtol: float | None = Field(default=None, ge=0.0, description="Relative tolerance in |a-b| <= atol + rtol*|b|.")
+    cosine_min: float | None = Field(
+        default=None, ge=-1.0, le=1.0, description="Fail when the cosine similarity falls below this."
+    )
+    snr_min_db: float | None = Field(default=None, description="Fail when the signal-to-noise ratio (dB) is lower.")
+    max_mismatch_ratio: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="Fraction of elements allowed outside atol/rtol (default 0)."
+    )
+    topk: TopK | None = Field(default=None, description="Top-k agreement along the last axis (classifiers).")
 
     def over(self, base: Tolerance) -> Tolerance:
         """This tolerance with every unset field taken from ``base``."""
@@ -94,16 +100,18 @@ class Tolerance(_Strict):
 
 
 class ModelTolerance(_Strict):
-    default: Tolerance = Tolerance()
-    outputs: dict[str, Tolerance] = {}
+    """A model's tolerances: a default and per-output overrides (unset fields inherit)."""
+
+    default: Tolerance = Field(default=Tolerance(), description="Applies to every output of the model.")
+    outputs: dict[str, Tolerance] = Field(default={}, description="Per-output overrides, by output name.")
 
 
 class Schedule(_Strict):
     """When the daemon runs a model: a fixed ``interval`` or a ``cron`` expression."""
 
-    interval: Duration | None = None
-    cron: str | None = None
-    jitter: Duration = 0.0
+    interval: Duration | None = Field(default=None, description="Run every this long (e.g. 15m).")
+    cron: str | None = Field(default=None, description="5-field cron expression in UTC (e.g. '*/15 * * * *').")
+    jitter: Duration = Field(default=0.0, description="Random delay up to this long, to spread load.")
 
     @model_validator(mode="after")
     def _one_trigger(self) -> Schedule:
@@ -122,27 +130,43 @@ class Schedule(_Strict):
 
 
 class StoreConfig(_Strict):
-    url: str = "sqlite:///onnxmon.db"
-    baselines_dir: Path = Path("baselines")
-    benchsets_dir: Path = Path("benchsets")
+    """Where history, baselines and benchmark sets live."""
+
+    url: str = Field(
+        default="sqlite:///onnxmon.db",
+        description="SQLAlchemy URL of the history database (postgresql+psycopg://… in production).",
+        repr=False,
+    )
+    baselines_dir: Path = Field(default=Path("baselines"), description="Directory of baselines (tensors + metadata).")
+    benchsets_dir: Path = Field(default=Path("benchsets"), description="Directory of materialized benchmark sets.")
+    retention_passing: Duration = Field(default=30 * 86400.0, description="Prune passing runs older than this.")
+    retention_failures: Duration = Field(
+        default=365 * 86400.0, description="Prune failing/error runs older than this (events are kept)."
+    )
 
 
 class Defaults(_Strict):
-    tolerance: Tolerance = Tolerance(atol=1e-5, rtol=1e-4)
-    repeats: int = Field(default=1, ge=1)
-    timeout: Duration = 600.0
-    schedule: Schedule = Schedule(interval=900.0)
+    """Values every model inherits unless it sets its own."""
+
+    tolerance: Tolerance = Field(default=Tolerance(atol=1e-5, rtol=1e-4), description="Default tolerance.")
+    repeats: int = Field(default=1, ge=1, description="Runs per sample; >1 detects nondeterminism.")
+    timeout: Duration = Field(default=600.0, description="Hard limit for one check (must be < the interval).")
+    schedule: Schedule = Field(default=Schedule(interval=900.0), description="Default schedule of the daemon.")
 
 
 class GenerateSpec(_Strict):
     """Random samples drawn from a model's input signature (seeded, so reproducible)."""
 
-    model: Path
-    count: int = Field(default=8, ge=1, le=100_000)
-    seed: int = 0
-    ranges: dict[str, tuple[float, float]] = {}
-    dims: dict[str, int] = {}
-    edge_cases: bool = False
+    model: Path = Field(description="Model whose input signature the samples follow.")
+    count: int = Field(default=8, ge=1, le=100_000, description="Number of random samples.")
+    seed: int = Field(default=0, description="Seed of the random generator (same seed, same set).")
+    ranges: dict[str, tuple[float, float]] = Field(default={}, description="Per-input [low, high] value range.")
+    dims: dict[str, int] = Field(
+        default={}, description="Values of dynamic dims, by dim name or 'input:axis' for unnamed ones."
+    )
+    edge_cases: bool = Field(
+        default=False, description="Add zeros, range extremes, fp16-overflowing and denormal samples."
+    )
 
     @field_validator("ranges")
     @classmethod
@@ -156,11 +180,13 @@ class GenerateSpec(_Strict):
 class BenchsetConfig(_Strict):
     """A declared benchmark set; exactly one source."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    generate: GenerateSpec | None = None
-    npz: list[Path] | None = None
-    onnx_test_data: Path | None = None
-    polygraphy_json: Path | None = None
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Name of the set.")
+    generate: GenerateSpec | None = Field(default=None, description="Generate samples from the model signature.")
+    npz: list[Path] | None = Field(default=None, description="One .npz per sample; keys are input names.")
+    onnx_test_data: Path | None = Field(
+        default=None, description="ONNX test-data directory (test_data_set_N/input_K.pb)."
+    )
+    polygraphy_json: Path | None = Field(default=None, description="Inputs saved by polygraphy --save-inputs.")
 
     @model_validator(mode="after")
     def _one_source(self) -> BenchsetConfig:
@@ -181,20 +207,26 @@ class BenchsetConfig(_Strict):
 
 
 class ProviderSpec(_Strict):
-    name: str = Field(pattern=r"^[A-Za-z]+ExecutionProvider$")
-    options: dict[str, str | int | float | bool] = {}
+    """An execution provider with its options, exactly as production configures it."""
+
+    name: str = Field(pattern=r"^[A-Za-z]+ExecutionProvider$", description="e.g. CUDAExecutionProvider.")
+    options: dict[str, str | int | float | bool] = Field(default={}, description="Provider options.")
 
 
 GraphOptLevel = Literal["disable", "basic", "extended", "layout", "all"]
 
 
 class SessionConfig(_Strict):
-    graph_optimization_level: GraphOptLevel = "all"
-    intra_op_num_threads: int = Field(default=0, ge=0)
-    inter_op_num_threads: int = Field(default=0, ge=0)
-    execution_mode: Literal["sequential", "parallel"] = "sequential"
-    deterministic_compute: bool = False
-    config_entries: dict[str, str] = {}
+    """ONNX Runtime session options, as production sets them."""
+
+    graph_optimization_level: GraphOptLevel = Field(default="all", description="disable|basic|extended|layout|all.")
+    intra_op_num_threads: int = Field(default=0, ge=0, description="0 lets ONNX Runtime choose.")
+    inter_op_num_threads: int = Field(default=0, ge=0, description="0 lets ONNX Runtime choose.")
+    execution_mode: Literal["sequential", "parallel"] = Field(default="sequential", description="Execution mode.")
+    deterministic_compute: bool = Field(
+        default=False, description="SessionOptions.use_deterministic_compute (the attribute, not a config key)."
+    )
+    config_entries: dict[str, str] = Field(default={}, description="Session config entries (add_session_config_entry).")
 
 
 def _provider_list(value: Any) -> Any:
@@ -204,18 +236,23 @@ def _provider_list(value: Any) -> Any:
 
 
 class ModelConfig(_Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    path: Path
-    benchset: str
-    providers: Annotated[list[ProviderSpec], BeforeValidator(_provider_list)] = [
-        ProviderSpec(name="CPUExecutionProvider")
-    ]
-    session: SessionConfig = SessionConfig()
-    repeats: int | None = Field(default=None, ge=1)
-    timeout: Duration | None = None
-    tolerance: ModelTolerance = ModelTolerance()
-    schedule: Schedule | None = None
-    localize_on_fail: bool = False
+    """A deployed model to monitor."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Name used in metrics, API and CLI.")
+    path: Path = Field(description="The .onnx file (external data next to it is hashed too).")
+    benchset: str = Field(description="Name of a declared benchmark set.")
+    providers: Annotated[list[ProviderSpec], BeforeValidator(_provider_list)] = Field(
+        default=[ProviderSpec(name="CPUExecutionProvider")],
+        description="Execution providers in priority order; a missing one at run time is a provider_fallback.",
+    )
+    session: SessionConfig = Field(default=SessionConfig(), description="Session options.")
+    repeats: int | None = Field(default=None, ge=1, description="Overrides defaults.repeats.")
+    timeout: Duration | None = Field(default=None, description="Overrides defaults.timeout.")
+    tolerance: ModelTolerance = Field(default=ModelTolerance(), description="Tolerances of this model.")
+    schedule: Schedule | None = Field(default=None, description="Overrides defaults.schedule.")
+    localize_on_fail: bool = Field(
+        default=False, description="On a fail, localize the first divergent node (within half the timeout)."
+    )
 
     @field_validator("providers")
     @classmethod
@@ -231,30 +268,40 @@ class ModelConfig(_Strict):
 class ApiConfig(_Strict):
     """The daemon's HTTP server. Mutating calls need the bearer token (``token`` or ``token_file``)."""
 
-    host: str = "127.0.0.1"
-    port: int = Field(default=8080, ge=1, le=65535)
-    token: str | None = Field(default=None, repr=False)
-    token_file: Path | None = None
+    host: str = Field(default="127.0.0.1", description="Listen address (0.0.0.0 in a pod).")
+    port: int = Field(default=8080, ge=1, le=65535, description="Listen port.")
+    token: str | None = Field(default=None, repr=False, description="Bearer token for mutating calls.")
+    token_file: Path | None = Field(default=None, description="File holding the token (a mounted secret).")
 
 
 class DaemonConfig(_Strict):
     """How ``onnxmon serve`` runs checks and shares work with other replicas."""
 
-    mode: Literal["single", "daemonset", "sharded"] = "single"
-    baseline_scope: Literal["shared", "pool", "node"] = "shared"
-    auto_capture_baseline: bool = False
-    max_backoff: Duration = 3600.0
-    workers: int = Field(default=4, ge=1, le=64)
-    memory_limit_mb: int | None = Field(default=None, ge=64)
+    mode: Literal["single", "daemonset", "sharded"] = Field(
+        default="single", description="single process, one pod per GPU node, or replicas sharing the models."
+    )
+    baseline_scope: Literal["shared", "pool", "node"] = Field(
+        default="shared", description="Baselines shared by all nodes, per GPU model (pool), or per node."
+    )
+    auto_capture_baseline: bool = Field(
+        default=False, description="Capture a first baseline for a model that has none (never replaces one)."
+    )
+    max_backoff: Duration = Field(
+        default=3600.0, description="Longest wait between runs of a model that keeps crashing."
+    )
+    workers: int = Field(default=4, ge=1, le=64, description="Checks that may run at once (GPU checks serialize).")
+    memory_limit_mb: int | None = Field(default=None, ge=64, description="Address-space cap of each check child.")
 
 
 class Settings(_Strict):
+    """The whole configuration file."""
+
     store: StoreConfig = StoreConfig()
     api: ApiConfig = ApiConfig()
     daemon: DaemonConfig = DaemonConfig()
     defaults: Defaults = Defaults()
-    benchsets: list[BenchsetConfig] = []
-    models: list[ModelConfig] = []
+    benchsets: list[BenchsetConfig] = Field(default=[], description="Declared benchmark sets.")
+    models: list[ModelConfig] = Field(default=[], description="Models to monitor.")
     source: Path | None = Field(default=None, exclude=True)
 
     @model_validator(mode="after")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import typer
@@ -120,12 +121,12 @@ def register(app: typer.Typer) -> None:
         settings = common.settings(config_file)
         rows = common.open_store(settings).baseline_history(model)
         if as_json:
-            common.print_json([r.__dict__ if hasattr(r, "__dict__") else r for r in rows])
+            common.print_json([dataclasses.asdict(r) for r in rows])
             return
         table = Table("id", "source", "created", "active from", "active until", "environment")
         for r in rows:
             table.add_row(*(str(getattr(r, f, "") or "-") for f in (
-                "baseline_id", "source", "created_at", "active_from", "active_until", "environment"
+                "baseline_id", "source", "created_at", "active_from", "active_until", "environment_fingerprint"
             )))  # fmt: skip
         common.console().print(table)
 

@@ -26,4 +26,11 @@ def register(app: typer.Typer) -> None:
         settings = config.load(config_file)
         typer.echo(json.dumps(settings.model_dump(mode="json"), indent=2))
 
+    @group.command("reference")
+    def reference() -> None:
+        """Print the configuration reference (Markdown) generated from the schema."""
+        from monitor import configdoc
+
+        typer.echo(configdoc.render(), nl=False)
+
     app.add_typer(group, name="config")

@@ -1,0 +1,53 @@
+"""``onnxmon db upgrade|current``: the history database's schema, migrated explicitly.
+
+PostgreSQL is only ever migrated by ``db upgrade`` (an initContainer in the Helm chart), so
+that several replicas never race on a migration.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import typer
+
+from monitor.cli import common
+
+if TYPE_CHECKING:
+    from monitor.store import Store
+
+UrlOption = typer.Option(None, "--url", help="Database URL (default: store.url from the config).")
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(help="Create and migrate the history database.", no_args_is_help=True)
+
+    @group.command("upgrade")
+    def upgrade(config_file: str | None = common.ConfigOption, url: str | None = UrlOption) -> None:
+        """Migrate the database to the newest schema (safe to run again)."""
+        with _store(config_file, url) as store:
+            before = store.current_revision()
+            store.upgrade()
+            after = store.current_revision()
+            typer.echo(f"{store.display_url}: {before or 'empty'} -> {after}")
+
+    @group.command("current")
+    def current(
+        config_file: str | None = common.ConfigOption,
+        url: str | None = UrlOption,
+        check: bool = typer.Option(False, "--check", help="Exit 1 unless the database is at the newest revision."),
+    ) -> None:
+        """Print the database's schema revision and the newest one this version ships."""
+        with _store(config_file, url) as store:
+            revision, head = store.current_revision(), store.head_revision()
+            state = "up to date" if revision == head else "behind: run `onnxmon db upgrade`"
+            typer.echo(f"{store.display_url}: revision {revision or 'none (empty database)'}, head {head} ({state})")
+            if check and revision != head:
+                raise typer.Exit(1)
+
+    app.add_typer(group, name="db")
+
+
+def _store(config_file: str | None, url: str | None) -> Store:
+    from monitor.store import Store
+
+    return Store(url or common.settings(config_file).store.url)

@@ -1,0 +1,30 @@
+"""The durable history: SQLAlchemy models, Alembic migrations and the ``Store`` that reads and writes them.
+
+Only this package imports SQLAlchemy; everything it hands out is a plain frozen record.
+"""
+
+from __future__ import annotations
+
+from monitor.store.events import EVENT_KINDS
+from monitor.store.records import (
+    BaselineRecord,
+    EnvironmentRecord,
+    EventRecord,
+    HistoryItem,
+    OutputRecord,
+    PruneStats,
+    RunRecord,
+)
+from monitor.store.repo import Store
+
+__all__ = [
+    "EVENT_KINDS",
+    "BaselineRecord",
+    "EnvironmentRecord",
+    "EventRecord",
+    "HistoryItem",
+    "OutputRecord",
+    "PruneStats",
+    "RunRecord",
+    "Store",
+]

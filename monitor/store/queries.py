@@ -1,0 +1,174 @@
+"""Read queries of the store; each returns plain records.
+
+``history_runs_query`` is the statement behind ``onnxmon history`` and the status page; it
+walks the ``runs(model_id, started_at)`` index backwards and stops after ``limit`` rows, so its
+cost does not grow with the size of the table (see bench/bench_history.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Select, select
+from sqlalchemy.orm import Session
+
+from monitor.store import convert
+from monitor.store import schema as s
+from monitor.store.records import BaselineRecord, EnvironmentRecord, EventRecord, HistoryItem, RunRecord
+
+
+def history_runs_query(
+    model_id: int,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    node: str | None = None,
+    limit: int = 200,
+) -> Select[Any]:
+    """Newest runs of one model (optionally on one node), newest first."""
+    stmt = select(s.Run).where(s.Run.model_id == model_id)
+    if node is not None:
+        stmt = stmt.where(s.Run.node == node)
+    if since is not None:
+        stmt = stmt.where(s.Run.started_at >= since)
+    if until is not None:
+        stmt = stmt.where(s.Run.started_at <= until)
+    return stmt.order_by(s.Run.started_at.desc(), s.Run.id.desc()).limit(limit)
+
+
+def model_id(session: Session, model: str) -> int | None:
+    return session.scalar(select(s.Model.id).where(s.Model.name == model))
+
+
+def runs(
+    session: Session,
+    model: str,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    node: str | None = None,
+    limit: int = 200,
+) -> list[RunRecord]:
+    found = model_id(session, model)
+    if found is None:
+        return []
+    rows = session.scalars(history_runs_query(found, since=since, until=until, node=node, limit=limit))
+    return [convert.run_record(row, model) for row in rows]
+
+
+def history(
+    session: Session, model: str, *, since: datetime | None = None, limit: int = 200, node: str | None = None
+) -> list[HistoryItem]:
+    """Runs and events interleaved, newest first; an event sorts just before the run that caused it."""
+    found = model_id(session, model)
+    if found is None:
+        return []
+    run_rows = list(session.scalars(history_runs_query(found, since=since, node=node, limit=limit)))
+    # Events of the period the runs cover (all of it when fewer than ``limit`` runs came back).
+    start = run_rows[-1].started_at if len(run_rows) == limit else since
+    stmt = select(s.Event).where(s.Event.model_id == found)
+    if start is not None:
+        stmt = stmt.where(s.Event.at >= start)
+    if node is not None:
+        stmt = stmt.where(s.Event.node.in_((node, "")))
+    event_rows = session.scalars(stmt.order_by(s.Event.at.desc(), s.Event.id.desc()).limit(limit))
+    keyed: list[tuple[tuple[datetime, int, int], HistoryItem]] = [
+        ((r.started_at, 1, r.id), HistoryItem(at=r.started_at, run=convert.run_record(r, model))) for r in run_rows
+    ]
+    keyed += [((e.at, 0, e.id), HistoryItem(at=e.at, event=convert.event_record(e, model))) for e in event_rows]
+    keyed.sort(key=lambda pair: pair[0], reverse=True)
+    return [item for _, item in keyed]
+
+
+def run(session: Session, run_id: int) -> RunRecord | None:
+    row = session.execute(
+        select(s.Run, s.Model.name).join(s.Model, s.Model.id == s.Run.model_id).where(s.Run.id == run_id)
+    ).first()
+    if row is None:
+        return None
+    outputs = session.scalars(select(s.OutputResult).where(s.OutputResult.run_id == run_id).order_by(s.OutputResult.id))
+    return convert.run_record(row[0], row[1], tuple(convert.output_record(o) for o in outputs))
+
+
+def latest_per_model(session: Session) -> list[RunRecord]:
+    """One query: ``latest_runs`` pointers joined to their run, model name and outputs."""
+    rows = session.execute(
+        select(s.Run, s.Model.name, s.OutputResult)
+        .select_from(s.LatestRun)
+        .join(s.Run, s.Run.id == s.LatestRun.run_id)
+        .join(s.Model, s.Model.id == s.LatestRun.model_id)
+        .outerjoin(s.OutputResult, s.OutputResult.run_id == s.Run.id)
+        .order_by(s.Model.name, s.Run.node, s.OutputResult.id)
+    ).all()
+    grouped: dict[int, tuple[s.Run, str, list[Any]]] = {}
+    for run_row, name, output in rows:
+        entry = grouped.setdefault(run_row.id, (run_row, name, []))
+        if output is not None:
+            entry[2].append(convert.output_record(output))
+    return [convert.run_record(r, name, tuple(outs)) for r, name, outs in grouped.values()]
+
+
+def events(
+    session: Session,
+    *,
+    model: str | None = None,
+    since: datetime | None = None,
+    kind: str | None = None,
+    limit: int = 500,
+) -> list[EventRecord]:
+    stmt = select(s.Event, s.Model.name).join(s.Model, s.Model.id == s.Event.model_id)
+    if model is not None:
+        stmt = stmt.where(s.Model.name == model)
+    if since is not None:
+        stmt = stmt.where(s.Event.at >= since)
+    if kind is not None:
+        stmt = stmt.where(s.Event.kind == kind)
+    rows = session.execute(stmt.order_by(s.Event.at.desc(), s.Event.id.desc()).limit(limit))
+    return [convert.event_record(e, name) for e, name in rows]
+
+
+def baseline_history(session: Session, model: str) -> list[BaselineRecord]:
+    rows = session.execute(
+        select(s.Baseline, s.Benchset)
+        .join(s.Model, s.Model.id == s.Baseline.model_id)
+        .outerjoin(s.Benchset, s.Benchset.id == s.Baseline.benchset_id)
+        .where(s.Model.name == model)
+        .order_by(s.Baseline.created_at, s.Baseline.id)
+    ).all()
+    promotions = session.execute(
+        select(s.Event.at, s.Event.new)
+        .join(s.Model, s.Model.id == s.Event.model_id)
+        .where(s.Model.name == model, s.Event.kind == "baseline_promoted")
+        .order_by(s.Event.at, s.Event.id)
+    ).all()
+    periods: dict[str, list[tuple[datetime, datetime | None]]] = {}
+    current: str | None = None
+    for at, new in promotions:
+        if current is not None and periods.get(current):
+            periods[current][-1] = (periods[current][-1][0], at)
+        if new is not None:
+            periods.setdefault(new, []).append((at, None))
+        current = new
+    records = []
+    for baseline, bench in rows:
+        spans = tuple(periods.get(baseline.baseline_id, ()))
+        record = convert.baseline_record(baseline, model, bench)
+        if spans:
+            record = dataclasses.replace(
+                record, active_periods=spans, active_from=spans[-1][0], active_until=spans[-1][1]
+            )
+        records.append(record)
+    return records
+
+
+def find_environments(session: Session, prefix: str, *, limit: int = 20) -> list[EnvironmentRecord]:
+    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    rows = session.scalars(
+        select(s.Environment)
+        .where(s.Environment.fingerprint.like(f"{escaped}%", escape="\\"))
+        .order_by(s.Environment.last_seen.desc())
+        .limit(limit)
+    )
+    return [EnvironmentRecord(r.fingerprint, dict(r.snapshot), r.first_seen, r.last_seen) for r in rows]

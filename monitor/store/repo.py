@@ -1,0 +1,400 @@
+"""``Store``: the history database behind one SQLAlchemy engine (SQLite or PostgreSQL).
+
+Writes (``record_run``, ``record_baseline``, ``record_promotion``) each run in one transaction
+and turn state changes into event rows. Reads return the plain records of ``records.py``.
+Migrations are Alembic's, configured in code with the scripts inside this package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event, make_url, select, text, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session
+
+from monitor.errors import BaselineError
+from monitor.results import CheckResult
+from monitor.store import convert, queries, retention
+from monitor.store import events as transitions
+from monitor.store import schema as s
+from monitor.store.records import (
+    BaselineRecord,
+    EnvironmentRecord,
+    EventRecord,
+    HistoryItem,
+    PruneStats,
+    RunRecord,
+)
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+class Store:
+    """The durable history: runs, output metrics, baselines, environments and events."""
+
+    def __init__(self, url: str, *, echo: bool = False) -> None:
+        self.url = url
+        self.engine: Engine = create_engine(url, echo=echo, json_serializer=convert.json_dumps, pool_pre_ping=True)
+        if self.engine.dialect.name == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+
+    @property
+    def display_url(self) -> str:
+        """The URL with any password masked, for messages and logs."""
+        return make_url(self.url).render_as_string(hide_password=True)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- schema -------------------------------------------------------------------------------
+
+    def migration_config(self, connection: Connection) -> Config:
+        """An Alembic config bound to ``connection`` (no ini file; scripts live in the package)."""
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        cfg.attributes["connection"] = connection
+        return cfg
+
+    def upgrade(self, revision: str = "head") -> None:
+        """Bring the schema to ``revision`` (``alembic upgrade head``)."""
+        with self.engine.begin() as connection:
+            command.upgrade(self.migration_config(connection), revision)
+
+    def current_revision(self) -> str | None:
+        """The revision the database is at, ``None`` for an empty database."""
+        with self.engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+
+    def head_revision(self) -> str | None:
+        """The newest revision shipped with this version of onnxmon."""
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        return ScriptDirectory.from_config(cfg).get_current_head()
+
+    def ping(self) -> bool:
+        """True when the database answers a trivial query."""
+        try:
+            with self.engine.connect() as connection:
+                connection.execute(text("SELECT 1"))
+        except Exception:  # any failure means "not reachable"; callers report, never crash
+            return False
+        return True
+
+    @contextmanager
+    def _session(self) -> Iterator[Session]:
+        with Session(self.engine, expire_on_commit=False) as session, session.begin():
+            yield session
+
+    # --- writes -------------------------------------------------------------------------------
+
+    def record_run(self, result: CheckResult, *, node: str | None = None, pod: str | None = None) -> int:
+        """Store one check result; upsert its model and environment; write events for state changes.
+
+        State changes compare with the previous run of the same model on the same node; the node
+        and pod come from the arguments or else from the environment snapshot (``k8s.node``).
+        """
+        node = node or _lookup(result.environment, "node")
+        pod = pod or _lookup(result.environment, "pod")
+        at = convert.utc(result.started_at)
+        with self._session() as session:
+            model_id = self._model_id(session, result.model, at, result.model_sha256)
+            current = transitions.state_of(result)
+            if current.environment_fingerprint:
+                self._touch_environment(session, current.environment_fingerprint, result.environment, at)
+            previous = self._previous_state(session, model_id, node or "")
+            run = convert.run_row(result, model_id, node, pod)
+            session.add(run)
+            session.flush()
+            session.add_all(convert.output_row(o, run.id) for o in result.outputs)
+            for draft in transitions.changes(previous, current, result):
+                session.add(
+                    s.Event(
+                        model_id=model_id,
+                        node=node or "",
+                        kind=draft.kind,
+                        at=at,
+                        run_id=run.id,
+                        old=draft.old,
+                        new=draft.new,
+                        detail=dict(draft.detail),
+                    )
+                )
+            self._point_latest(session, model_id, node or "", run.id)
+            return run.id
+
+    def record_baseline(self, meta: Mapping[str, Any]) -> None:
+        """Record (or refresh) a baseline from its metadata; a new one writes ``baseline_captured``.
+
+        Keys: ``baseline_id``, ``model``, ``created_at`` (ISO), ``source``, ``model_sha256``,
+        ``benchset``, ``benchset_sha256``, ``environment`` (snapshot or None), ``path``, ``run_id``.
+        A ``run_id`` this store does not know is recorded as unknown (``None``). ``active: True``
+        (with optional ``promoted_by``/``promoted_at``) mirrors a baseline already active on disk.
+        """
+        for key in ("baseline_id", "model", "created_at"):
+            if not meta.get(key):
+                raise BaselineError(f"baseline metadata: '{key}' is missing (got keys {sorted(meta)})")
+        try:
+            created = convert.parse_when(meta["created_at"], "baseline metadata 'created_at'")
+        except ValueError as exc:
+            raise BaselineError(f"baseline {meta['baseline_id']}: {exc}") from None
+        environment = meta.get("environment") or {}
+        fingerprint = str(environment["fingerprint"]) if environment.get("fingerprint") else None
+        with self._session() as session:
+            model_id = self._model_id(session, str(meta["model"]), created, None)
+            if fingerprint:
+                self._touch_environment(session, fingerprint, environment, created)
+            benchset_id = None
+            if meta.get("benchset") and meta.get("benchset_sha256"):
+                benchset_id = self._benchset_id(
+                    session, str(meta["benchset"]), str(meta["benchset_sha256"]), meta.get("benchset_version"), created
+                )
+            run_id = meta.get("run_id")
+            if run_id is not None and session.get(s.Run, int(run_id)) is None:
+                run_id = None
+            values: dict[str, Any] = {
+                "model_id": model_id,
+                "created_at": created,
+                "source": str(meta.get("source") or "captured"),
+                "model_sha256": meta.get("model_sha256"),
+                "benchset_id": benchset_id,
+                "environment_fingerprint": fingerprint,
+                "path": str(meta["path"]) if meta.get("path") else None,
+                "run_id": int(run_id) if run_id is not None else None,
+            }
+            row = session.scalars(select(s.Baseline).where(s.Baseline.baseline_id == meta["baseline_id"])).first()
+            if row is not None:
+                for key, value in values.items():
+                    setattr(row, key, value)
+            else:
+                row = s.Baseline(baseline_id=str(meta["baseline_id"]), is_active=False, **values)
+                session.add(row)
+                session.add(
+                    s.Event(
+                        model_id=model_id,
+                        node="",
+                        kind=transitions.BASELINE_CAPTURED,
+                        at=created,
+                        run_id=values["run_id"],
+                        new=str(meta["baseline_id"]),
+                        detail={"source": values["source"], "environment": fingerprint},
+                    )
+                )
+                session.flush()
+            if meta.get("active") and not row.is_active:  # mirror a baseline already active on disk
+                by = str(meta.get("promoted_by") or "baselines directory")
+                when = convert.parse_when(meta["promoted_at"], "promoted_at") if meta.get("promoted_at") else created
+                _promote(session, row, by, when)
+
+    def record_promotion(self, model: str, baseline_id: str, by: str, *, at: datetime | None = None) -> None:
+        """Make ``baseline_id`` the active baseline of ``model`` and write ``baseline_promoted``.
+
+        Idempotent: promoting the baseline that is already active writes nothing.
+        """
+        at = at or datetime.now(UTC)
+        with self._session() as session:
+            model_id = session.scalar(select(s.Model.id).where(s.Model.name == model))
+            row = session.scalars(
+                select(s.Baseline).where(s.Baseline.baseline_id == baseline_id, s.Baseline.model_id == model_id)
+            ).first()
+            if model_id is None or row is None:
+                raise BaselineError(
+                    f"baseline '{baseline_id}' of model '{model}' is not recorded in the store; record it first"
+                )
+            if not row.is_active:  # promoting the active baseline again changes nothing
+                _promote(session, row, by, at)
+
+    def prune(
+        self,
+        *,
+        passing_older_than: timedelta,
+        failures_older_than: timedelta,
+        events_older_than: timedelta | None = None,
+        now: datetime | None = None,
+    ) -> PruneStats:
+        """Delete old runs (passing ones sooner than failures) and, if asked, old events.
+
+        Never deletes a run a baseline came from, nor the latest run of a model on a node.
+        """
+        with self._session() as session:
+            return retention.prune(
+                session,
+                now=now or datetime.now(UTC),
+                passing_older_than=passing_older_than,
+                failures_older_than=failures_older_than,
+                events_older_than=events_older_than,
+            )
+
+    # --- reads --------------------------------------------------------------------------------
+
+    def models(self) -> list[str]:
+        """Names of every model with stored history, sorted."""
+        with self._session() as session:
+            return list(session.scalars(select(s.Model.name).order_by(s.Model.name)))
+
+    def history(
+        self, model: str, *, since: datetime | None = None, limit: int = 200, node: str | None = None
+    ) -> list[HistoryItem]:
+        """The newest ``limit`` runs of ``model`` with the events of the same period, newest first."""
+        with self._session() as session:
+            return queries.history(session, model, since=since, limit=limit, node=node)
+
+    def runs(
+        self,
+        model: str,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        node: str | None = None,
+        limit: int = 200,
+    ) -> list[RunRecord]:
+        """Runs of ``model``, newest first, without their outputs."""
+        with self._session() as session:
+            return queries.runs(session, model, since=since, until=until, node=node, limit=limit)
+
+    def run(self, run_id: int) -> RunRecord | None:
+        """One run with every output's metrics."""
+        with self._session() as session:
+            return queries.run(session, run_id)
+
+    def latest_per_model(self) -> list[RunRecord]:
+        """The newest run of every model on every node, with outputs; one query (for ``/metrics``)."""
+        with self._session() as session:
+            return queries.latest_per_model(session)
+
+    def events(
+        self, *, model: str | None = None, since: datetime | None = None, kind: str | None = None, limit: int = 500
+    ) -> list[EventRecord]:
+        """Events, newest first."""
+        with self._session() as session:
+            return queries.events(session, model=model, since=since, kind=kind, limit=limit)
+
+    def baseline_history(self, model: str) -> list[BaselineRecord]:
+        """Every baseline of ``model``, oldest first: provenance, environment, whether active."""
+        with self._session() as session:
+            return queries.baseline_history(session, model)
+
+    def environment(self, fingerprint: str) -> dict[str, Any] | None:
+        """The snapshot stored under ``fingerprint``."""
+        with self._session() as session:
+            row = session.scalars(select(s.Environment).where(s.Environment.fingerprint == fingerprint)).first()
+            return dict(row.snapshot) if row else None
+
+    def find_environments(self, prefix: str, *, limit: int = 20) -> list[EnvironmentRecord]:
+        """Environments whose fingerprint starts with ``prefix`` (for ``env diff abc12 def34``)."""
+        with self._session() as session:
+            return queries.find_environments(session, prefix, limit=limit)
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def _model_id(self, session: Session, name: str, at: datetime, sha256: str | None) -> int:
+        _insert_ignore(session, s.Model, {"name": name, "first_seen": at, "last_seen": at, "current_sha256": sha256})
+        model = session.scalars(select(s.Model).where(s.Model.name == name)).one()
+        if at > model.last_seen:
+            model.last_seen = at
+            if sha256:
+                model.current_sha256 = sha256
+        elif sha256 and model.current_sha256 is None:
+            model.current_sha256 = sha256
+        return model.id
+
+    def _touch_environment(self, session: Session, fingerprint: str, snapshot: Mapping[str, Any], at: datetime) -> None:
+        values = {"fingerprint": fingerprint, "snapshot": dict(snapshot), "first_seen": at, "last_seen": at}
+        _insert_ignore(session, s.Environment, values)
+        session.execute(
+            update(s.Environment)
+            .where(s.Environment.fingerprint == fingerprint, s.Environment.last_seen < at)
+            .values(last_seen=at)
+        )
+
+    def _benchset_id(self, session: Session, name: str, sha256: str, version: Any, at: datetime) -> int:
+        values = {"name": name, "sha256": sha256, "version": str(version) if version else None, "created_at": at}
+        _insert_ignore(session, s.Benchset, values)
+        found = session.scalar(select(s.Benchset.id).where(s.Benchset.name == name, s.Benchset.sha256 == sha256))
+        assert found is not None
+        return found
+
+    def _previous_state(self, session: Session, model_id: int, node: str) -> transitions.RunState | None:
+        row = session.execute(
+            select(s.Run, s.Environment.snapshot)
+            .join(s.LatestRun, s.LatestRun.run_id == s.Run.id)
+            .outerjoin(s.Environment, s.Environment.fingerprint == s.Run.environment_fingerprint)
+            .where(s.LatestRun.model_id == model_id, s.LatestRun.node == node)
+        ).first()
+        if row is None:
+            return None
+        run, snapshot = row
+        # provider fallback is a check-level reason (a session, not an output, falls back)
+        fallback = any(r.get("code") == "provider_fallback" for r in run.reasons)
+        return transitions.RunState(
+            verdict=run.verdict,
+            environment_fingerprint=run.environment_fingerprint,
+            model_sha256=run.model_sha256,
+            provider_fallback=fallback,
+            environment=snapshot,
+        )
+
+    def _point_latest(self, session: Session, model_id: int, node: str, run_id: int) -> None:
+        values = {"model_id": model_id, "node": node, "run_id": run_id}
+        dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+        stmt = dialect.insert(s.LatestRun).values(**values)
+        session.execute(stmt.on_conflict_do_update(index_elements=["model_id", "node"], set_={"run_id": run_id}))
+
+
+def _promote(session: Session, row: s.Baseline, by: str, at: datetime) -> None:
+    """Flip the model's active baseline to ``row`` and write the ``baseline_promoted`` event."""
+    previous = session.scalar(
+        select(s.Baseline.baseline_id).where(s.Baseline.model_id == row.model_id, s.Baseline.is_active)
+    )
+    session.execute(update(s.Baseline).where(s.Baseline.model_id == row.model_id).values(is_active=False))
+    row.is_active, row.promoted_at, row.promoted_by = True, at, by
+    session.add(
+        s.Event(
+            model_id=row.model_id,
+            node="",
+            kind=transitions.BASELINE_PROMOTED,
+            at=at,
+            old=previous,
+            new=row.baseline_id,
+            detail={"by": by},
+        )
+    )
+
+
+def _insert_ignore(session: Session, table: type[s.Base], values: Mapping[str, Any]) -> None:
+    """INSERT ... ON CONFLICT DO NOTHING, so that two daemons can upsert the same row safely."""
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    session.execute(dialect.insert(table).values(**values).on_conflict_do_nothing())
+
+
+def _lookup(environment: Mapping[str, Any], what: str) -> str | None:
+    """``k8s.node`` / ``k8s.pod`` from a snapshot, flat (``"k8s.node"``) or nested (``{"k8s": {"node"}}``)."""
+    for key in (f"k8s.{what}", f"k8s_{what}", what):
+        if environment.get(key):
+            return str(environment[key])
+    nested = environment.get("k8s")
+    if isinstance(nested, Mapping) and nested.get(what):
+        return str(nested[what])
+    return None
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA journal_mode=WAL")  # the API reads while the daemon writes
+    cursor.close()

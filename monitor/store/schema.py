@@ -1,0 +1,270 @@
+"""The tables of the history database, as SQLAlchemy 2 typed models.
+
+The schema is portable between SQLite (the default, one file next to the config) and
+PostgreSQL (production): JSON columns use the generic ``JSON`` type, timestamps are
+timezone-aware UTC, integer keys are 64-bit on PostgreSQL. Migrations in
+``migrations/versions`` create exactly these tables; ``alembic check`` in the tests
+proves the two never drift apart.
+
+Two numeric pitfalls are handled by column types here, once:
+
+* ``UTCDateTime``: SQLite has no time zones and returns naive datetimes; we store UTC and
+  hand back aware UTC datetimes on every backend.
+* ``Real``: metrics can be ``nan`` or ``±inf`` (an SNR of identical outputs is ``+inf``).
+  PostgreSQL ``double precision`` stores all three; SQLite stores ``±inf`` but silently turns
+  ``NaN`` into ``NULL``, which would read back as "not applicable". On SQLite we therefore store
+  NaN as the text ``'NaN'`` (a REAL-affinity column keeps non-numeric text as text) and turn
+  it back into ``nan`` on read. ``NULL`` keeps meaning "not applicable".
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+# One naming convention so that constraint names are identical on every backend and in migrations.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# 64-bit keys on PostgreSQL; SQLite only auto-increments a column declared exactly INTEGER.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on every backend (SQLite returns naive values)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: the store only accepts timezone-aware datetimes")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class _SQLiteDouble(Double[float]):
+    """DOUBLE without SQLAlchemy's ``float()`` bind step, which would turn our ``'NaN'`` text back into NaN."""
+
+    def bind_processor(self, dialect: Dialect) -> None:
+        return None
+
+
+class Real(TypeDecorator[float]):
+    """A float64 column where ``nan``, ``+inf`` and ``-inf`` round-trip on SQLite and PostgreSQL."""
+
+    impl = Double()
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> Any:
+        return dialect.type_descriptor(_SQLiteDouble() if dialect.name == "sqlite" else Double())
+
+    def process_bind_param(self, value: float | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        value = float(value)
+        if math.isnan(value) and dialect.name == "sqlite":
+            return "NaN"  # SQLite would store NaN as NULL
+        return value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> float | None:
+        if value is None:
+            return None
+        return float(value)  # float("NaN") is nan; values that came back as text are only ever "NaN"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: UTCDateTime(),
+        float: Real(),
+        dict[str, Any]: JSON(),
+        list[Any]: JSON(),
+    }
+
+
+class Model(Base):
+    """A monitored model, by its configured name; tracks the hash of the file last checked."""
+
+    __tablename__ = "models"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    current_sha256: Mapped[str | None] = mapped_column(String(64))
+    first_seen: Mapped[datetime]
+    last_seen: Mapped[datetime]
+
+
+class Benchset(Base):
+    """A benchmark set version, identified by name and content hash."""
+
+    __tablename__ = "benchsets"
+    __table_args__ = (UniqueConstraint("name", "sha256"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200))
+    version: Mapped[str | None] = mapped_column(String(100))
+    sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime]
+
+
+class Environment(Base):
+    """One distinct environment snapshot (library versions, drivers, hardware), by fingerprint."""
+
+    __tablename__ = "environments"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    fingerprint: Mapped[str] = mapped_column(String(128), unique=True)
+    snapshot: Mapped[dict[str, Any]]
+    first_seen: Mapped[datetime]
+    last_seen: Mapped[datetime]
+
+
+class Run(Base):
+    """One check of one model on one node: verdict, reasons, providers and a worst-output summary.
+
+    ``worst_*`` columns are computed once at write time so that history reads one table.
+    ``node`` is ``''`` when unknown (so that it can be part of a key).
+    """
+
+    __tablename__ = "runs"
+    __table_args__ = (
+        Index("ix_runs_model_id_started_at", "model_id", "started_at"),
+        Index("ix_runs_model_id_node_started_at", "model_id", "node", "started_at"),
+        Index("ix_runs_started_at", "started_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id"))
+    baseline_id: Mapped[str | None] = mapped_column(String(200))
+    environment_fingerprint: Mapped[str | None] = mapped_column(ForeignKey("environments.fingerprint"))
+    model_sha256: Mapped[str | None] = mapped_column(String(64))
+    benchset: Mapped[str | None] = mapped_column(String(200))
+    benchset_sha256: Mapped[str | None] = mapped_column(String(64))
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime]
+    duration_s: Mapped[float]
+    verdict: Mapped[str] = mapped_column(String(8))
+    reasons: Mapped[list[Any]]
+    attribution: Mapped[str | None] = mapped_column(Text)
+    node: Mapped[str] = mapped_column(String(253), default="")
+    pod: Mapped[str | None] = mapped_column(String(253))
+    sample_count: Mapped[int] = mapped_column(Integer)
+    providers_requested: Mapped[list[Any]]
+    providers_effective: Mapped[list[Any]]
+    timings: Mapped[dict[str, Any]]
+    details: Mapped[dict[str, Any]]
+    worst_output: Mapped[str | None] = mapped_column(String(200))
+    worst_max_abs_error: Mapped[float | None]
+    worst_atol_ratio: Mapped[float | None]
+
+
+class OutputResult(Base):
+    """The comparison of one output in one run: every ``OutputMetrics`` field as a column."""
+
+    __tablename__ = "output_results"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    verdict: Mapped[str] = mapped_column(String(8))
+    dtype: Mapped[str] = mapped_column(String(32))
+    shape: Mapped[list[Any]]
+    element_count: Mapped[int] = mapped_column(BigInteger)
+    max_abs_error: Mapped[float]
+    mean_abs_error: Mapped[float]
+    rms_error: Mapped[float]
+    max_rel_error: Mapped[float]
+    p99_abs_error: Mapped[float]
+    cosine_similarity: Mapped[float]
+    snr_db: Mapped[float]
+    max_ulp: Mapped[int | None] = mapped_column(BigInteger)
+    mismatch_count: Mapped[int] = mapped_column(BigInteger)
+    mismatch_ratio: Mapped[float]
+    nan_count: Mapped[int] = mapped_column(BigInteger)
+    nan_mismatch_count: Mapped[int] = mapped_column(BigInteger)
+    inf_count: Mapped[int] = mapped_column(BigInteger)
+    inf_mismatch_count: Mapped[int] = mapped_column(BigInteger)
+    bitwise_equal: Mapped[bool] = mapped_column(Boolean)
+    topk_agreement: Mapped[float | None]
+    nondeterminism_max_abs: Mapped[float | None]
+    tolerance: Mapped[dict[str, Any]]
+    reasons: Mapped[list[Any]]
+
+
+class Baseline(Base):
+    """A baseline known to the store: where it came from, which environment, whether active."""
+
+    __tablename__ = "baselines"
+    __table_args__ = (Index("ix_baselines_model_id_created_at", "model_id", "created_at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    baseline_id: Mapped[str] = mapped_column(String(200), unique=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id"))
+    created_at: Mapped[datetime]
+    source: Mapped[str] = mapped_column(String(16))  # captured | imported | reference
+    model_sha256: Mapped[str | None] = mapped_column(String(64))
+    benchset_id: Mapped[int | None] = mapped_column(ForeignKey("benchsets.id"))
+    environment_fingerprint: Mapped[str | None] = mapped_column(ForeignKey("environments.fingerprint"))
+    path: Mapped[str | None] = mapped_column(Text)
+    is_active: Mapped[bool] = mapped_column(Boolean, default=False)
+    promoted_at: Mapped[datetime | None]
+    promoted_by: Mapped[str | None] = mapped_column(String(200))
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id"), index=True)
+
+
+class LatestRun(Base):
+    """Pointer to the newest run per (model, node), so ``/metrics`` reads O(models) rows per scrape."""
+
+    __tablename__ = "latest_runs"
+
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id"), primary_key=True)
+    node: Mapped[str] = mapped_column(String(253), primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))
+
+
+class Event(Base):
+    """A change of state (verdict flip, new environment, promotion, ...): one row, kept longer than runs."""
+
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_model_id_at", "model_id", "at"), Index("ix_events_at", "at"))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id"))
+    node: Mapped[str] = mapped_column(String(253), default="")
+    kind: Mapped[str] = mapped_column(String(32))
+    at: Mapped[datetime]
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"), index=True)
+    old: Mapped[str | None] = mapped_column(Text)
+    new: Mapped[str | None] = mapped_column(Text)
+    detail: Mapped[dict[str, Any]]

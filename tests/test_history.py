@@ -1,0 +1,132 @@
+"""``onnxmon history`` and ``onnxmon db``: the story of a model, read straight off the terminal."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from monitor.cli import main
+from monitor.results import Verdict
+from monitor.store import Store
+from tests.test_store import ENV_A, ENV_B, baseline_meta, postgres_schema, result
+
+T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(days=3)
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "onnxmon.yaml"
+    path.write_text("store:\n  url: sqlite:///history.db\n")
+    return path
+
+
+@pytest.fixture
+def story(config_file: Path) -> Iterator[Store]:
+    """Three passing runs on ORT 1.17, a promotion, then ORT 1.18 and failures; another node stays green."""
+    with Store(f"sqlite:///{config_file.parent / 'history.db'}") as store:
+        store.upgrade()
+        store.record_baseline(baseline_meta("b1", T0 - timedelta(days=1)))
+        store.record_promotion("resnet", "b1", "alice", at=T0 - timedelta(hours=1))
+        for i in range(3):
+            store.record_run(result(T0 + timedelta(hours=i), environment=ENV_A), node="gpu-1")
+        for i in range(3, 5):
+            store.record_run(result(T0 + timedelta(hours=i), Verdict.FAIL, environment=ENV_B), node="gpu-1")
+        store.record_run(result(T0 + timedelta(hours=6), environment=ENV_A), node="gpu-2")
+        yield store
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_history_shows_the_environment_change_right_before_the_first_failure(
+    story: Store, config_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run_cli(capsys, "history", "resnet", "--node", "gpu-1", "-c", str(config_file))
+    assert code == 0
+    lines = out.splitlines()
+    change = next(i for i, line in enumerate(lines) if "environment_changed" in line)
+    passes = [i for i, line in enumerate(lines) if re.search(r"│ pass\s+│", line)]
+    fails = [i for i, line in enumerate(lines) if re.search(r"│ fail\s+│", line)]
+    assert (len(passes), len(fails)) == (3, 2)
+    assert max(passes) < change < min(fails)
+    assert "onnxruntime.version 1.17.0" in out and "1.18.0" in out
+    assert "baseline_promoted" in out and "gpu-2" not in out
+    assert re.search(r"│\s+3e-05 │\s+3.00 │ environment", out)  # worst max |err| is 3x the atol of 1e-5
+
+
+def test_history_json_lists_runs_and_events_newest_first(
+    story: Store, config_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run_cli(capsys, "history", "resnet", "--json", "-c", str(config_file))
+    assert code == 0
+    items = json.loads(out)
+    assert [i["kind"] for i in items][:5] == ["run", "run", "run", "verdict_changed", "environment_changed"]
+    assert items[0]["node"] == "gpu-2"
+    failing = items[1]
+    assert (failing["verdict"], failing["worst_output"], failing["attribution"]) == ("fail", "logits", "environment")
+    assert failing["worst_max_abs_error"] == pytest.approx(3e-5)
+    assert failing["worst_atol_ratio"] == pytest.approx(3.0)
+    assert failing["outputs"] == []  # history carries the summary; `Store.run` has every output
+    assert items[-1]["kind"] == "baseline_captured"
+
+
+def test_history_since_keeps_only_recent_runs(
+    story: Store, config_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    since = datetime.now(UTC) - (T0 + timedelta(hours=4, minutes=30))
+    hours = f"{since.total_seconds() / 3600:.2f}h"
+    code, out, _ = run_cli(capsys, "history", "resnet", "--since", hours, "--json", "-c", str(config_file))
+    assert code == 0
+    assert [i["node"] for i in json.loads(out) if i["kind"] == "run"] == ["gpu-2"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (("history", "bert"), ("model 'bert' has no history in sqlite:///", "(models: resnet)")),
+        (("history", "resnet", "--since", "last week"), ("--since: expected a duration",)),
+    ],
+)
+def test_history_mistakes_are_one_line_errors(
+    story: Store,
+    config_file: Path,
+    capsys: pytest.CaptureFixture[str],
+    argv: tuple[str, ...],
+    expected: tuple[str, ...],
+) -> None:
+    code, _, err = run_cli(capsys, *argv, "-c", str(config_file))
+    assert code == 2
+    assert all(fragment in err for fragment in expected)
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_db_upgrade_then_current_reports_the_head_revision(
+    config_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run_cli(capsys, "db", "upgrade", "-c", str(config_file))
+    assert code == 0 and out.strip().endswith("empty -> 0002")
+    code, out, _ = run_cli(capsys, "db", "current", "--check", "-c", str(config_file))
+    assert code == 0 and "revision 0002, head 0002 (up to date)" in out
+
+
+@pytest.mark.postgres
+def test_a_postgres_database_behind_head_is_reported_and_never_migrated_implicitly(
+    postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with postgres_schema(postgres_url) as url:
+        with Store(url) as store:
+            store.upgrade("0001")
+        code, out, _ = run_cli(capsys, "db", "current", "--check", "--url", url)
+        assert code == 1 and "behind: run `onnxmon db upgrade`" in out
+        code, _, err = run_cli(capsys, "history", "resnet", "--url", url)
+        assert code == 2 and "is at schema revision 0001, this onnxmon needs 0002" in err
+        code, out, _ = run_cli(capsys, "db", "upgrade", "--url", url)
+        assert code == 0 and "0001 -> 0002" in out and "postgres" in out
