@@ -1,0 +1,174 @@
+"""Benchmark: onnxmon's localization against Polygraphy on a ~200-node model with one perturbed weight.
+
+1. Time to name the first divergent node: our ``bisect`` and ``all`` modes vs
+   ``polygraphy debug reduce --mode bisect`` driven by a check script that compares the
+   reduced subgraph with the reference, using our threshold (as a user would write it).
+2. Peak memory (RSS high-water of a child process) of our ``all`` mode with ``chunk_size=16``
+   vs ``polygraphy run --onnx-outputs mark all --onnxrt``, and of a plain inference run.
+
+Polygraphy is a bench-only dependency (``pip install polygraphy``); without it, only our
+numbers are printed. Run: ``.venv/bin/python bench/bench_localize.py``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from monitor.config import ProviderSpec, SessionConfig  # noqa: E402
+from monitor.localize import capture_intermediates, localize  # noqa: E402
+from tests import modelzoo  # noqa: E402
+
+WIDTH, LAYERS, BATCH = 256, 66, 2048  # 3*66+1 = 199 nodes; each activation is 2 MiB
+PERTURBED = "w30"  # consumed by matmul_30
+CPU = [ProviderSpec(name="CPUExecutionProvider")]
+
+CHECK_SCRIPT = """
+import sys
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+model = onnx.load(sys.argv[1])
+reference = np.load(sys.argv[2])
+weights = {t.name for t in model.graph.initializer}
+feeds = {i.name: reference[i.name] for i in model.graph.input if i.name not in weights}
+session = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+names = [o.name for o in session.get_outputs()]
+for name, value in zip(names, session.run(None, feeds)):
+    want = reference[name].astype(np.float64)
+    scale = max(float(np.std(want)), 1e-6 / 0.01)
+    if np.max(np.abs(value.astype(np.float64) - want)) > 0.01 * scale:
+        sys.exit(1)
+"""
+
+MEASURE_OURS = """
+import sys, numpy as np
+sys.path.insert(0, {root!r})
+from monitor.config import ProviderSpec, SessionConfig
+from monitor.localize import localize
+feeds = {{"x": np.load({inputs!r})["x"]}}
+report = localize({subject!r}, feeds, providers=[ProviderSpec(name="CPUExecutionProvider")], session=SessionConfig(),
+                  reference_model_path={reference!r}, mode="all", chunk_size=16)
+print(report.summary())
+"""
+
+MEASURE_PLAIN = """
+import numpy as np, onnxruntime as ort
+session = ort.InferenceSession({subject!r}, providers=["CPUExecutionProvider"])
+session.run(None, {{"x": np.load({inputs!r})["x"]}})
+"""
+
+
+def build(workdir: Path) -> tuple[Path, Path, dict[str, np.ndarray]]:
+    model = modelzoo.deep_mlp(seed=1, width=WIDTH, layers=LAYERS)
+    reference = modelzoo.save(model, workdir / "reference.onnx")
+    for i, init in enumerate(model.graph.initializer):
+        if init.name == PERTURBED:  # scale the whole matrix by 10%: the change persists to the output
+            model.graph.initializer[i].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * 1.1, init.name))
+    subject = modelzoo.save(model, workdir / "subject.onnx")
+    feeds = {"x": np.random.default_rng(0).normal(0, 1, (BATCH, WIDTH)).astype(np.float32)}
+    np.savez(workdir / "inputs.npz", **feeds)
+    return subject, reference, feeds
+
+
+LAUNCHER = """
+import resource, subprocess, sys, time
+started = time.perf_counter()
+done = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, time.perf_counter() - started)
+print(lines[-1] if lines else f"exit {done.returncode}")
+"""
+
+
+def peak_rss_mib(command: list[str], cwd: Path) -> tuple[float, float, str]:
+    """(peak RSS MiB, seconds, last output line) of one child process.
+
+    Measured by a small launcher: a child forked straight from this (large) process would
+    inherit its RSS high-water mark across ``exec``.
+    """
+    done = subprocess.run([sys.executable, "-c", LAUNCHER, *command], cwd=cwd, capture_output=True, text=True)
+    first, last = [*done.stdout.strip().splitlines(), "", ""][:2]
+    rss, seconds = (float(v) for v in first.split())
+    return rss, seconds, last
+
+
+def main() -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="onnxmon-bench-localize-"))
+    subject, reference, feeds = build(workdir)
+    nodes = len(onnx.load(str(subject)).graph.node)
+    print(f"model: deep_mlp {nodes} nodes, activations {BATCH}x{WIDTH} float32, perturbed {PERTURBED}")
+
+    ours_bisect = 0.0
+    for mode in ("bisect", "all"):
+        times = []
+        for _ in range(3):  # the first call pays imports and ORT start-up; a daemon pays them once
+            started = time.perf_counter()
+            report = localize(
+                subject, feeds, providers=CPU, session=SessionConfig(), reference_model_path=reference, mode=mode
+            )
+            times.append(time.perf_counter() - started)
+        first = report.first.name if report.first else None
+        print(
+            f"ours {mode:6s}: first call {times[0]:6.2f} s, best of 3 {min(times):6.2f} s"
+            f"  runs {report.runs:3d}  first divergent node {first}"
+        )
+        if mode == "bisect":
+            ours_bisect = min(times)
+
+    polygraphy = shutil.which("polygraphy", path=str(Path(sys.executable).parent)) or shutil.which("polygraphy")
+    if polygraphy is None:
+        print("polygraphy not installed: skipping the comparison (pip install polygraphy)")
+    else:
+        reference_values = capture_intermediates(
+            reference, feeds, providers=CPU, session=SessionConfig(graph_optimization_level="disable")
+        )
+        np.savez(workdir / "reference_intermediates.npz", **reference_values, **feeds)
+        (workdir / "check.py").write_text(CHECK_SCRIPT)
+        command = [
+            polygraphy, "debug", "reduce", str(subject), "-o", "reduced.onnx", "--mode", "bisect",
+            "--model-input-shapes", f"x:[{BATCH},{WIDTH}]",
+            "--check", sys.executable, "check.py", "polygraphy_debug.onnx", "reference_intermediates.npz",
+        ]  # fmt: skip
+        started = time.perf_counter()
+        result = subprocess.run(command, cwd=workdir, capture_output=True, text=True)
+        elapsed = time.perf_counter() - started
+        if result.returncode != 0:
+            print((result.stdout + result.stderr)[-3000:])
+        reduced_path = workdir / "reduced.onnx"
+        found = [n.name for n in onnx.load(str(reduced_path)).graph.node] if reduced_path.is_file() else None
+        print(f"polygraphy debug reduce --mode bisect: {elapsed:7.2f} s  exit {result.returncode}  reduced to {found}")
+        print(f"  ours bisect / polygraphy = {ours_bisect / elapsed:.3f}  (goal <= 0.1)")
+
+    ours_code = MEASURE_OURS.format(
+        root=str(ROOT), inputs=str(workdir / "inputs.npz"), subject=str(subject), reference=str(reference)
+    )
+    plain = MEASURE_PLAIN.format(subject=str(subject), inputs=str(workdir / "inputs.npz"))
+    rss, seconds, line = peak_rss_mib([sys.executable, "-c", plain], workdir)
+    print(f"peak RSS plain inference:             {rss:7.1f} MiB  {seconds:6.2f} s")
+    rss, seconds, line = peak_rss_mib([sys.executable, "-c", ours_code], workdir)
+    print(f"peak RSS ours all, chunk_size=16:     {rss:7.1f} MiB  {seconds:6.2f} s  ({line})")
+    if polygraphy is not None:
+        command = [
+            polygraphy, "run", str(subject), "--onnxrt", "--onnx-outputs", "mark", "all",
+            "--input-shapes", f"x:[{BATCH},{WIDTH}]",
+        ]  # fmt: skip
+        rss, seconds, line = peak_rss_mib(command, workdir)
+        print(f"peak RSS polygraphy run mark all:     {rss:7.1f} MiB  {seconds:6.2f} s")
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""The documentation is tested: commands, config keys and the walkthrough cannot go stale."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+
+from monitor import cli, configdoc
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+BIN = Path(sys.executable).parent
+
+
+def cli_commands() -> list[str]:
+    """Every leaf command of the CLI as typed: ``onnxmon baseline capture``."""
+    cli._register()
+    root = typer.main.get_command(cli.app)
+    found: list[str] = []
+
+    def walk(command: Any, prefix: str) -> None:
+        # typer may bring its own click: look for sub-commands by shape, not by class.
+        subcommands = getattr(command, "commands", None)
+        if subcommands:
+            for name, sub in subcommands.items():
+                walk(sub, f"{prefix} {name}")
+        else:
+            found.append(prefix)
+
+    walk(root, "onnxmon")
+    return sorted(found)
+
+
+def test_the_readme_opens_with_exactly_two_commands() -> None:
+    first_block = re.search(r"```sh\n(.*?)```", README, re.S)
+    assert first_block is not None and README.index("```sh") < README.index("\n## ")
+    commands = [line for line in first_block.group(1).splitlines() if line.strip()]
+    assert len(commands) == 2
+    assert commands[0].endswith("onnxmon check")
+    assert commands[1].endswith("pytest")
+
+
+def test_ci_runs_the_readme_test_command_verbatim() -> None:
+    first_block = re.search(r"```sh\n(.*?)```", README, re.S)
+    assert first_block is not None
+    test_command = first_block.group(1).splitlines()[1].strip()
+    assert test_command in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("command", cli_commands())
+def test_every_cli_command_is_documented_in_the_readme(command: str) -> None:
+    words = command.split()
+    # "onnxmon baseline promote" may be written as "baseline promote" inside a table row.
+    assert command in README or " ".join(words[1:]) in README, f"`{command}` is not in README.md"
+
+
+def test_the_config_reference_is_generated_from_the_schema() -> None:
+    assert (ROOT / "docs" / "config.md").read_text(encoding="utf-8") == configdoc.render(), (
+        "docs/config.md is stale: run `onnxmon config reference > docs/config.md`"
+    )
+
+
+def test_every_top_level_config_section_is_in_the_readme_example() -> None:
+    example = README[README.index("## Configuration") :]
+    for section in ("store:", "defaults:", "benchsets:", "models:"):
+        assert section in example
+
+
+def walkthrough() -> list[tuple[str, int]]:
+    block = README[README.index("## A five-minute walkthrough") :]
+    code = re.search(r"```sh\n(.*?)```", block, re.S)
+    assert code is not None
+    steps = []
+    for line in code.group(1).splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        command, _, comment = line.partition("#")
+        expected = re.search(r"exit code (\d)", comment)
+        steps.append((command.strip(), int(expected.group(1)) if expected else 0))
+    return steps
+
+
+def test_the_readme_walkthrough_runs_command_by_command(tmp_path: Path) -> None:
+    for item in ("onnxmon.yaml", "examples", "baselines"):
+        source = ROOT / item
+        if source.is_dir():
+            shutil.copytree(source, tmp_path / item, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(source, tmp_path / item)
+    steps = walkthrough()
+    assert len(steps) >= 6
+    for command, expected in steps:
+        result = subprocess.run(
+            command.replace(".venv/bin/", f"{BIN}/"),
+            shell=True,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == expected, f"{command}\n{result.stdout}\n{result.stderr}"

@@ -1,0 +1,302 @@
+"""Localization names the first ONNX node that moved, on real ONNX Runtime sessions of 100+ node models."""
+
+from __future__ import annotations
+
+import json
+import math
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from monitor.config import ProviderSpec, SessionConfig
+from monitor.errors import MonitorError
+from monitor.localize import (
+    LocalizationReport,
+    capture_intermediates,
+    localize,
+    per_layer_sqnr,
+    plot_svg,
+    tensor_error,
+)
+from monitor.localize_graph import ExposingRunner, load_model, save_optimized_model
+from tests import modelzoo
+
+CPU = [ProviderSpec(name="CPUExecutionProvider")]
+PRODUCTION = SessionConfig()  # graph_optimization_level "all", as most deployments run
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    root = tmp_path_factory.mktemp("localize")
+    mlp = modelzoo.deep_mlp()
+    assert len(mlp.graph.node) >= 100
+    paths = {
+        "mlp": modelzoo.save(mlp, root / "mlp.onnx"),
+        # Doubling one weight of w20 clearly moves matmul_20's output and the change persists downstream.
+        "perturbed": modelzoo.save(modelzoo.perturb_initializer(mlp, "w20", 1.0, index=17), root / "perturbed.onnx"),
+        "fused": modelzoo.save(modelzoo.fused_mlp(), root / "fused.onnx"),
+        "fused_perturbed": modelzoo.save(
+            modelzoo.perturb_initializer(modelzoo.fused_mlp(), "w2", 1.0, index=300), root / "fused_perturbed.onnx"
+        ),
+    }
+    yield paths
+
+
+@pytest.fixture(scope="module")
+def mlp_feeds() -> dict[str, np.ndarray]:
+    return {"x": np.random.default_rng(0).normal(0, 1, (4, 16)).astype(np.float32)}
+
+
+@pytest.fixture(scope="module")
+def fused_feeds() -> dict[str, np.ndarray]:
+    return {"x": np.random.default_rng(1).normal(0, 1, (8, 257)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("mode", ["all", "bisect"])
+def test_perturbed_weight_is_localized_to_its_consuming_node(
+    models: dict[str, Path], mlp_feeds: dict[str, np.ndarray], mode: str
+) -> None:
+    report = localize(
+        models["perturbed"],
+        mlp_feeds,
+        providers=CPU,
+        session=PRODUCTION,
+        reference_model_path=models["mlp"],
+        mode=mode,  # type: ignore[arg-type]
+    )
+    assert report.first is not None
+    assert (report.first.name, report.first.op_type) == ("matmul_20", "MatMul")
+    assert report.first.inputs_diverged is False  # the node itself changed, not something upstream
+    assert report.mode == mode and report.complete and not report
+    downstream = [n for n in report.profile if n.index > report.first.index]
+    assert downstream and all(n.diverged and n.inputs_diverged for n in downstream)
+
+
+def test_bisect_uses_fewer_runs_than_nodes(models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]) -> None:
+    report = localize(
+        models["perturbed"],
+        mlp_feeds,
+        providers=CPU,
+        session=PRODUCTION,
+        reference_model_path=models["mlp"],
+        mode="bisect",
+    )
+    assert report.runs < 30 < report.nodes_total
+
+
+@pytest.mark.parametrize("mode", ["all", "bisect"])
+def test_unchanged_model_has_no_divergent_node(
+    models: dict[str, Path], mlp_feeds: dict[str, np.ndarray], mode: str
+) -> None:
+    report = localize(models["mlp"], mlp_feeds, providers=CPU, session=PRODUCTION, mode=mode)  # type: ignore[arg-type]
+    assert report and report.first is None
+    assert all(not n.diverged for n in report.profile)
+
+
+def test_fp16_conversion_is_localized_and_the_error_persists(
+    models: dict[str, Path], mlp_feeds: dict[str, np.ndarray], tmp_path: Path
+) -> None:
+    from onnxconverter_common import float16
+
+    fp16 = float16.convert_float_to_float16(onnx.load(str(models["mlp"])), keep_io_types=True)
+    path = modelzoo.save(fp16, tmp_path / "fp16.onnx")
+    # fp16 rounding is ~5e-4 of a tensor's spread here: below the 1% default, above 0.1%.
+    report = localize(
+        path, mlp_feeds, providers=CPU, session=PRODUCTION, reference_model_path=models["mlp"], rel_threshold=1e-3
+    )
+    assert report.first is not None and not report.first.inputs_diverged
+    diverged = [n for n in report.profile if n.diverged]
+    after_first = [n for n in report.profile if n.index >= report.first.index]
+    assert report.first.index <= float(np.median([n.index for n in diverged]))
+    assert len(diverged) >= 0.8 * len(after_first)  # once moved, the error stays above the threshold
+    assert all(n.rel_error > 0 for n in after_first)
+
+
+def test_exposing_a_fused_tensor_is_detected_and_the_faithful_path_reproduces_production(
+    models: dict[str, Path], fused_feeds: dict[str, np.ndarray]
+) -> None:
+    report = localize(models["fused"], fused_feeds, providers=CPU, session=PRODUCTION)
+    assert report.observer_effect and report.path == "fusion_faithful"
+    assert "match production bitwise" in report.observer_detail
+
+
+def test_fusion_faithful_graph_gives_production_outputs_bitwise(
+    models: dict[str, Path], fused_feeds: dict[str, np.ndarray], tmp_path: Path
+) -> None:
+    from monitor.runner import Session
+
+    production = Session(models["fused"], CPU, PRODUCTION).run(fused_feeds)
+    optimized = load_model(save_optimized_model(models["fused"], CPU, PRODUCTION, tmp_path))
+    unoptimized = PRODUCTION.model_copy(update={"graph_optimization_level": "disable"})
+    with ExposingRunner(optimized, fused_feeds, providers=CPU, session=unoptimized, production=production) as runner:
+        exposed = runner.fetch(["relu0", "relu1", "relu2"])
+        assert set(exposed) == {"relu0", "relu1", "relu2"}
+        assert runner.observer_mismatch is None
+    with ExposingRunner(
+        load_model(models["fused"]), fused_feeds, providers=CPU, session=PRODUCTION, production=production
+    ) as naive:
+        naive.fetch(["mm1"])
+        assert naive.observer_mismatch is not None
+
+
+def test_perturbed_weight_inside_a_fusion_names_the_fused_node(
+    models: dict[str, Path], fused_feeds: dict[str, np.ndarray]
+) -> None:
+    report = localize(
+        models["fused_perturbed"], fused_feeds, providers=CPU, session=PRODUCTION, reference_model_path=models["fused"]
+    )
+    assert report.path == "fusion_faithful" and report.first is not None
+    assert report.first.outputs == ("relu2",) and not report.first.inputs_diverged
+
+
+def test_chunk_size_does_not_change_the_answer(models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]) -> None:
+    small, large = (
+        localize(
+            models["perturbed"],
+            mlp_feeds,
+            providers=CPU,
+            session=PRODUCTION,
+            reference_model_path=models["mlp"],
+            mode="all",
+            chunk_size=size,
+        )
+        for size in (8, 1000)
+    )
+    assert small.first == large.first and small.profile == large.profile
+    assert small.runs > large.runs
+
+
+def test_baseline_intermediates_localize_the_perturbed_node(
+    models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]
+) -> None:
+    baseline = capture_intermediates(models["mlp"], mlp_feeds, providers=CPU, session=PRODUCTION, chunk_size=32)
+    assert {"mm20", "act39", "y"} <= set(baseline)
+    for mode in ("all", "bisect"):
+        report = localize(
+            models["perturbed"],
+            mlp_feeds,
+            providers=CPU,
+            session=PRODUCTION,
+            against="baseline",
+            reference_intermediates=baseline,
+            mode=mode,
+        )
+        assert report.against == "baseline" and report.first is not None
+        assert report.first.name == "matmul_20" and not report.first.inputs_diverged
+
+
+def test_time_budget_cuts_the_search_short(models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]) -> None:
+    report = localize(
+        models["perturbed"],
+        mlp_feeds,
+        providers=CPU,
+        session=PRODUCTION,
+        reference_model_path=models["mlp"],
+        mode="all",
+        time_budget_s=0.0,
+    )
+    assert report.complete is False and report.profile == ()
+
+
+def test_qdq_model_reports_per_layer_sqnr(tmp_path: Path) -> None:
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    class TinyReader(CalibrationDataReader):  # type: ignore[misc]
+        def __init__(self) -> None:
+            rng = np.random.default_rng(3)
+            self._batches = iter([{"x": rng.normal(0, 1, (4, 16)).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self._batches, None)
+
+    float_path = modelzoo.save(modelzoo.deep_mlp(layers=8), tmp_path / "float.onnx")
+    qdq_path = tmp_path / "qdq.onnx"
+    quantize_static(str(float_path), str(qdq_path), TinyReader(), quant_format=QuantFormat.QDQ)
+    feeds = {"x": np.random.default_rng(4).normal(0, 1, (4, 16)).astype(np.float32)}
+
+    layers = per_layer_sqnr(float_path, qdq_path, feeds)
+    by_tensor = {layer.tensor: layer for layer in layers}
+    assert by_tensor["mm0"].quantized_tensor == "mm0_DequantizeLinear_Output"
+    assert len(layers) >= 24 and [layer.index for layer in layers] == sorted(layer.index for layer in layers)
+    assert all(10.0 < layer.sqnr_db < 80.0 for layer in layers)  # int8: tens of dB, never exact
+    assert json.dumps([layer.to_dict() for layer in layers], allow_nan=False)
+    assert all(math.isinf(layer.sqnr_db) for layer in per_layer_sqnr(float_path, float_path, feeds))
+
+
+def test_report_round_trips_through_strict_json(models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]) -> None:
+    report = localize(
+        models["perturbed"], mlp_feeds, providers=CPU, session=PRODUCTION, reference_model_path=models["mlp"]
+    )
+    text = json.dumps(report.to_dict(), allow_nan=False)
+    assert LocalizationReport.from_dict(json.loads(text)) == report
+    assert len(report.top) == 10 and report.top[0].rel_error == max(n.rel_error for n in report.profile)
+
+
+def test_plot_is_svg_with_the_first_divergence_marked(
+    models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]
+) -> None:
+    report = localize(
+        models["perturbed"], mlp_feeds, providers=CPU, session=PRODUCTION, reference_model_path=models["mlp"]
+    )
+    svg = plot_svg(report)
+    root = ET.fromstring(svg)
+    assert root.tag.endswith("svg")
+    assert "first: matmul_20 (MatMul)" in svg
+    assert len(root.findall("{http://www.w3.org/2000/svg}circle")) == len(report.profile)
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize(
+    ("actual", "reference", "diverged", "max_abs"),
+    [
+        ([1.0, 2.0, 3.0], [1.0, 2.0, 3.0], False, 0.0),
+        ([1.0, 2.0, 3.1], [1.0, 2.0, 3.0], True, 0.1),  # 0.1 > 1% of std 0.816
+        ([1.0, 2.0, 3.005], [1.0, 2.0, 3.0], False, 0.005),  # 0.005 < 0.00816
+        ([NAN, 2.0, 3.0], [NAN, 2.0, 3.0], False, 0.0),  # NaN at the same place is agreement
+        ([NAN, 2.0, 3.0], [1.0, 2.0, 3.0], True, INF),  # NaN on one side only is not
+        ([INF, 2.0, 3.0], [INF, 2.0, 3.0], False, 0.0),
+        ([-INF, 2.0, 3.0], [INF, 2.0, 3.0], True, INF),
+        ([5.0, 5.0, 5.0 + 5e-7], [5.0, 5.0, 5.0], False, 5e-7),  # constant reference: the absolute floor 1e-6
+        ([5.0, 5.0, 5.0 + 2e-6], [5.0, 5.0, 5.0], True, 2e-6),
+    ],
+)
+def test_divergence_rule(actual: list[float], reference: list[float], diverged: bool, max_abs: float) -> None:
+    error = tensor_error(np.array(actual), np.array(reference), rel_threshold=0.01, abs_floor=1e-6)
+    assert error is not None and error.diverged is diverged
+    assert error.max_abs_error == pytest.approx(max_abs, rel=1e-6)
+
+
+def test_different_shapes_are_not_comparable() -> None:
+    assert tensor_error(np.zeros((2, 3)), np.zeros((3, 2)), rel_threshold=0.01, abs_floor=1e-6) is None
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"against": "baseline"}, "needs the baseline's intermediates"),
+        ({"chunk_size": 0}, "chunk_size must be >= 1"),
+        ({"rel_threshold": 0.0}, "rel_threshold must be > 0"),
+        ({"mode": "linear"}, "mode must be"),
+    ],
+)
+def test_bad_arguments_are_user_errors(
+    models: dict[str, Path], mlp_feeds: dict[str, np.ndarray], arguments: dict[str, object], message: str
+) -> None:
+    with pytest.raises(MonitorError, match=message):
+        localize(models["mlp"], mlp_feeds, providers=CPU, session=PRODUCTION, **arguments)  # type: ignore[arg-type]
+
+
+def test_perturbed_conv_in_a_cnn_is_localized(tmp_path: Path) -> None:
+    cnn = modelzoo.small_cnn()
+    reference = modelzoo.save(cnn, tmp_path / "cnn.onnx")
+    subject = modelzoo.save(modelzoo.perturb_initializer(cnn, "cw2", 3.0, index=40), tmp_path / "cnn_perturbed.onnx")
+    feeds = {"x": np.random.default_rng(5).normal(0, 1, (1, 3, 16, 16)).astype(np.float32)}
+    report = localize(subject, feeds, providers=CPU, session=PRODUCTION, reference_model_path=reference)
+    assert report.first is not None and not report.first.inputs_diverged
+    assert set(report.first.outputs) & {"conv2", "crelu2"}
