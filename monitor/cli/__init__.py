@@ -52,6 +52,7 @@ def _register() -> None:
         db_cmd,
         env_cmd,
         history_cmd,
+        localize_cmd,
         serve_cmd,
     )
 
@@ -62,6 +63,7 @@ def _register() -> None:
     db_cmd.register(app)
     env_cmd.register(app)
     history_cmd.register(app)
+    localize_cmd.register(app)
     serve_cmd.register(app)
 
 
@@ -78,13 +80,12 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.exit_code)
     except SystemExit as exc:
         return int(exc.code or 0)
-    except Exception as exc:  # click usage errors and aborts
-        import click
-
-        if isinstance(exc, click.ClickException):
+    except Exception as exc:
+        # Usage errors: typer may vendor its own click, so recognise them by shape, not class.
+        if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
             exc.show()
             return 2
-        if isinstance(exc, click.exceptions.Abort):
+        if type(exc).__name__ == "Abort":
             return 130
         raise
     return code if isinstance(code, int) else 0
