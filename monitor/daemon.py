@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -103,9 +104,27 @@ class Daemon:
             self.metrics.record_skipped(model)
             return
         try:
+            if not self._my_turn(model):
+                return
             self.run_now(model)
         except Exception:  # never let a job die with an exception: log it, the next tick retries
             log.exception("check of %s failed outside the child", model)
+
+    def _my_turn(self, model: str) -> bool:
+        """In sharded mode, only the replica that wins this slot's lease runs the check."""
+        settings = self._settings
+        if settings.daemon.mode != "sharded":
+            return True
+        slot = scheduler.slot_of(settings, settings.model(model), self.clock())
+        won = bool(self.store.claim(model, slot, self.holder))
+        if not won:
+            log.debug("%s slot %d is another replica's", model, slot)
+        return won
+
+    @property
+    def holder(self) -> str:
+        """This replica's name in leases: the pod, else the node, else host and pid."""
+        return self.pod or self.node or f"{socket.gethostname()}:{os.getpid()}"
 
     def run_now(self, model: str) -> CheckResult:
         """Run one isolated check of ``model`` now, dispatch its result and return it."""

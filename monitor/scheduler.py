@@ -30,6 +30,7 @@ from monitor.config import ModelConfig, Settings
 from monitor.errors import ConfigError
 
 JOB_PREFIX = "check:"
+EPOCH = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
 _GPU_PROVIDERS = {
     "CUDAExecutionProvider": "cuda",
     "TensorrtExecutionProvider": "cuda",
@@ -78,7 +79,15 @@ def trigger_for(settings: Settings, model: ModelConfig) -> BaseTrigger:
     if schedule.cron is not None:
         return cron_trigger(schedule.cron, jitter=jitter, where=f"model {model.name!r}")
     assert schedule.interval is not None  # validated: exactly one of interval/cron
-    return IntervalTrigger(seconds=schedule.interval, jitter=jitter, timezone=dt.UTC)
+    # Aligned to a fixed epoch, so that every replica computes the same fire times: sharded
+    # replicas then race for the same (model, slot) lease instead of running out of phase.
+    return IntervalTrigger(seconds=schedule.interval, jitter=jitter, timezone=dt.UTC, start_date=EPOCH)
+
+
+def slot_of(settings: Settings, model: ModelConfig, at: float) -> int:
+    """The schedule slot a run at ``at`` (unix seconds) belongs to: the nearest fire time's index."""
+    period = settings.schedule_for(model).interval or 60.0
+    return round((at - EPOCH.timestamp()) / period)
 
 
 def cron_trigger(expression: str, *, jitter: int | None = None, where: str = "schedule") -> CronTrigger:
@@ -136,14 +145,17 @@ def install_jobs(
         if existing.id.startswith(JOB_PREFIX):
             existing.remove()
     now = dt.datetime.now(dt.UTC)
+    sharded = settings.daemon.mode == "sharded"
     for model in settings.models:
         delay = random.uniform(0, first_run_within) if first_run_within > 0 else 0.0
+        # Sharded replicas keep the aligned fire times (no early first run) so their slots agree.
+        first = {} if sharded else {"next_run_time": now + dt.timedelta(seconds=delay)}
         scheduler.add_job(
             job,
             trigger_for(settings, model),
             args=[model.name],
             id=job_id(model.name),
             name=f"check {model.name}",
-            next_run_time=now + dt.timedelta(seconds=delay),
             replace_existing=True,
+            **first,
         )

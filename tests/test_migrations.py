@@ -13,7 +13,9 @@ from monitor.results import Verdict
 from monitor.store import Store
 from tests.test_store import BACKENDS, T0, database_url, result
 
-ALL_TABLES = {"models", "benchsets", "environments", "runs", "output_results", "baselines", "latest_runs", "events"}
+ALL_TABLES = {
+    "models", "benchsets", "environments", "runs", "output_results", "baselines", "latest_runs", "events", "leases"
+}  # fmt: skip
 
 
 @pytest.fixture(params=BACKENDS)
@@ -29,15 +31,15 @@ def tables(store: Store) -> set[str]:
 def test_an_empty_database_upgrades_to_head(empty: Store) -> None:
     assert empty.current_revision() is None
     empty.upgrade()
-    assert empty.current_revision() == empty.head_revision() == "0002"
+    assert empty.current_revision() == empty.head_revision() == "0003"
     assert tables(empty) == ALL_TABLES
     empty.upgrade()  # a second upgrade is a no-op
-    assert empty.current_revision() == "0002"
+    assert empty.current_revision() == "0003"
 
 
 def test_a_database_at_the_previous_revision_upgrades_and_keeps_its_runs(empty: Store) -> None:
     empty.upgrade("0001")
-    assert tables(empty) == ALL_TABLES - {"events"}
+    assert tables(empty) == ALL_TABLES - {"events", "leases"}
     with empty.engine.begin() as conn:
         conn.execute(sa.text("INSERT INTO models (name, first_seen, last_seen) VALUES ('resnet', :t, :t)"), {"t": T0})
     empty.upgrade()

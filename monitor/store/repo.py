@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from monitor.errors import BaselineError
 from monitor.results import CheckResult
-from monitor.store import convert, queries, retention
+from monitor.store import convert, leases, queries, retention
 from monitor.store import events as transitions
 from monitor.store import schema as s
 from monitor.store.records import (
@@ -218,6 +218,13 @@ class Store:
                 )
             if not row.is_active:  # promoting the active baseline again changes nothing
                 _promote(session, row, by, at)
+
+    def claim(self, model: str, slot: int, holder: str) -> bool:
+        """Take the lease of ``model`` for schedule ``slot`` (sharded replicas); False if taken."""
+        now = datetime.now(UTC)
+        with self._session() as session:
+            leases.prune(session, now - leases.KEEP)
+            return leases.claim(session, model, slot, holder, now)
 
     def prune(
         self,

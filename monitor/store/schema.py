@@ -268,3 +268,20 @@ class Event(Base):
     old: Mapped[str | None] = mapped_column(Text)
     new: Mapped[str | None] = mapped_column(Text)
     detail: Mapped[dict[str, Any]]
+
+
+class Lease(Base):
+    """Who runs a model in one schedule slot when replicas share the models (``daemon.mode: sharded``).
+
+    The primary key *is* the lock: the first replica to insert ``(model, slot)`` runs the
+    check, every other replica's insert conflicts and it skips. No home-made consensus, and
+    it works the same on SQLite and PostgreSQL.
+    """
+
+    __tablename__ = "leases"
+    __table_args__ = (Index("ix_leases_acquired_at", "acquired_at"),)
+
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    slot: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    holder: Mapped[str] = mapped_column(String(253))
+    acquired_at: Mapped[datetime]
