@@ -290,6 +290,9 @@ class DaemonConfig(_Strict):
         default=3600.0, description="Longest wait between runs of a model that keeps crashing."
     )
     workers: int = Field(default=4, ge=1, le=64, description="Checks that may run at once (GPU checks serialize).")
+    startup_spread: Duration = Field(
+        default=10.0, description="First runs after a start are spread over this long (not in sharded mode)."
+    )
     memory_limit_mb: int | None = Field(default=None, ge=64, description="Address-space cap of each check child.")
 
 

@@ -68,9 +68,12 @@ class Daemon:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._scheduler = scheduler.build(
-            settings, self.scheduled_check, on_missed=self.metrics.record_missed, on_skipped=self.metrics.record_skipped
+            settings,
+            self.scheduled_check,
+            on_missed=self.metrics.record_missed,
+            on_skipped=self.metrics.record_skipped,
+            first_run_within=settings.daemon.startup_spread,
         )
-        self.metrics.declare(settings)
         self.started_at = clock()
 
     # --- state the API reads --------------------------------------------------------------
@@ -190,7 +193,7 @@ class Daemon:
             )
             if meta.get("active"):
                 self.store.record_promotion(meta["model"], meta["id"], by="auto-capture (first baseline)")
-                self.metrics.baseline_promoted(meta["model"])
+                self.metrics.baseline_promoted(meta["model"], meta["id"])
         except Exception:
             log.exception("could not record auto-captured baseline %s", meta.get("id"))
 
@@ -199,7 +202,7 @@ class Daemon:
     def promote(self, baseline_id: str, by: str) -> str:
         baseline = baselines.promote(self._settings.store.baselines_dir, baseline_id, by=by)
         self.store.record_promotion(baseline.meta.model, baseline.id, by=by)
-        self.metrics.baseline_promoted(baseline.meta.model)
+        self.metrics.baseline_promoted(baseline.meta.model, baseline.id)
         return baseline.meta.model
 
     def reload(self) -> bool:
@@ -208,7 +211,9 @@ class Daemon:
             if self.config_path is None:
                 raise MonitorError("no config file to reload from")
             fresh = config.load(self.config_path)
-            scheduler.install_jobs(self._scheduler, fresh, self.scheduled_check)
+            scheduler.install_jobs(
+                self._scheduler, fresh, self.scheduled_check, first_run_within=fresh.daemon.startup_spread
+            )
         except (MonitorError, OSError) as exc:
             log.error("config reload failed, keeping the last good config: %s", exc)
             self.metrics.config_reloaded(False)
@@ -251,12 +256,20 @@ class Daemon:
 
 
 def _metrics(registry: Any | None, daemon: Daemon) -> tuple[Any, Any]:
-    from prometheus_client import CollectorRegistry  # noqa: TID251 - built here, used by sinks/api only
+    from prometheus_client import CollectorRegistry  # noqa: TID251 - the composition root builds the registry
 
-    from monitor import metrics
+    from monitor import envsnap, metrics_collector
 
     registry = registry if registry is not None else CollectorRegistry()
-    return registry, metrics.Metrics(registry, settings=lambda: daemon.settings, store=daemon.store)
+    metrics = metrics_collector.install(
+        registry,
+        daemon.store,
+        daemon.settings,
+        node=daemon.node,
+        startup_environment=envsnap.capture(load_cuda_libs=False).to_dict(),
+        clock=daemon.clock,
+    )
+    return registry, metrics
 
 
 def _sinks(daemon: Daemon) -> list[Sink]:

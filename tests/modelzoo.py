@@ -235,3 +235,37 @@ def small_cnn(seed: int = 0, channels: int = 8, blocks: int = 4, size: int = 16)
         inits,
     )
     return _model(graph)
+
+
+def hang(iterations: int = 10**9, width: int = 64) -> onnx.ModelProto:
+    """y = x after ``iterations`` MatMuls inside a Loop: a model that runs for minutes."""
+    w = numpy_helper.from_array(np.eye(width, dtype=np.float32), "w")
+    body = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["state_in", "w"], ["state_mm"], name="body_matmul"),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"], name="body_cond"),
+            helper.make_node("Identity", ["state_mm"], ["state_out"], name="body_state"),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("state_in", TensorProto.FLOAT, [1, width]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("state_out", TensorProto.FLOAT, [1, width]),
+        ],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "keep_going", "x"], ["y"], name="spin", body=body)],
+        "hang",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])],
+        [
+            numpy_helper.from_array(np.array(iterations, dtype=np.int64), "trips"),
+            numpy_helper.from_array(np.array(True), "keep_going"),
+            w,
+        ],
+    )
+    return _model(graph)

@@ -1,0 +1,65 @@
+"""The log sink: one structured JSON line per check result, for log search and alert context.
+
+The line carries what a person needs to triage (model, verdict, reason codes, the worst output,
+duration, baseline, environment) and nothing secret: no paths, no config values, no reason
+details (they can quote file contents). Non-finite numbers are written as the strings
+``"inf"``, ``"-inf"`` and ``"nan"`` so that every line is valid JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from typing import Any
+
+from monitor import metrics_values as values
+from monitor.results import CheckResult
+
+
+class LogSink:
+    """Writes ``{"event": "check", "model": ..., "verdict": ...}`` lines to ``logger`` (INFO for pass, else WARNING)."""
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self.logger = logger or logging.getLogger("onnxmon.checks")
+
+    def write(self, result: CheckResult) -> None:
+        """Log one line for ``result``."""
+        level = logging.INFO if result else logging.WARNING
+        self.logger.log(level, "%s", json.dumps(record(result), allow_nan=False, sort_keys=False))
+
+
+def record(result: CheckResult) -> dict[str, Any]:
+    """The fields of the log line (a dict, so tests and other formatters can reuse it)."""
+    worst = values.worst_output(result.outputs)
+    fingerprint = values.fingerprint_of(result.environment)
+    line: dict[str, Any] = {
+        "event": "check",
+        "model": result.model,
+        "verdict": result.verdict.value,
+        "reasons": sorted({r.code for r in result.all_reasons()}),
+        "attribution": result.attribution,
+        "duration_s": _number(round(result.duration_s, 6)),
+        "baseline_id": result.baseline_id,
+        "environment": fingerprint[:16] if fingerprint else None,
+        "worst_output": None,
+    }
+    if worst is not None:
+        line["worst_output"] = {
+            "name": worst.name,
+            "verdict": worst.verdict.value,
+            "max_abs_error": _number(worst.metrics.max_abs_error),
+            "max_rel_error": _number(worst.metrics.max_rel_error),
+            "atol": _number(worst.tolerance.atol),
+            "rtol": _number(worst.tolerance.rtol),
+            "error_ratio": _number(values.error_ratio(worst)),
+        }
+    return line
+
+
+def _number(value: float) -> float | str:
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value

@@ -1,0 +1,213 @@
+"""The daemon survives what models do to it: hangs, crashes, signals and broken configs."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing.forkserver
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from monitor import capture
+from monitor.daemon import Daemon
+from monitor.results import Verdict
+from monitor.store import Store
+from tests import modelzoo
+from tests.workspace import Workspace
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def two_models(ws: Workspace, *, timeout: str = "3s", interval: str = "1h") -> None:
+    """A quick classifier and a ``spin`` model that can be swapped for one that hangs."""
+    ws.add_model("clf", modelzoo.classifier(), count=2, timeout=timeout, schedule={"interval": interval})
+    ws.add_model(
+        "spin", modelzoo.hang(iterations=1), count=1, dims={}, timeout=timeout, schedule={"interval": interval}
+    )
+    ws.extra["daemon"] = {"startup_spread": 0}
+    settings = ws.settings()
+    capture.capture_baseline(settings, "clf")
+    capture.capture_baseline(settings, "spin")
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Workspace:
+    return Workspace(tmp_path)
+
+
+@pytest.fixture
+def daemon(ws: Workspace) -> Iterator[Daemon]:
+    two_models(ws)
+    settings = ws.settings()
+    store = Store(settings.store.url)
+    store.upgrade()
+    instance = Daemon(settings, store=store)
+    yield instance
+    instance.stop()
+    store.close()
+
+
+def test_a_hung_model_is_stopped_at_its_timeout_and_the_next_check_still_runs(ws: Workspace, daemon: Daemon) -> None:
+    ws.replace_model("spin", modelzoo.hang(iterations=10**9))
+    began = time.monotonic()
+    hung = daemon.run_now("spin")
+    assert hung.verdict is Verdict.ERROR
+    assert hung.reasons[0].code == "timeout"
+    assert time.monotonic() - began < 20
+    healthy = daemon.run_now("clf")
+    assert healthy.verdict is Verdict.PASS
+    runs = {r.model: r.verdict for r in daemon.store.latest_per_model()}
+    assert runs == {"spin": "error", "clf": "pass"}
+
+
+def check_children() -> set[int]:
+    """Processes forked by the forkserver: the check children."""
+    server = multiprocessing.forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if server and int(fields[1]) == server:
+            found.add(int(stat.parent.name))
+    return found
+
+
+def test_a_child_killed_with_sigkill_is_recorded_as_a_crash(ws: Workspace, daemon: Daemon) -> None:
+    ws.replace_model("spin", modelzoo.hang(iterations=10**9))
+    daemon.run_now("clf")  # starts the forkserver
+    before = check_children()
+    outcome: dict[str, Any] = {}
+    worker = threading.Thread(target=lambda: outcome.update(result=daemon.run_now("spin")))
+    worker.start()
+    deadline = time.monotonic() + 10
+    while not (check_children() - before) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (child,) = check_children() - before
+    time.sleep(0.3)
+    os.kill(child, signal.SIGKILL)
+    worker.join(30)
+    result = outcome["result"]
+    assert result.verdict is Verdict.ERROR
+    assert result.reasons[0].code == "crash"
+    assert "SIGKILL" in result.reasons[0].detail
+
+
+def test_a_model_that_keeps_failing_to_run_is_backed_off(ws: Workspace) -> None:
+    two_models(ws, interval="10m")
+    settings = ws.settings()
+    (ws.root / "models" / "spin.onnx").unlink()
+    now = [1000.0]
+    store = Store(settings.store.url)
+    store.upgrade()
+    daemon = Daemon(settings, store=store, clock=lambda: now[0])
+    ran = []
+    original = daemon.run_now
+    daemon.run_now = lambda model: ran.append(model) or original(model)  # type: ignore[method-assign]
+    for _ in range(3):
+        daemon.scheduled_check("spin")
+    assert ran == ["spin", "spin"], "after the second failure the model waits"
+    now[0] += 2 * 600 + 1
+    daemon.scheduled_check("spin")
+    assert ran == ["spin", "spin", "spin"], "it runs again after the back-off"
+    daemon.scheduled_check("clf")
+    assert ran[-1] == "clf", "other models are unaffected"
+    store.close()
+
+
+# --- the real process: `onnxmon serve` with signals ------------------------------------------
+
+
+class Served:
+    def __init__(self, ws: Workspace, port: int) -> None:
+        self.port = port
+        self.log = (ws.root / "serve.log").open("w")
+        self.process = subprocess.Popen(
+            [str(BIN / "onnxmon"), "serve", "-c", str(ws.config_file), "--port", str(port)],
+            cwd=ws.root,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        self.wait_until(lambda: self.get("/healthz")[0] == 200, "the daemon to answer /healthz")
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+        except OSError:
+            return 0, ""
+
+    def wait_until(self, condition: Any, what: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"daemon exited ({self.process.returncode}) while waiting for {what}")
+            if condition():
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(60)
+        finally:
+            self.log.close()
+
+
+def test_sigterm_mid_run_lets_the_check_finish_records_it_and_exits_zero(ws: Workspace) -> None:
+    two_models(ws, timeout="4s", interval="1h")
+    ws.replace_model("spin", modelzoo.hang(iterations=10**9))
+    served = Served(ws, free_port())
+    time.sleep(1.5)  # both first runs have started; spin runs until its 4 s timeout
+    served.process.send_signal(signal.SIGTERM)
+    assert served.process.wait(60) == 0
+    served.log.close()
+    with Store(ws.settings().store.url) as store:
+        latest = {r.model: r for r in store.latest_per_model()}
+    assert latest["spin"].verdict == "error"
+    assert [r.code for r in latest["spin"].reasons] == ["timeout"]
+    assert latest["clf"].verdict == "pass"
+
+
+def test_sighup_with_a_broken_config_keeps_serving_the_old_one(ws: Workspace) -> None:
+    two_models(ws)
+    served = Served(ws, free_port())
+    try:
+        good = ws.config_file.read_text()
+        ws.config_file.write_text(good + "\nmodels: [this is: not: valid\n")
+        served.process.send_signal(signal.SIGHUP)
+        served.wait_until(
+            lambda: "onnxmon_config_last_reload_successful 0.0" in served.get("/metrics")[1], "the failed reload"
+        )
+        status, body = served.get("/api/v1/models")
+        assert status == 200
+        assert {m["name"] for m in json.loads(body)} == {"clf", "spin"}
+        assert served.get("/healthz")[0] == 200
+        ws.config_file.write_text(good)
+        served.process.send_signal(signal.SIGHUP)
+        served.wait_until(
+            lambda: "onnxmon_config_last_reload_successful 1.0" in served.get("/metrics")[1], "the good reload"
+        )
+    finally:
+        assert served.stop() == 0
