@@ -19,7 +19,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     "command",
     [
-        ("ruff", "check", "monitor", "tests", "bench", "examples", "scripts/gpu-check", "scripts/fetch-helm"),
+        ("ruff", "check", "monitor", "tests", "bench", "examples", "scripts/gpu-check", "scripts/fetch-helm", "scripts/ort-venv"),
         ("ruff", "format", "--check", "monitor", "tests", "bench", "examples"),
         ("mypy", "monitor"),
     ],

@@ -103,9 +103,21 @@ def _verdict_change(old: str | None, current: RunState, result: CheckResult) -> 
 
 
 def snapshot_diff(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """``[{"field", "old", "new"}]`` for every leaf that differs (nested keys joined with dots)."""
+    """``[{"field", "old", "new", ...}]``: what changed between two stored environment snapshots.
+
+    Real snapshots (``envsnap`` dicts) are compared with ``envsnap.diff`` and only their
+    *stable* fields are kept: those are what changed the fingerprint; volatile ones (load,
+    clocks, capture time) would bury the ORT upgrade under noise. Other dicts are compared
+    leaf by leaf, nested keys joined with dots.
+    """
     if not old or not new:
         return []
+    if "fields" in old and "fields" in new:
+        from monitor import envsnap
+
+        changes = envsnap.diff(envsnap.EnvSnapshot.from_dict(old), envsnap.EnvSnapshot.from_dict(new))
+        stable = [c.to_dict() for c in changes if c.stable]
+        return stable or [c.to_dict() for c in changes]
     flat_old, flat_new = _flatten(old), _flatten(new)
     fields = sorted((set(flat_old) | set(flat_new)) - {"fingerprint"})
     return [
