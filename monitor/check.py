@@ -26,7 +26,7 @@ from monitor import baselines, benchset, compare, envsnap, modelfile
 from monitor.config import ModelConfig, Settings
 from monitor.errors import BaselineError, BenchsetError, ConfigError, ModelError, MonitorError
 from monitor.results import AppliedTolerance, CheckResult, OutputStats, Reason, Verdict
-from monitor.runner import RunTimeout, Session
+from monitor.runner import Deadline, RunTimeout, Session
 
 Clock = Callable[[], float]
 EnvCapture = Callable[[], "envsnap.EnvSnapshot"]
@@ -193,14 +193,15 @@ def replay_benchset(
     outputs: dict[str, list[np.ndarray]] = {name: [] for name in session.output_names}
     spread: dict[str, float] = {}
     began = time.perf_counter()
-    for index in range(len(bench)):
-        feeds = bench.load_sample(index)
-        where = f"benchset {bench.name!r} sample {index}"
-        runs = [session.run(feeds, timeout_s=_remaining(deadline, clock), where=where) for _ in range(repeats)]
-        for name in session.output_names:
-            outputs[name].append(runs[0][name])
-            if repeats > 1:
-                spread[name] = max(spread.get(name, 0.0), compare.repeat_spread([r[name] for r in runs]))
+    with Deadline(_remaining(deadline, clock)) as guard:
+        for index in range(len(bench)):
+            feeds = bench.load_sample(index)
+            where = f"benchset {bench.name!r} sample {index}"
+            runs = [session.run(feeds, guard=guard, where=where) for _ in range(repeats)]
+            for name in session.output_names:
+                outputs[name].append(runs[0][name])
+                if repeats > 1:
+                    spread[name] = max(spread.get(name, 0.0), compare.repeat_spread([r[name] for r in runs]))
     return Replay(outputs=outputs, spread=spread, seconds=time.perf_counter() - began)
 
 

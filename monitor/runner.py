@@ -17,7 +17,7 @@ import contextlib
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -213,43 +213,62 @@ class Session:
                     )
 
     def run(
-        self, feeds: Mapping[str, np.ndarray], *, timeout_s: float | None = None, where: str = "inputs"
+        self,
+        feeds: Mapping[str, np.ndarray],
+        *,
+        timeout_s: float | None = None,
+        guard: Deadline | None = None,
+        where: str = "inputs",
     ) -> dict[str, np.ndarray]:
-        """Validate ``feeds`` against the signature, then run with an optional timeout."""
-        self.check_inputs(feeds, where=where)
-        return self._run(feeds, timeout_s)
+        """Validate ``feeds`` against the signature, then run.
 
-    def _run(self, feeds: Mapping[str, np.ndarray], timeout_s: float | None) -> dict[str, np.ndarray]:
-        run_options = ort.RunOptions()
-        with _terminate_after(run_options, timeout_s) as fired:
-            try:
-                values = self._session.run(None, dict(feeds), run_options)
-            except Exception:
-                if fired.is_set():
-                    raise RunTimeout(f"inference exceeded {timeout_s:g}s and was terminated") from None
-                raise
+        ``guard`` shares one watchdog across many runs (a whole replay); ``timeout_s`` makes
+        a watchdog for this run alone.
+        """
+        self.check_inputs(feeds, where=where)
+        if guard is not None:
+            return self._run(feeds, guard)
+        with Deadline(timeout_s) as own:
+            return self._run(feeds, own)
+
+    def _run(self, feeds: Mapping[str, np.ndarray], guard: Deadline) -> dict[str, np.ndarray]:
+        try:
+            values = self._session.run(None, dict(feeds), guard.run_options)
+        except Exception:
+            if guard.fired.is_set():
+                raise RunTimeout(f"inference exceeded {guard.timeout_s:g}s and was terminated") from None
+            raise
         return dict(zip(self.output_names, (np.asarray(v) for v in values), strict=True))
 
 
-@contextlib.contextmanager
-def _terminate_after(run_options: ort.RunOptions, timeout_s: float | None) -> Iterator[threading.Event]:
-    """Set ``run_options.terminate`` after ``timeout_s``; yields an event that tells if it fired."""
-    fired = threading.Event()
-    if timeout_s is None or timeout_s <= 0:
-        yield fired
-        return
+class Deadline:
+    """A watchdog: after ``timeout_s`` it sets ``RunOptions.terminate``, ending the run in progress
+    and every later run that uses the same options. ``None`` or ``<= 0`` means no limit.
 
-    def terminate() -> None:
-        fired.set()
-        run_options.terminate = True
+    One ``Deadline`` per replay, not per run, keeps the per-inference overhead to nothing.
+    """
 
-    timer = threading.Timer(timeout_s, terminate)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield fired
-    finally:
-        timer.cancel()
+    def __init__(self, timeout_s: float | None) -> None:
+        self.timeout_s = timeout_s or 0.0
+        self.run_options = ort.RunOptions()
+        self.fired = threading.Event()
+        self._timer: threading.Timer | None = None
+        if timeout_s is not None and timeout_s > 0:
+            self._timer = threading.Timer(timeout_s, self._terminate)
+            self._timer.daemon = True
+
+    def _terminate(self) -> None:
+        self.fired.set()
+        self.run_options.terminate = True
+
+    def __enter__(self) -> Deadline:
+        if self._timer is not None:
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
 
 
 def _spec(node_arg: Any) -> TensorSpec:
