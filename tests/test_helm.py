@@ -40,6 +40,7 @@ MODELS = {
             "benchset": "resnet-bench",
             "providers": ["CUDAExecutionProvider", "CPUExecutionProvider"],
             "schedule": {"interval": "5m"},
+            "timeout": "2m",
         }
     ],
 }
