@@ -28,7 +28,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from monitor import __version__, baselines
+from monitor import __version__, baselines, web
 from monitor import api_environments as envs
 from monitor import api_models as out
 from monitor.api_environments import HEX_PREFIX, NAME
@@ -95,6 +95,7 @@ def create_app(handle: DaemonHandle) -> FastAPI:
     _health_routes(app, handle)
     _read_routes(app, handle)
     _write_routes(app, handle)
+    web.mount(app, handle)  # the status page (HTML) at / and beside the API
     return app
 
 
