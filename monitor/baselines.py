@@ -16,7 +16,6 @@ tensor is checksummed and verified when loaded.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -217,12 +216,12 @@ def write_baseline(
             )
         )
         _write_json(temp / META_FILE, final_meta.to_dict())
-        _fsync_dir(temp)
+        tensorio.fsync_dir(temp)
         final = model_dir / baseline_id
         if final.exists():
             raise BaselineError(f"baseline {baseline_id} already exists at {final}")
         temp.rename(final)
-        _fsync_dir(model_dir)
+        tensorio.fsync_dir(model_dir)
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
@@ -275,7 +274,7 @@ def promote(root: Path, baseline_id: str, *, by: str = "cli", now: dt.datetime |
     with temp.open("rb") as handle:
         os.fsync(handle.fileno())
     os.replace(temp, model_dir / ACTIVE_FILE)
-    _fsync_dir(model_dir)
+    tensorio.fsync_dir(model_dir)
     record = {
         "at": (now or dt.datetime.now(dt.UTC)).isoformat(),
         "baseline_id": baseline_id,
@@ -334,12 +333,3 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> None:
         json.dump(data, handle, indent=2, sort_keys=True, default=str)
         handle.flush()
         os.fsync(handle.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

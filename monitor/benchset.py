@@ -55,7 +55,7 @@ from monitor.benchset_sources import (
 )
 from monitor.config import BenchsetConfig
 from monitor.errors import BenchsetError
-from monitor.tensorio import is_plain_dtype, load_npy, resolve_inside, save_npy, sha256_bytes
+from monitor.tensorio import fsync_dir, is_plain_dtype, load_npy, resolve_inside, save_npy, sha256_bytes
 
 __all__ = [
     "Benchset",
@@ -263,14 +263,14 @@ def _write_version(
             labels=tuple(labels),
         )
         _write_manifest(tmp / MANIFEST, bs, decl)
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         try:
             os.rename(tmp, bs.directory)
         except OSError as exc:
             if bs.directory.exists():
                 raise FileExistsError(str(bs.directory)) from exc
             raise
-        _fsync_dir(set_dir)
+        fsync_dir(set_dir)
         return bs
     finally:
         if tmp.exists():
@@ -402,14 +402,6 @@ def _versions(set_dir: Path) -> list[int]:
         return []
     found = (_VERSION_DIR.match(p.name) for p in set_dir.iterdir() if p.is_dir())
     return sorted(int(m.group(1)) for m in found if m)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _utcnow() -> datetime:

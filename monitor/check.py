@@ -25,7 +25,7 @@ import numpy as np
 from monitor import baselines, benchset, compare, envsnap, modelfile
 from monitor.config import ModelConfig, Settings
 from monitor.errors import BaselineError, BenchsetError, ConfigError, ModelError, MonitorError
-from monitor.results import AppliedTolerance, CheckResult, OutputStats, Reason, Verdict
+from monitor.results import AppliedTolerance, CheckResult, OutputStats, Reason, Verdict, error_result
 from monitor.runner import Deadline, RunTimeout, Session
 
 Clock = Callable[[], float]
@@ -60,25 +60,15 @@ def run_check(
     try:
         return _check(settings, settings.model(model_name), started, clock, capture_env or envsnap.capture)
     except RunTimeout as exc:
-        return _error(model_name, "timeout", str(exc), started, clock())
+        return error_result(model_name, "timeout", str(exc), started, clock())
     except MonitorError as exc:
         code = next((c for kind, c in _ERROR_CODES if isinstance(exc, kind)), "config_error")
-        return _error(model_name, code, str(exc), started, clock())
+        return error_result(model_name, code, str(exc), started, clock())
     except Exception as exc:  # a bug or an ORT failure: still a verdict, never a crash
         where = traceback.extract_tb(exc.__traceback__)[-1]
         detail = f"{type(exc).__name__}: {exc} (at {where.filename}:{where.lineno})"
         code = "run_error" if "onnxruntime" in type(exc).__module__ else "internal_error"
-        return _error(model_name, code, detail, started, clock())
-
-
-def _error(model: str, code: str, detail: str, started: float, finished: float) -> CheckResult:
-    return CheckResult(
-        model=model,
-        verdict=Verdict.ERROR,
-        started_at=started,
-        finished_at=finished,
-        reasons=(Reason(code, detail[:2000]),),
-    )
+        return error_result(model_name, code, detail, started, clock())
 
 
 def _check(
@@ -88,7 +78,7 @@ def _check(
     identity = modelfile.identify(model.path)
     baseline = baselines.active(settings.store.baselines_dir, model.name)
     if baseline is None:
-        return _error(
+        return error_result(
             model.name,
             "no_baseline",
             f"no active baseline for {model.name!r}: run `onnxmon baseline capture {model.name}`",

@@ -75,7 +75,8 @@ def _nested(annotation: Any) -> tuple[type[BaseModel] | None, str]:
 
 
 def _type_name(annotation: Any) -> str:
-    text = str(annotation).replace("typing.", "").replace("pathlib.", "").replace("monitor.config.", "")
+    text = str(annotation).replace("typing.", "").replace("pathlib.", "")
+    text = text.replace("monitor.config_schema.", "").replace("monitor.config.", "")
     text = text.replace("<class '", "").replace("'>", "")
     if "BeforeValidator(func=<function parse_duration" in text:
         text = "duration" + (" \\| None" if "None" in text else "")

@@ -83,10 +83,15 @@ class Daemon:
         return self._settings
 
     def readiness(self) -> dict[str, bool]:
+        from monitor.sinks.database import DatabaseSink
+
+        spool = next((s.spool for s in self.sinks if isinstance(s, DatabaseSink) and s.spool is not None), None)
         return {
             "config_loaded": bool(self._settings.models) or self._settings.source is not None,
             "store_reachable": self._store_ok(),
             "scheduler_running": bool(self._scheduler.running) and not self._stopping.is_set(),
+            # a full result spool means a long outage is now dropping the oldest results
+            "spool_has_room": spool is None or not spool.full,
         }
 
     def _store_ok(self) -> bool:
@@ -276,9 +281,13 @@ def _sinks(daemon: Daemon) -> list[Sink]:
     from monitor.sinks.database import DatabaseSink
     from monitor.sinks.log import LogSink
     from monitor.sinks.prometheus import PrometheusSink
+    from monitor.spool import Spool, default_directory
 
+    store_cfg = daemon.settings.store
+    # results measured while the database is down wait on disk (bounded) and are written back in order
+    spool_dir = getattr(store_cfg, "spool_dir", None) or default_directory(store_cfg.url, store_cfg.baselines_dir)
     sinks: Sequence[Sink] = (
-        DatabaseSink(daemon.store, node=daemon.node, pod=daemon.pod),
+        DatabaseSink(daemon.store, node=daemon.node, pod=daemon.pod, spool=Spool(Path(spool_dir))),
         PrometheusSink(daemon.metrics),
         LogSink(logging.getLogger("onnxmon.results")),
     )

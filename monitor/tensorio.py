@@ -54,6 +54,20 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def fsync_dir(path: Path) -> None:
+    """Flush a directory entry (a rename or a new file in it) to disk; a no-op where unsupported."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems (and platforms) cannot fsync a directory: best effort
+    finally:
+        os.close(fd)
+
+
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

@@ -1,19 +1,138 @@
-"""The database sink: every check result becomes a run row (plus events) in the ``Store``."""
+"""The database sink: every check result becomes a run row (plus events) in the ``Store``.
+
+With a ``Spool`` the sink survives database outages without losing results. A write that
+fails because the database is *unavailable* (a DB-API ``OperationalError`` or
+``InterfaceError``: refused or dropped connections, a locked SQLite file, a full disk under
+the database) queues the result on disk; while the queue is not empty every new result
+joins its tail, so history is written in the order it was measured. A background thread,
+running only while there is a backlog, retries every ``retry_s`` seconds and writes the queue
+back oldest first. Any other failure (a bug, a constraint) is not an outage: it is raised to
+the dispatcher as before, so that one bad result can never block the queue.
+"""
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+
 from monitor.results import CheckResult
+from monitor.spool import Spool, SpooledResult
 from monitor.store import Store
+
+log = logging.getLogger("onnxmon.sinks.database")
+
+# DB-API (PEP 249) exception classes that mean "the database cannot be used right now".
+# Matched by name along the class hierarchy: SQLAlchemy wraps the driver's exception in a
+# class of the same name, and only ``monitor/store`` may import SQLAlchemy.
+_OUTAGE_ERRORS = frozenset({"OperationalError", "InterfaceError", "DisconnectionError"})
+
+
+def is_outage(exc: BaseException) -> bool:
+    """True when ``exc`` says the database is unreachable or unusable, not that the write is wrong."""
+    if isinstance(exc, OSError):
+        return True
+    return any(kind.__name__ in _OUTAGE_ERRORS for kind in type(exc).__mro__)
 
 
 class DatabaseSink:
     """Writes results to the history database; ``node``/``pod`` default to the snapshot's ``k8s.*`` keys."""
 
-    def __init__(self, store: Store, *, node: str | None = None, pod: str | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        node: str | None = None,
+        pod: str | None = None,
+        spool: Spool | None = None,
+        retry_s: float = 5.0,
+    ) -> None:
         self.store = store
         self.node = node
         self.pod = pod
+        self.spool = spool
+        self.retry_s = retry_s
+        self.last_outage: str | None = None
+        self._order = threading.Lock()  # one writer at a time keeps the history in measured order
+        self._retrying: threading.Thread | None = None
+        self._closed = threading.Event()
+        if spool is not None and len(spool):  # a backlog left by a previous process
+            log.warning("%d result(s) spooled in %s from before; writing them back", len(spool), spool.directory)
+            self._retry_in_background()
+
+    @property
+    def spooled(self) -> int:
+        """Results waiting on disk for the database."""
+        return len(self.spool) if self.spool is not None else 0
 
     def write(self, result: CheckResult) -> None:
-        """Record ``result``; the run id is not needed by the caller."""
-        self.store.record_run(result, node=self.node, pod=self.pod)
+        """Record ``result``; during an outage, queue it on disk instead (when a spool is configured)."""
+        if self.spool is None:
+            self.store.record_run(result, node=self.node, pod=self.pod)
+            return
+        with self._order:
+            if not len(self.spool):
+                try:
+                    self.store.record_run(result, node=self.node, pod=self.pod)
+                    return
+                except Exception as exc:
+                    if not is_outage(exc):
+                        raise
+                    self._note_outage(exc)
+            self.spool.append(result, node=self.node, pod=self.pod)
+        self._retry_in_background()
+
+    def flush(self) -> int:
+        """Write the queued results back, oldest first; returns how many were written."""
+        if self.spool is None:
+            return 0
+        with self._order:
+            began = time.monotonic()
+            written, outage = self.spool.drain(self._write_spooled, transient=is_outage)
+        if written:
+            log.info("wrote %d spooled result(s) to the database in %.3f s", written, time.monotonic() - began)
+        if outage is not None:
+            self._note_outage(outage)
+        elif written or self.last_outage:
+            self.last_outage = None
+        return written
+
+    def close(self) -> None:
+        """Stop retrying; what is still queued stays on disk for the next start."""
+        self._closed.set()
+        if self._retrying is not None:
+            self._retrying.join(timeout=30)
+
+    def _write_spooled(self, entry: SpooledResult) -> None:
+        self.store.record_run(entry.result, node=entry.node, pod=entry.pod)
+
+    def _note_outage(self, exc: BaseException) -> None:
+        detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        if detail != self.last_outage:
+            log.warning("database unavailable, spooling results to %s: %s", self.spool_dir, detail)
+        self.last_outage = detail
+
+    @property
+    def spool_dir(self) -> str:
+        return str(self.spool.directory) if self.spool is not None else "-"
+
+    def _retry_in_background(self) -> None:
+        with self._order:
+            if self._retrying is not None:  # cleared by the thread itself, under this lock, as it ends
+                return
+            self._retrying = threading.Thread(target=self._retry_loop, name="onnxmon-spool-retry", daemon=True)
+            self._retrying.start()
+
+    def _retry_loop(self) -> None:
+        """Retry until the backlog is written (or the sink is closed); then the thread ends."""
+        while not self._closed.wait(self.retry_s):
+            try:
+                self.flush()
+            except Exception:  # never let the retry thread die with a backlog left
+                log.exception("writing spooled results failed")
+            with self._order:
+                if not self.spooled:
+                    self._retrying = None
+                    return
+        with self._order:
+            self._retrying = None

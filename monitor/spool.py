@@ -1,0 +1,178 @@
+"""A bounded, on-disk queue of check results that could not be written to the history database.
+
+When the database is down (PostgreSQL restarting, a network partition, a locked SQLite file)
+the database sink appends each result here instead of losing it, and writes the queue back,
+oldest first, once the database answers again. The queue lives on disk so that a daemon
+restarted during the outage still delivers what it measured before.
+
+Layout: one JSON file per result, ``<directory>/<sequence:012d>.json``, written to a
+``.tmp-*`` file, fsynced and renamed into place, so a crash never leaves a half-written entry
+that a reader would see. The sequence number gives the order; it continues across restarts.
+An entry the database *refuses* (not an outage: a bug, a constraint) is moved to ``failed/``
+so that one poison result cannot block the queue; it stays on disk for a person to inspect.
+
+The queue is bounded (``max_results``): when full, the oldest entry is dropped, logged and
+counted in ``dropped``, because during a long outage the newest results matter most.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from monitor.results import CheckResult
+
+log = logging.getLogger("onnxmon.spool")
+
+DEFAULT_MAX_RESULTS = 10_000
+FAILED_DIR = "failed"
+_ENTRY = re.compile(r"^(\d{12})\.json$")
+_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class SpooledResult:
+    """One queued result and the replica that measured it."""
+
+    path: Path
+    result: CheckResult
+    node: str | None = None
+    pod: str | None = None
+
+
+class Spool:
+    """The queue in ``directory`` (created on first use); safe to share between threads."""
+
+    def __init__(self, directory: Path, *, max_results: int = DEFAULT_MAX_RESULTS) -> None:
+        if max_results < 1:
+            raise ValueError(f"spool max_results must be >= 1, got {max_results}")
+        self.directory = Path(directory)
+        self.max_results = max_results
+        self.dropped = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.entries())
+
+    @property
+    def full(self) -> bool:
+        return len(self) >= self.max_results
+
+    def entries(self) -> list[Path]:
+        """Queued entry files, oldest first."""
+        if not self.directory.is_dir():
+            return []
+        return sorted(p for p in self.directory.iterdir() if _ENTRY.match(p.name))
+
+    def append(self, result: CheckResult, *, node: str | None = None, pod: str | None = None) -> Path:
+        """Queue ``result`` durably; when the queue is full, drop (and count) the oldest entry first."""
+        payload = {"format": _FORMAT, "node": node, "pod": pod, "result": result.to_dict()}
+        data = json.dumps(payload, default=str).encode("utf-8")  # NaN/inf stay NaN/Infinity tokens
+        with self._lock:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            entries = self.entries()
+            while len(entries) >= self.max_results:
+                oldest = entries.pop(0)
+                oldest.unlink(missing_ok=True)
+                self.dropped += 1
+                log.error(
+                    "result spool %s is full (%d): dropped the oldest, %s", self.directory, self.max_results, oldest
+                )
+            sequence = int(entries[-1].name[:12]) + 1 if entries else 1
+            final = self.directory / f"{sequence:012d}.json"
+            temp = self.directory / f".tmp-{sequence:012d}-{os.getpid()}-{os.urandom(4).hex()}"
+            try:
+                with temp.open("wb") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.replace(temp, final)
+            finally:
+                temp.unlink(missing_ok=True)
+            _fsync_dir(self.directory)
+        return final
+
+    def read(self, path: Path) -> SpooledResult:
+        """Decode one entry; ``ValueError`` naming the file when it is not a spooled result."""
+        try:
+            payload = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(payload, Mapping) or payload.get("format") != _FORMAT:
+                raise ValueError(f"expected a JSON object with format {_FORMAT}")
+            result = CheckResult.from_dict(payload["result"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"spool entry {path} cannot be read: {exc}") from None
+        return SpooledResult(path, result, _text(payload.get("node")), _text(payload.get("pod")))
+
+    def drain(
+        self, write: Callable[[SpooledResult], Any], *, transient: Callable[[BaseException], bool]
+    ) -> tuple[int, BaseException | None]:
+        """Hand entries to ``write`` oldest first, removing each once written.
+
+        Stops at the first failure that ``transient`` calls an outage and returns it; an entry
+        that cannot be decoded or that the database refuses for another reason is moved to
+        ``failed/`` and the drain goes on. Returns ``(written, outage or None)``.
+        """
+        written = 0
+        for path in self.entries():
+            try:
+                entry = self.read(path)
+            except ValueError as exc:
+                self._set_aside(path, str(exc))
+                continue
+            try:
+                write(entry)
+            except Exception as exc:
+                if transient(exc):
+                    return written, exc
+                self._set_aside(path, f"{type(exc).__name__}: {exc}")
+                continue
+            path.unlink(missing_ok=True)
+            written += 1
+        return written, None
+
+    def failed(self) -> list[Path]:
+        """Entries set aside because the database refused them, oldest first."""
+        folder = self.directory / FAILED_DIR
+        return sorted(folder.iterdir()) if folder.is_dir() else []
+
+    def _set_aside(self, path: Path, why: str) -> None:
+        folder = self.directory / FAILED_DIR
+        folder.mkdir(exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(path, folder / path.name)
+        log.error("spooled result %s set aside in %s: %s", path.name, folder, why[:500])
+
+
+def default_directory(store_url: str, baselines_dir: Path) -> Path:
+    """Where the spool lives by default: beside a SQLite file, else beside the baselines directory.
+
+    ``sqlite:///onnxmon.db`` → ``onnxmon.db.spool``; PostgreSQL (or an in-memory SQLite) →
+    ``<parent of baselines_dir>/spool``, which is on the same volume as the baselines.
+    """
+    if store_url.startswith("sqlite:///"):
+        file = store_url.removeprefix("sqlite:///").split("?", 1)[0]
+        if file and file != ":memory:":
+            path = Path(file)
+            return path.with_name(path.name + ".spool")
+    return Path(baselines_dir).parent / "spool"
+
+
+def _text(value: Any) -> str | None:
+    return str(value) if value else None
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
