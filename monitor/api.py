@@ -123,7 +123,9 @@ def _health_routes(app: FastAPI, handle: DaemonHandle) -> None:
             log.exception("readiness check raised")
             checks = {"readiness_check": False}
         failed = sorted(name for name, ok in checks.items() if not ok)
-        body = out.Readiness(ready=not failed, checks=checks, failed=failed)
+        info_of = getattr(handle, "readiness_info", None)  # optional: numbers such as results spooled
+        info = dict(info_of()) if callable(info_of) else {}
+        body = out.Readiness(ready=not failed, checks=checks, failed=failed, info=info)
         return JSONResponse(body.model_dump(), status_code=503 if failed else 200)
 
 

@@ -66,6 +66,7 @@ class Readiness(_Out):
     ready: bool
     checks: dict[str, bool]
     failed: list[str]
+    info: dict[str, int] = {}
 
 
 class ReasonOut(_Out):

@@ -222,6 +222,11 @@ def write_baseline(
             raise BaselineError(f"baseline {baseline_id} already exists at {final}")
         temp.rename(final)
         tensorio.fsync_dir(model_dir)
+    except OSError as exc:  # a full disk, a read-only volume: nothing half-written stays behind
+        shutil.rmtree(temp, ignore_errors=True)
+        raise BaselineError(
+            f"cannot write a baseline for {meta.model!r} under {model_dir}: {exc.strerror or exc}"
+        ) from exc
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise

@@ -251,7 +251,11 @@ def _resolve_paths(settings: Settings, base: Path, origin: Path | None) -> Setti
         return path if path.is_absolute() else (base / path)
 
     store = settings.store.model_copy(
-        update={"baselines_dir": rel(settings.store.baselines_dir), "benchsets_dir": rel(settings.store.benchsets_dir)}
+        update={
+            "baselines_dir": rel(settings.store.baselines_dir),
+            "benchsets_dir": rel(settings.store.benchsets_dir),
+            "spool_dir": rel(settings.store.spool_dir) if settings.store.spool_dir else None,
+        }
     )
     if store.url.startswith("sqlite:///") and not store.url.startswith("sqlite:////"):
         db = store.url.removeprefix("sqlite:///")

@@ -124,6 +124,12 @@ class StoreConfig(StrictModel):
     )
     baselines_dir: Path = Field(default=Path("baselines"), description="Directory of baselines (tensors + metadata).")
     benchsets_dir: Path = Field(default=Path("benchsets"), description="Directory of materialized benchmark sets.")
+    spool_dir: Path | None = Field(
+        default=None,
+        description="Where results wait while the database is down (default: next to the SQLite file,"
+        " else beside baselines_dir).",
+    )
+    spool_max_results: int = Field(default=10_000, ge=1, description="Most results kept in the spool; oldest dropped.")
     retention_passing: Duration = Field(default=30 * 86400.0, description="Prune passing runs older than this.")
     retention_failures: Duration = Field(
         default=365 * 86400.0, description="Prune failing/error runs older than this (events are kept)."

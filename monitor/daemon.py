@@ -16,7 +16,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from monitor import baselines, config, isolate, scheduler, worker
 from monitor.errors import MonitorError
 from monitor.results import CheckResult, Verdict, error_result
 from monitor.sinks import Sink
+from monitor.sinks.database import DatabaseSink
 
 log = logging.getLogger("onnxmon.daemon")
 
@@ -62,6 +63,7 @@ class Daemon:
         self.node = node if node is not None else (os.environ.get("ONNXMON_NODE_NAME") or os.environ.get("NODE_NAME"))
         self.pod = pod if pod is not None else os.environ.get("POD_NAME")
         self.registry, self.metrics = _metrics(registry, self)
+        self.database_sink = _database_sink(self)
         self.sinks: list[Sink] = _sinks(self)
         self.devices = scheduler.DeviceLocks()
         self._backoff: dict[str, _Backoff] = {}
@@ -93,6 +95,11 @@ class Daemon:
             # a full result spool means a long outage is now dropping the oldest results
             "spool_has_room": spool is None or not spool.full,
         }
+
+    def readiness_info(self) -> dict[str, int]:
+        """Numbers beside the readiness checks: results waiting in the spool, and dropped ones."""
+        sink = self.database_sink
+        return {"spooled": sink.spooled, "dropped": sink.spool.dropped if sink.spool else 0}
 
     def _store_ok(self) -> bool:
         try:
@@ -277,18 +284,21 @@ def _metrics(registry: Any | None, daemon: Daemon) -> tuple[Any, Any]:
     return registry, metrics
 
 
-def _sinks(daemon: Daemon) -> list[Sink]:
-    from monitor.sinks.database import DatabaseSink
-    from monitor.sinks.log import LogSink
-    from monitor.sinks.prometheus import PrometheusSink
+def _database_sink(daemon: Daemon) -> DatabaseSink:
+    """The history sink; results measured while the database is down wait in a bounded on-disk spool."""
     from monitor.spool import Spool, default_directory
 
     store_cfg = daemon.settings.store
-    # results measured while the database is down wait on disk (bounded) and are written back in order
-    spool_dir = getattr(store_cfg, "spool_dir", None) or default_directory(store_cfg.url, store_cfg.baselines_dir)
-    sinks: Sequence[Sink] = (
-        DatabaseSink(daemon.store, node=daemon.node, pod=daemon.pod, spool=Spool(Path(spool_dir))),
-        PrometheusSink(daemon.metrics),
-        LogSink(logging.getLogger("onnxmon.results")),
-    )
-    return list(sinks)
+    spool_dir = store_cfg.spool_dir or default_directory(store_cfg.url, store_cfg.baselines_dir)
+    spool = Spool(Path(spool_dir), max_results=store_cfg.spool_max_results)
+    sink = DatabaseSink(daemon.store, node=daemon.node, pod=daemon.pod, spool=spool)
+    daemon.metrics.spooled.set_function(lambda: float(sink.spooled))
+    return sink
+
+
+def _sinks(daemon: Daemon) -> list[Sink]:
+    """Every sink a result goes to, the database first (a failing sink never stops the others)."""
+    from monitor.sinks.log import LogSink
+    from monitor.sinks.prometheus import PrometheusSink
+
+    return [daemon.database_sink, PrometheusSink(daemon.metrics), LogSink(logging.getLogger("onnxmon.results"))]

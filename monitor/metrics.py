@@ -122,6 +122,7 @@ class Metrics:
         self.reload_timestamp = Gauge(
             "onnxmon_config_last_reload_success_timestamp_seconds", "Unix time of the last good (re)load.", registry=r
         )
+        self.spooled = Gauge("onnxmon_results_spooled", "Results waiting on disk for the history database.", registry=r)
         Gauge("onnxmon_build_info", "Always 1; the onnxmon version.", ["version"], registry=r).labels(version).set(1)
         self.reload_ok.set(1)
         self.reload_timestamp.set(self.started_at)

@@ -124,7 +124,7 @@ def test_relative_error_uses_atol_as_floor_for_near_zero_references() -> None:
         ([float(e) for e in range(1, 101)], 99.0),
     ],
 )
-def test_p99_comes_from_a_one_percent_histogram(errors: list[float], p99: float) -> None:
+def test_p99_is_the_nearest_rank_value_and_never_above_the_max(errors: list[float], p99: float) -> None:
     m = compare(np.array(errors), np.zeros(len(errors)), tol(1e9)).metrics
     assert p99 <= m.p99_abs_error <= p99 * (1 + 2**-7)
     assert m.p99_abs_error <= m.max_abs_error
@@ -294,6 +294,65 @@ def test_chunked_metrics_equal_one_chunk(
             assert many[key] is value, key
         else:
             assert many[key] == pytest.approx(value, rel=1e-9, abs=1e-300), key
+
+
+def _nearest_rank_p99(actual: np.ndarray, expected: np.ndarray) -> float:
+    errors = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
+    errors = np.sort(errors[np.isfinite(errors)])
+    return float(errors[-(-99 * errors.size // 100) - 1]) if errors.size else 0.0
+
+
+P99_STREAMS = [
+    # id, errors in stream order: each shape tests one way the streamed top-1% can be fooled
+    ("random", np.random.default_rng(1).standard_normal(20_000)),
+    ("rising", np.linspace(0.0, 1.0, 20_000)),  # every chunk beats the last: the floor keeps rising
+    ("falling", np.linspace(1.0, 0.0, 20_000)),  # the first chunk's guess is far too high
+    ("ties of a quantized output", np.random.default_rng(2).integers(0, 4, 20_000) * 0.25),
+    ("mostly exact", np.where(np.arange(20_000) % 150 == 0, 3.0, 0.0)),
+]
+
+
+@pytest.mark.parametrize("errors", [row[1] for row in P99_STREAMS], ids=[row[0] for row in P99_STREAMS])
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_p99_is_the_exact_nearest_rank_value_however_the_errors_arrive(errors: np.ndarray, workers: int) -> None:
+    expected = np.zeros(errors.size)
+    expected[::997] = np.nan  # excluded positions count neither in the rank nor as errors
+    actual = expected + errors
+    m = compare(actual, expected, tol(1e9), chunk_elements=64, workers=workers).metrics
+    assert m.p99_abs_error == _nearest_rank_p99(actual, expected)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 3000), min_size=1, max_size=5),
+    chunk=st.integers(1, 700),
+    dtype=st.sampled_from([np.float16, np.float32, np.float64, np.int32]),
+    seed=st.integers(0, 2**32 - 1),
+    with_nan=st.booleans(),
+)
+def test_thread_count_never_changes_a_single_bit_of_the_metrics_and_the_maxima_are_exact(
+    sizes: list[int], chunk: int, dtype: type[np.number], seed: int, with_nan: bool
+) -> None:
+    rng = np.random.default_rng(seed)
+    expected = [(rng.standard_normal(size) * 100).astype(dtype) for size in sizes]
+    actual = [(e + rng.standard_normal(e.shape) * (rng.random(e.shape) < 0.3) * 5).astype(dtype) for e in expected]
+    if with_nan and np.dtype(dtype).kind == "f":
+        actual[0][0], expected[-1][-1] = np.nan, -np.inf
+    tolerance = tol(1e-2, 1e-2)
+    one = compare_output("y", actual, expected, tolerance, chunk_elements=chunk, workers=1).metrics
+    for workers in (2, 4):
+        assert compare_output("y", actual, expected, tolerance, chunk_elements=chunk, workers=workers).metrics == one
+    a, b = np.concatenate(actual).astype(np.float64), np.concatenate(expected).astype(np.float64)
+    finite = np.isfinite(a) & np.isfinite(b)
+    errors = np.abs(a - b)[finite]
+    assert one.p99_abs_error == _nearest_rank_p99(a, b)
+    assert one.max_abs_error == errors.max(initial=0.0)
+    assert one.max_rel_error == (errors / np.maximum(np.abs(b[finite]), tolerance.atol)).max(initial=0.0)
+
+
+def test_zero_workers_is_refused() -> None:
+    with pytest.raises(ValueError, match="workers"):
+        compare([1.0], [1.0], workers=0)
 
 
 # --- repeats -------------------------------------------------------------------------------

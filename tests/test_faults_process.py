@@ -23,6 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from monitor import baselines, capture, scheduler, tensorio
 from monitor.daemon import Daemon
+from monitor.errors import BaselineError
 from monitor.results import Verdict
 from monitor.store import Store
 from tests import modelzoo
@@ -150,9 +151,9 @@ def test_a_full_disk_while_capturing_leaves_no_half_written_baseline_and_the_old
     settings = ws.settings()
     active_before = baselines.active_id(settings.store.baselines_dir, "clf")
     filled = fill(tiny_tmpfs)
-    with pytest.raises(OSError) as raised:
+    with pytest.raises(BaselineError, match="No space left on device") as raised:
         capture.capture_baseline(settings, "clf")
-    assert raised.value.errno == errno.ENOSPC
+    assert isinstance(raised.value.__cause__, OSError) and raised.value.__cause__.errno == errno.ENOSPC
     (tiny_tmpfs / "filler").unlink()
     assert_previous_baseline_still_in_charge(ws, active_before, 1)
     print(f"\nMEASURED tmpfs 1 MiB, filled with {filled} bytes: {raised.value}")
@@ -175,9 +176,9 @@ def test_running_out_of_space_after_some_tensors_leaves_no_half_written_baseline
         return save(path, array, **kwargs)
 
     monkeypatch.setattr(tensorio, "save_npy", save_until_full)
-    with pytest.raises(OSError) as raised:
+    with pytest.raises(BaselineError, match="No space left on device") as raised:
         capture.capture_baseline(settings, "clf")
-    assert raised.value.errno == errno.ENOSPC
+    assert isinstance(raised.value.__cause__, OSError) and raised.value.__cause__.errno == errno.ENOSPC
     monkeypatch.undo()
     assert len(calls) == 2 and calls[0].exists() is False, "the first tensor went with its temporary directory"
     assert_previous_baseline_still_in_charge(ws, active_before, 1)

@@ -44,7 +44,11 @@ class Store:
 
     def __init__(self, url: str, *, echo: bool = False) -> None:
         self.url = url
-        self.engine: Engine = create_engine(url, echo=echo, json_serializer=convert.json_dumps, pool_pre_ping=True)
+        # A database that accepts connections but never answers must not hang a write forever.
+        connect_args = {"connect_timeout": 10} if url.startswith("postgresql") else {}
+        self.engine: Engine = create_engine(
+            url, echo=echo, json_serializer=convert.json_dumps, pool_pre_ping=True, connect_args=connect_args
+        )
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
 
