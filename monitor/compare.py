@@ -242,6 +242,7 @@ def _equality_only(pairs: list[Pair]) -> OutputMetrics:
         mismatch_count=differ,
         mismatch_ratio=differ / count if count else 0.0,
         bitwise_equal=differ == 0,
+        error_ratio=math.inf if differ else 0.0,
     )
 
 

@@ -193,7 +193,7 @@ class _Worker:
         self.sums: dict[int, tuple[float, float, float, float, float]] = {}
         self.finite_count = self.finite_mismatch = self.nonfinite_mismatch = 0
         self.nan_count = self.nan_mismatch = self.inf_count = self.inf_mismatch = 0
-        self.max_abs = self.max_rel = 0.0
+        self.max_abs = self.max_rel = self.max_ratio = 0.0
         self.max_ulp = 0
         self.bitwise_equal = True
 
@@ -245,10 +245,23 @@ class _Worker:
             limit = np.multiply(abs_b, self.tol.rtol, out=self.limit[:n])
             limit += self.tol.atol
             self.finite_mismatch += int(np.count_nonzero(np.greater(err, limit, out=self.mask[:n])))
+        if not self.exact and chunk_max / max(self.tol.atol, _TINY) > self.max_ratio:  # ratio <= max|d|/atol
+            self.max_ratio = max(self.max_ratio, self._max_ratio(err, b, abs_b))
         if chunk_max / self.floor > self.max_rel:  # |d| / max(|b|, floor) <= max|d| / floor
             self.max_rel = max(self.max_rel, self._max_rel(err, b, abs_b))
         self.largest.offer(err, chunk_max, self.mask)
         return ss_err, dot_ab, sum_abs
+
+    def _max_ratio(self, err: F64, b: F64, abs_b: F64 | None) -> float:
+        """Max of ``|d| / (atol + rtol*|b|)``; a zero tolerance makes any error infinite (0/0 is 0)."""
+        n = err.size
+        if abs_b is None:
+            abs_b = np.abs(b, out=self.abs_b[:n])
+        limit = np.multiply(abs_b, self.tol.rtol, out=self.limit[:n])
+        limit += self.tol.atol
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.divide(err, limit, out=limit)
+        return float(np.fmax.reduce(ratio)) if n else 0.0  # fmax skips the NaN of 0/0
 
     def _max_rel(self, err: F64, b: F64, abs_b: F64 | None) -> float:
         """Max of ``|d| / max(|b|, floor)``, divided out only where it can beat the running max."""
@@ -355,8 +368,16 @@ def _merge(workers: list[_Worker], count: int, p99: float, *, exact: bool) -> tu
         inf_count=sum(w.inf_count for w in workers),
         inf_mismatch_count=sum(w.inf_mismatch for w in workers),
         bitwise_equal=all(w.bitwise_equal for w in workers),
+        error_ratio=_error_ratio(workers, mismatches, finite_mismatch, exact=exact),
     )
     return metrics, finite_mismatch
+
+
+def _error_ratio(workers: list[_Worker], mismatches: int, finite_mismatch: int, *, exact: bool) -> float:
+    """The worst element's error over its tolerance; a NaN/Inf or integer mismatch is infinitely bad."""
+    if mismatches > finite_mismatch or (exact and mismatches):
+        return math.inf
+    return max(w.max_ratio for w in workers)
 
 
 def _p99(workers: list[_Worker]) -> float | None:

@@ -106,6 +106,7 @@ class OutputMetrics:
     bitwise_equal: bool = True
     topk_agreement: float | None = None
     nondeterminism_max_abs: float | None = None
+    error_ratio: float | None = None  # max over elements of |a-b| / (atol + rtol*|b|): 1.0 is the line
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

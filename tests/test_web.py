@@ -165,7 +165,7 @@ def test_a_failing_model_page_leads_with_its_failing_latest_run(client: TestClie
     html = page(client, "/models/mlp")
     assert re.search(r"<h1>mlp <span class=\"badge bad\">FAIL</span></h1>", html)
     assert f"Outputs of run #{history.drift_run}" in html
-    assert "≤ " in html, "with rtol > 0 the exact ratio is unknown: its bound max |err| ÷ atol is shown"
+    assert "≤ " not in html, "the comparison measures the exact worst error ÷ tolerance; no bound is shown"
 
 
 def test_model_page_charts_history_with_environment_and_promotion_markers(client: TestClient, history: History) -> None:

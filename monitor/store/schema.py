@@ -218,6 +218,7 @@ class OutputResult(Base):
     bitwise_equal: Mapped[bool] = mapped_column(Boolean)
     topk_agreement: Mapped[float | None]
     nondeterminism_max_abs: Mapped[float | None]
+    error_ratio: Mapped[float | None]
     tolerance: Mapped[dict[str, Any]]
     reasons: Mapped[list[Any]]
 
