@@ -268,11 +268,8 @@ class Daemon:
 
 
 def _metrics(registry: Any | None, daemon: Daemon) -> tuple[Any, Any]:
-    from prometheus_client import CollectorRegistry  # noqa: TID251 - the composition root builds the registry
-
     from monitor import envsnap, metrics_collector
 
-    registry = registry if registry is not None else CollectorRegistry()
     metrics = metrics_collector.install(
         registry,
         daemon.store,
@@ -281,7 +278,7 @@ def _metrics(registry: Any | None, daemon: Daemon) -> tuple[Any, Any]:
         startup_environment=envsnap.capture(load_cuda_libs=False).to_dict(),
         clock=daemon.clock,
     )
-    return registry, metrics
+    return metrics.registry, metrics
 
 
 def _database_sink(daemon: Daemon) -> DatabaseSink:

@@ -177,7 +177,7 @@ class _Families:
 
 
 def install(
-    registry: CollectorRegistry,
+    registry: CollectorRegistry | None,
     store: Store,
     settings: Settings,
     *,
@@ -185,7 +185,12 @@ def install(
     startup_environment: Mapping[str, Any] | None = None,
     clock: Clock = time.time,
 ) -> Metrics:
-    """Wire the counters and the store collector into ``registry`` and declare ``settings``' series."""
+    """Wire the counters and the store collector into ``registry`` and declare ``settings``' series.
+
+    ``registry=None`` makes a fresh one (never the process-global default registry); it is
+    ``metrics.registry`` afterwards.
+    """
+    registry = registry if registry is not None else CollectorRegistry()
     metrics = Metrics(registry, store=store, node=node, clock=clock, startup_environment=startup_environment)
     metrics.declare(settings)
     registry.register(StoreCollector(metrics, store))
