@@ -350,7 +350,7 @@ def _parse_entry(path: Path, raw: Any, where: str, version_dir: Path) -> TensorE
     dtype = field.get("dtype", str)
     try:
         plain = is_plain_dtype(np.dtype(dtype))
-    except TypeError:
+    except (TypeError, ValueError, SyntaxError):  # np.dtype parses strings like "i4, (" with eval-like code
         plain = False
     if not plain:
         raise BenchsetError(f"{path}: {where}.dtype {dtype!r} is not a plain numeric/bool dtype")

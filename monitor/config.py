@@ -10,6 +10,7 @@ against the directory of the config file, so a config works from any working dir
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,7 @@ __all__ = [
     "format_error",
     "from_mapping",
     "load",
+    "mask_url",
     "parse_duration",
 ]
 
@@ -110,6 +112,14 @@ class Settings(StrictModel):
                 )
         return self
 
+    def redacted(self) -> dict[str, Any]:
+        """The settings as JSON-safe data with secrets masked: for ``config show``, logs and pages."""
+        data = self.model_dump(mode="json")
+        data["store"]["url"] = mask_url(self.store.url)
+        if data["api"].get("token"):
+            data["api"]["token"] = "***"
+        return data
+
     def model(self, name: str) -> ModelConfig:
         for model in self.models:
             if model.name == name:
@@ -139,6 +149,15 @@ class Settings(StrictModel):
         return model.schedule if model.schedule is not None else self.defaults.schedule
 
 
+def mask_url(url: str) -> str:
+    """``postgresql://user:***@host/db``: a URL with its password replaced, anything else unchanged."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
 def config_path(explicit: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Path:
     """The config to read: ``-c`` beats ``ONNXMON_CONFIG`` beats ``./onnxmon.yaml``."""
     env = os.environ if environ is None else environ
@@ -155,6 +174,8 @@ def load(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] 
         raise ConfigError(f"config file {file} not found (pass -c PATH or set ONNXMON_CONFIG)") from None
     except OSError as exc:
         raise ConfigError(f"config file {file} cannot be read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {file} is not UTF-8 text (byte {exc.start}): is it the right file?") from None
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -7,6 +7,7 @@ a tolerance must not silently do nothing). ``monitor.config`` assembles them int
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -31,6 +32,8 @@ def parse_duration(value: Any) -> float:
         if not match:
             raise ValueError(f"expected a duration like '15m', '30s' or '1h', got {value!r}")
         seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if not math.isfinite(seconds):
+        raise ValueError(f"duration must be a finite number of seconds, got {value!r}")
     if seconds < 0:
         raise ValueError(f"duration must be >= 0, got {value!r}")
     return seconds

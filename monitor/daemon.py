@@ -118,12 +118,15 @@ class Daemon:
             log.info("skipping %s: backed off after %d failed runs", model, state.failures)
             self.metrics.record_skipped(model)
             return
+        started = self.clock()
         try:
             if not self._my_turn(model):
                 return
             self.run_now(model)
-        except Exception:  # never let a job die with an exception: log it, the next tick retries
+        except Exception as exc:  # never let a job die: record what happened, the next tick retries
             log.exception("check of %s failed outside the child", model)
+            detail = f"{type(exc).__name__}: {exc}"
+            self.dispatch(error_result(model, "internal_error", detail, started, self.clock()))
 
     def _my_turn(self, model: str) -> bool:
         """In sharded mode, only the replica that wins this slot's lease runs the check."""

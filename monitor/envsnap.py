@@ -290,9 +290,19 @@ def _distribution_version(name: str) -> str | None:
 @functools.cache
 def _onnxruntime_distributions() -> tuple[str, ...]:
     # More than one distribution providing `onnxruntime` (e.g. onnxruntime + onnxruntime-gpu) is a
-    # classic way to get the CPU build by accident, so all are recorded. Cached: the scan costs
-    # ~60 ms and the module already imported cannot change within this process anyway.
-    return tuple(sorted(set(metadata.packages_distributions().get("onnxruntime", []))))
+    # classic way to get the CPU build by accident, so all are recorded. Every check child is a
+    # fresh fork, so this runs once per check: match distribution *names* first (reading each
+    # METADATA header, ~15 ms) rather than every package's file list (packages_distributions,
+    # ~60-240 ms), then confirm a candidate really installs the `onnxruntime` package.
+    found = set()
+    for dist in metadata.distributions():
+        name = str(dist.metadata["Name"] or "")
+        if not name.lower().replace("_", "-").startswith(("onnxruntime", "ort-nightly")):
+            continue
+        top_level = (dist.read_text("top_level.txt") or "").split()
+        if "onnxruntime" in top_level or any(str(f).startswith("onnxruntime/") for f in dist.files or ()):
+            found.add(name)
+    return tuple(sorted(found))
 
 
 def _onnxruntime_entries() -> Entries:

@@ -97,6 +97,10 @@ def _await(process: Any, receiver: multiprocessing.connection.Connection, began:
                 message = None
             break
         if not process.is_alive():
+            # The child may have answered and exited between poll() and here: drain before
+            # concluding it died without a result.
+            if receiver.poll(0):
+                continue
             break
     elapsed = time.monotonic() - began
     if message is None:

@@ -14,6 +14,7 @@ Choices that matter, each for a reason:
 from __future__ import annotations
 
 import datetime as dt
+import math
 import random
 import threading
 from collections.abc import Callable, Iterator
@@ -85,9 +86,13 @@ def trigger_for(settings: Settings, model: ModelConfig) -> BaseTrigger:
 
 
 def slot_of(settings: Settings, model: ModelConfig, at: float) -> int:
-    """The schedule slot a run at ``at`` (unix seconds) belongs to: the nearest fire time's index."""
+    """The schedule slot a run starting at ``at`` (unix seconds) belongs to: the last fire time's index.
+
+    APScheduler never fires early and its jitter only delays, so flooring tolerates a job that
+    starts up to a whole interval late (queued behind other checks) without taking the next slot.
+    """
     period = settings.schedule_for(model).interval or 60.0
-    return round((at - EPOCH.timestamp()) / period)
+    return math.floor((at - EPOCH.timestamp()) / period)
 
 
 def cron_trigger(expression: str, *, jitter: int | None = None, where: str = "schedule") -> CronTrigger:

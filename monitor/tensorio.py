@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import tokenize
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -141,22 +142,39 @@ def load_npz(
     arrays: dict[str, np.ndarray[Any, Any]] = {}
     try:
         archive = zipfile.ZipFile(source)
-    except (OSError, zipfile.BadZipFile) as exc:
+    except Exception as exc:  # zipfile raises many types on hostile input (ValueError, IndexError, ...)
         raise error(f"{path} cannot be opened as a zip archive: {exc}") from None
     with archive:
         for info in archive.infolist():
-            if info.is_dir():
+            if not info.filename or info.filename.endswith("/"):  # directories (ZipInfo.is_dir breaks on "")
                 continue
             key = info.filename.removesuffix(".npy")
             where = f"{path} key {key!r}"
             if not info.filename.endswith(".npy"):
                 raise error(f"{where}: member {info.filename!r} is not a .npy array")
+            _check_declared_size(info, where, error)
             try:
                 with archive.open(info) as member:
                     arrays[key] = read_npy_stream(member, info.file_size, where=where, error=error)
-            except (zipfile.BadZipFile, OSError, EOFError) as exc:
-                raise error(f"{where} is corrupt: {exc}") from None
+            except MonitorError:
+                raise
+            except Exception as exc:  # corrupt deflate data, bad extra fields, unknown compression
+                raise error(f"{where} is corrupt: {type(exc).__name__}: {exc}") from None
     return arrays
+
+
+# deflate cannot expand data by more than ~1032x: a member claiming more is forged
+_MAX_DEFLATE_RATIO = 1032
+
+
+def _check_declared_size(info: zipfile.ZipInfo, where: str, error: type[MonitorError]) -> None:
+    """Refuse a member whose declared size its compressed bytes cannot possibly hold."""
+    stored = info.compress_type == zipfile.ZIP_STORED
+    ceiling = info.compress_size if stored else info.compress_size * _MAX_DEFLATE_RATIO + 1024
+    if info.file_size > ceiling:
+        raise error(
+            f"{where} declares {info.file_size} byte(s) but holds {info.compress_size} compressed: forged or corrupt"
+        )
 
 
 def read_npy_stream(
@@ -185,15 +203,13 @@ def read_npy_stream(
             f"{where} is {state}: header declares shape {format_shape(shape)} {dtype.name}"
             f" = {expected_bytes} byte(s), file holds {found_bytes}"
         )
-    buffer = bytearray(expected_bytes)
-    view = memoryview(buffer)
-    filled = 0
-    while filled < expected_bytes:
-        chunk = fp.read(min(_CHUNK, expected_bytes - filled))
+    # Grow with the data actually read, never allocate what a (possibly forged) header declares.
+    buffer = bytearray()
+    while len(buffer) < expected_bytes:
+        chunk = fp.read(min(_CHUNK, expected_bytes - len(buffer)))
         if not chunk:
-            raise error(f"{where} is truncated: expected {expected_bytes} data byte(s), read {filled}")
-        view[filled : filled + len(chunk)] = chunk
-        filled += len(chunk)
+            raise error(f"{where} is truncated: expected {expected_bytes} data byte(s), read {len(buffer)}")
+        buffer += chunk
     array = np.frombuffer(buffer, dtype=dtype)
     return array.reshape(shape, order="F" if fortran_order else "C")
 
@@ -209,7 +225,7 @@ def _read_header(fp: ByteReader, where: str, error: type[MonitorError]) -> tuple
             raise error(f"{where} uses .npy format version {version}; expected 1.0 or 2.0")
     except MonitorError:
         raise
-    except (ValueError, TypeError, EOFError, SyntaxError, OSError) as exc:
+    except (ValueError, TypeError, EOFError, SyntaxError, OSError, tokenize.TokenError) as exc:
         raise error(f"{where} is not a valid .npy file: {exc}") from None
     return np.dtype(dtype), tuple(int(d) for d in shape), bool(fortran_order)
 
@@ -223,7 +239,13 @@ def format_shape(shape: Sequence[int | str]) -> str:
 def resolve_inside(root: Path, relative: str, *, what: str, error: type[MonitorError] = BenchsetError) -> Path:
     """``root / relative``, refusing absolute paths, ``..`` and symlinks that lead outside ``root``."""
     candidate = Path(relative)
-    if not relative or candidate.is_absolute() or relative.startswith(("/", "\\")) or ".." in candidate.parts:
+    if (
+        not relative
+        or "\x00" in relative
+        or candidate.is_absolute()
+        or relative.startswith(("/", "\\"))
+        or ".." in candidate.parts
+    ):
         raise error(f"{what}: path {relative!r} must be relative and stay inside {root}")
     base = root.resolve()
     resolved = (base / candidate).resolve()

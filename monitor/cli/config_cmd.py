@@ -22,9 +22,9 @@ def register(app: typer.Typer) -> None:
 
     @group.command("show")
     def show(config_file: str | None = ConfigOption) -> None:
-        """Print the effective config (file + ONNXMON_* overrides, paths resolved) as JSON."""
+        """Print the effective config (file + ONNXMON_* overrides, paths resolved) as JSON, secrets masked."""
         settings = config.load(config_file)
-        typer.echo(json.dumps(settings.model_dump(mode="json"), indent=2))
+        typer.echo(json.dumps(settings.redacted(), indent=2))
 
     @group.command("reference")
     def reference() -> None:

@@ -1,0 +1,155 @@
+"""The config file: every mistake is reported at start-up with its path, env overrides nest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from monitor import config
+from monitor.cli import main
+from monitor.errors import ConfigError
+
+MINIMAL: dict[str, Any] = {
+    "benchsets": [{"name": "b", "generate": {"model": "m.onnx", "count": 2}}],
+    "models": [{"name": "m", "path": "m.onnx", "benchset": "b"}],
+}
+
+
+def write(tmp_path: Path, data: Any) -> Path:
+    path = tmp_path / "onnxmon.yaml"
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def problems(tmp_path: Path, data: Any, environ: dict[str, str] | None = None) -> str:
+    with pytest.raises(ConfigError) as raised:
+        config.load(write(tmp_path, data), environ=environ or {})
+    return str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [(90, 90.0), ("90", 90.0), ("30s", 30.0), ("15m", 900.0), ("1h", 3600.0), ("7d", 604800.0), ("250ms", 0.25)],
+)
+def test_durations_read_as_seconds(text: Any, seconds: float) -> None:
+    assert config.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["-5s", "soon", "15 minutes", True, "1.5.2m"])
+def test_nonsense_durations_are_refused(text: Any) -> None:
+    with pytest.raises(ValueError):
+        config.parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"models": [{"name": "m", "path": "m.onnx", "benchset": "b", "tolerance": {"outputs": {"logits": {"atol": -1}}}}]},
+         "models[0].tolerance.outputs.logits.atol: must be >= 0"),
+        ({"models": [{"name": "m", "path": "m.onnx", "benchset": "nope"}]}, "uses benchset 'nope', which is not declared"),
+        ({"models": [{"name": "m", "path": "m.onnx", "benchset": "b", "repeats": 0}]}, "models[0].repeats: must be >= 1"),
+        ({"models": [{"name": "m", "path": "m.onnx", "benchset": "b", "tolerence": {}}]}, "models[0].tolerence: unknown key"),
+        ({"models": [{"name": "m", "path": "m.onnx", "benchset": "b", "providers": []}]}, "list at least one execution provider"),
+        ({"models": [{"name": "m", "path": "m.onnx", "benchset": "b", "providers": ["CUDA"]}]}, "models[0].providers[0].name"),
+        ({"models": [{"name": "m", "path": "m.onnx", "benchset": "b", "schedule": {"interval": "1m"}, "timeout": "5m"}]},
+         "timeout 300s must be shorter than its schedule interval 60s"),
+        ({"defaults": {"schedule": {"cron": "*/61 * * * *"}}}, "cron '*/61 * * * *' is invalid"),
+        ({"defaults": {"schedule": {"interval": "1m", "cron": "* * * * *"}}}, "set exactly one of 'interval' or 'cron'"),
+        ({"benchsets": [{"name": "b"}]}, "set exactly one source"),
+        ({"models": [{"name": "m", "path": "m.onnx", "benchset": "b"}, {"name": "m", "path": "x.onnx", "benchset": "b"}]},
+         "model name 'm' is used twice"),
+        ({"api": {"port": 70000}}, "api.port: must be <= 65535"),
+    ],
+)  # fmt: skip
+def test_every_config_mistake_is_reported_with_its_path(tmp_path: Path, change: dict[str, Any], expected: str) -> None:
+    assert expected in problems(tmp_path, MINIMAL | change)
+
+
+def test_all_problems_are_reported_at_once(tmp_path: Path) -> None:
+    bad = MINIMAL | {
+        "defaults": {"repeats": 0},
+        "models": [{"name": "m", "path": "m.onnx", "benchset": "b", "tolerance": {"default": {"rtol": -1}}}],
+    }
+    message = problems(tmp_path, bad)
+    assert "2 problem(s)" in message
+    assert "defaults.repeats" in message and "models[0].tolerance.default.rtol" in message
+
+
+def test_invalid_yaml_names_the_file_and_line(tmp_path: Path) -> None:
+    message = problems(tmp_path, "models: [\n  {name: m,\n")
+    assert "onnxmon.yaml" in message and "line" in message and "not valid YAML" in message
+
+
+def test_a_missing_config_file_says_how_to_point_at_one(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found .*-c PATH or set ONNXMON_CONFIG"):
+        config.load(tmp_path / "absent.yaml", environ={})
+
+
+def test_env_overrides_nest_with_double_underscores_and_index_lists(tmp_path: Path) -> None:
+    environ = {
+        "ONNXMON_STORE__URL": "postgresql+psycopg://db/onnxmon",
+        "ONNXMON_MODELS__0__REPEATS": "3",
+        "ONNXMON_MODELS__0__TOLERANCE__DEFAULT__ATOL": "1e-3",
+        "ONNXMON_DAEMON__AUTO_CAPTURE_BASELINE": "true",
+        "UNRELATED": "x",
+    }
+    settings = config.load(write(tmp_path, MINIMAL), environ=environ)
+    assert settings.store.url == "postgresql+psycopg://db/onnxmon"
+    assert settings.models[0].repeats == 3
+    assert settings.tolerance_for(settings.models[0], "any").atol == 1e-3
+    assert settings.daemon.auto_capture_baseline is True
+
+
+def test_an_env_override_into_a_missing_list_item_is_a_clear_error(tmp_path: Path) -> None:
+    message = problems(tmp_path, MINIMAL, {"ONNXMON_MODELS__5__REPEATS": "2"})
+    assert "ONNXMON_MODELS__5__REPEATS" in message and "not an index" in message
+
+
+def test_relative_paths_resolve_against_the_config_file_not_the_working_directory(
+    tmp_path: Path, workdir: Path
+) -> None:
+    nested = tmp_path / "conf"
+    nested.mkdir()
+    settings = config.load(write(nested, MINIMAL), environ={})
+    assert settings.models[0].path == nested / "m.onnx"
+    assert settings.store.baselines_dir == nested / "baselines"
+    assert settings.store.url == f"sqlite:///{nested / 'onnxmon.db'}"
+
+
+@pytest.mark.parametrize(
+    ("default", "model", "output", "expected"),
+    [
+        ({"atol": 1e-5, "rtol": 1e-4}, {}, {}, (1e-5, 1e-4, None)),
+        ({"atol": 1e-5, "rtol": 1e-4}, {"atol": 1e-3}, {}, (1e-3, 1e-4, None)),
+        ({"atol": 1e-5, "rtol": 1e-4}, {"atol": 1e-3}, {"rtol": 0.0, "cosine_min": 0.999}, (1e-3, 0.0, 0.999)),
+    ],
+)
+def test_tolerances_inherit_field_by_field(
+    tmp_path: Path, default: dict[str, Any], model: dict[str, Any], output: dict[str, Any], expected: tuple[Any, ...]
+) -> None:
+    data = MINIMAL | {
+        "defaults": {"tolerance": default},
+        "models": [
+            {"name": "m", "path": "m.onnx", "benchset": "b", "tolerance": {"default": model, "outputs": {"y": output}}}
+        ],
+    }
+    settings = config.load(write(tmp_path, data), environ={})
+    applied = settings.tolerance_for(settings.models[0], "y")
+    assert (applied.atol, applied.rtol, applied.cosine_min) == expected
+
+
+def test_config_validate_prints_every_problem_and_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, MINIMAL | {"defaults": {"repeats": 0}})
+    assert main(["config", "validate", "-c", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("onnxmon: error: ") and "defaults.repeats: must be >= 1" in err
+    assert "Traceback" not in err
+
+
+def test_config_validate_accepts_the_bundled_example(capsys: pytest.CaptureFixture[str]) -> None:
+    root = Path(__file__).resolve().parents[1]
+    assert main(["config", "validate", "-c", str(root / "onnxmon.yaml")]) == 0
+    assert "ok (1 model(s), 1 benchset(s))" in capsys.readouterr().out

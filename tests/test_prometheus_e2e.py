@@ -1,0 +1,320 @@
+"""End to end with a real Prometheus: `onnxmon serve` is scraped, the alert rules are evaluated,
+and every PromQL expression of the dashboard and of the rules returns data once faults are injected.
+
+Two models run every 3 s (timeout 2 s): ``drift`` (a deep MLP) and ``broken`` (a classifier).
+A real ``prometheus`` scrapes the daemon every second and evaluates an *unmodified* copy of
+``deploy/prometheus/alerts.yaml`` every second. No rule needs shortening: the alert the test waits
+for (``OnnxmonOutputOutOfTolerance``) has no ``for:``, and a 3 s interval falls in the rules' 5 m
+window band, which holds the test's runs. The alerts with ``for: 5m`` are checked as ``pending``.
+
+Faults injected after both models passed once:
+
+- ``drift`` is swapped for its fp16 variant (``convert_float_to_float16(keep_io_types=True)``):
+  verdict ``fail``, the output leaves its tolerance, ``OnnxmonOutputOutOfTolerance`` fires;
+- ``broken``'s model file is overwritten with bytes that are not ONNX: verdict ``error``
+  (``model_error``), ``OnnxmonRunErrors`` fires;
+- the config file is broken and the daemon gets SIGHUP: ``onnxmon_config_last_reload_successful``
+  turns 0, ``OnnxmonConfigReloadFailed`` is pending.
+
+Expressions that return data only while their condition holds are listed explicitly below:
+either the injected faults make the condition hold (``HOLDS_NOW``: queried as written), or no fault
+here can make it hold (``CONDITION_LESS``: queried with each comparison turned into ``op bool``,
+which keeps every series and proves both sides of the comparison match). A test fails when an
+expression with a comparison is in neither table, so no expression is skipped silently.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from onnxconverter_common import float16
+
+from monitor import capture
+from tests import modelzoo
+from tests.conftest import need_binary
+from tests.test_daemon import Served, free_port
+from tests.test_dashboard import RULES, PromQLExpr, promql_expressions
+from tests.workspace import Workspace
+
+pytestmark = [pytest.mark.slow, pytest.mark.prometheus]
+
+JOB = "onnxmon-e2e"  # matches the OnnxmonDown selector job=~".*onnxmon.*"
+INTERVAL_S = 3
+DRIFT, BROKEN = "drift", "broken"
+
+# Expressions with a condition that the injected faults make true: queried as written.
+HOLDS_NOW: dict[str, str] = {
+    "panel:Time since last success [A]": "both models passed before the faults (last success > 0)",
+    "panel:Failing runs by reason [A]": "drift fails (model_changed), broken errors (model_error)",
+    "record:onnxmon:output_failing_runs:recent": "the 3 s interval is in the `<= 60` band (5m window)",
+    "record:onnxmon:run_errors:recent": "the 3 s interval is in the `<= 60` band (5m window)",
+    "alert:OnnxmonOutputOutOfTolerance": "drift's output fails every run since the fp16 swap",
+    "alert:OnnxmonRunErrors": "broken ends in model_error every run since its file was overwritten",
+    "alert:OnnxmonConfigReloadFailed": "the SIGHUP reload of the broken config failed",
+}
+# Expressions whose condition no fault here can make true: queried with `op` -> `op bool`.
+CONDITION_LESS: dict[str, str] = {
+    "annotation:Environment changes": "the stack does not change while the daemon runs",
+    "annotation:Baseline promotions": "no baseline is promoted during the test",
+    "alert:OnnxmonChecksStale": "a stale model needs > 2 intervals without any run",
+    "alert:OnnxmonProviderFallback": "CPU only: the requested provider is always the effective one",
+    "alert:OnnxmonEnvironmentChanged": "the stack does not change while the daemon runs",
+    "alert:OnnxmonNondeterministic": "repeats: 1 never measures nondeterminism",
+    "alert:OnnxmonDown": "the daemon is up and scraped (its `absent()` side needs no target at all)",
+}
+_COMPARISON = re.compile(r" (==|!=|>=|<=|>|<) (?!bool\b)")
+
+
+def key(expr: PromQLExpr) -> str:
+    return f"{expr.kind}:{expr.name}"
+
+
+def is_conditional(expr: str) -> bool:
+    """True when ``expr`` filters with a comparison, so it may return nothing while healthy."""
+    return bool(_COMPARISON.search(expr))
+
+
+def condition_less(expr: str) -> str:
+    """``expr`` with every comparison ``a op b`` written ``a op bool b``: 0/1 values, no series dropped."""
+    return _COMPARISON.sub(lambda m: f" {m.group(1)} bool ", expr)
+
+
+# --------------------------------------------------------------------------- the real Prometheus
+
+
+class Prometheus:
+    """A real ``prometheus`` scraping one onnxmon target every second with ``rule_files``."""
+
+    def __init__(self, binary: str, root: Path, target_port: int) -> None:
+        self.port = free_port()
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.copy(RULES, root / "alerts.yaml")  # the unmodified rule file
+        config = {
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+            "rule_files": ["alerts.yaml"],
+            "scrape_configs": [{"job_name": JOB, "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}]}],
+        }
+        (root / "prometheus.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
+        self.log = (root / "prometheus.log").open("w")
+        self.process = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={root / 'prometheus.yml'}",
+                f"--storage.tsdb.path={root / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--web.enable-lifecycle",
+            ],
+            cwd=root,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        wait_until(lambda: self._get("/-/ready") is not None, "prometheus to be ready", self.process)
+
+    def _get(self, path: str) -> Any:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as response:
+                body = response.read().decode()
+        except OSError:
+            return None
+        return json.loads(body) if path.startswith("/api/") else body
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        """The instant vector of ``expr`` now (``/api/v1/query``); fails on a PromQL error."""
+        answer = self._get("/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+        assert answer is not None and answer["status"] == "success", f"{expr!r}: {answer}"
+        assert answer["data"]["resultType"] == "vector", expr
+        result: list[dict[str, Any]] = answer["data"]["result"]
+        return result
+
+    def value(self, expr: str) -> float | None:
+        """The single value of ``expr``, None while it has no data."""
+        result = self.query(expr)
+        assert len(result) <= 1, f"{expr!r} has {len(result)} series"
+        return float(result[0]["value"][1]) if result else None
+
+    def alerts(self) -> list[dict[str, Any]]:
+        answer = self._get("/api/v1/alerts")
+        assert answer is not None and answer["status"] == "success"
+        found: list[dict[str, Any]] = answer["data"]["alerts"]
+        return found
+
+    def alert_state(self, name: str, **labels: str) -> str | None:
+        for alert in self.alerts():
+            if alert["labels"]["alertname"] == name and labels.items() <= alert["labels"].items():
+                return str(alert["state"])
+        return None
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self.log.close()
+
+
+def wait_until(condition: Callable[[], bool], what: str, process: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"process exited ({process.returncode}) while waiting for {what}")
+        if condition():
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def replace_atomically(path: Path, content: bytes) -> None:
+    """Swap a model file in one rename, so a check never reads it half written."""
+    staged = path.with_suffix(".staged")
+    staged.write_bytes(content)
+    os.replace(staged, path)
+
+
+# --------------------------------------------------------------------------- the scenario
+
+
+class Scenario:
+    """A daemon and a Prometheus scraping it; faults are injected after both models passed."""
+
+    def __init__(self, ws: Workspace, prometheus_binary: str) -> None:
+        self.ws = ws
+        timeout, interval = f"{INTERVAL_S - 1}s", f"{INTERVAL_S}s"
+        self.healthy_drift_model = modelzoo.deep_mlp(layers=8)
+        ws.add_model(DRIFT, self.healthy_drift_model, count=2, timeout=timeout, schedule={"interval": interval})
+        ws.add_model(BROKEN, modelzoo.classifier(), count=2, timeout=timeout, schedule={"interval": interval})
+        ws.extra["daemon"] = {"startup_spread": 0}
+        settings = ws.settings()
+        for model in (DRIFT, BROKEN):
+            capture.capture_baseline(settings, model)
+        self.daemon = Served(ws, free_port())
+        self.prometheus = Prometheus(prometheus_binary, ws.root / "prometheus", self.daemon.port)
+        self.faults_injected = False
+
+    def wait(self, condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+        wait_until(condition, what, self.prometheus.process, timeout)
+        assert self.daemon.process.poll() is None, f"the daemon exited while waiting for {what}"
+
+    def value(self, expr: str) -> float | None:
+        return self.prometheus.value(expr)
+
+    def passed_once(self) -> None:
+        """Wait until both models' first runs passed, as Prometheus sees them."""
+        self.wait(
+            lambda: len(self.prometheus.query(f'onnxmon_last_run_success{{job="{JOB}"}} == 1')) == 2,
+            "both models' first passing runs in Prometheus",
+        )
+
+    def with_faults(self) -> None:
+        """Inject the three faults once (after the first passing runs) and wait until both alerts fire."""
+        if not self.faults_injected:
+            self.passed_once()
+            fp16 = float16.convert_float_to_float16(self.healthy_drift_model, keep_io_types=True)
+            replace_atomically(self.ws.root / "models" / f"{DRIFT}.onnx", fp16.SerializeToString())
+            replace_atomically(self.ws.root / "models" / f"{BROKEN}.onnx", b"this is not an ONNX model")
+            self.ws.config_file.write_text(self.ws.config_file.read_text() + "\nmodels: [this is: not: valid\n")
+            self.daemon.process.send_signal(signal.SIGHUP)
+            self.faults_injected = True
+        for alert, labels in (
+            ("OnnxmonOutputOutOfTolerance", {"model": DRIFT, "output": "y"}),
+            ("OnnxmonRunErrors", {"model": BROKEN}),
+        ):
+            self.wait(partial(self.alert_is, alert, "firing", **labels), f"{alert} to fire for {labels}")
+
+    def alert_is(self, name: str, state: str, **labels: str) -> bool:
+        return self.prometheus.alert_state(name, **labels) == state
+
+    def stop(self) -> int:
+        self.prometheus.stop()
+        return self.daemon.stop()
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
+    binary = need_binary("prometheus", "prometheus")
+    ws = Workspace(tmp_path_factory.mktemp("e2e"))
+    running = Scenario(ws, binary)
+    try:
+        yield running
+    finally:
+        assert running.stop() == 0, "the daemon did not exit 0 on SIGTERM"
+
+
+# The tests below run in file order on one scenario: healthy first, then the faults.
+
+
+def test_before_the_faults_both_models_pass_with_zero_deviation(scenario: Scenario) -> None:
+    assert not scenario.faults_injected, "this test must run before the fault tests (file order)"
+    scenario.passed_once()
+    assert scenario.prometheus.value(f'up{{job="{JOB}"}}') == 1
+    assert scenario.value(f'onnxmon_output_max_abs_error{{job="{JOB}", model="{DRIFT}", output="y"}}') == 0
+    assert scenario.value(f'onnxmon_output_out_of_tolerance_total{{job="{JOB}", model="{DRIFT}", output="y"}}') == 0
+    assert scenario.value(f'onnxmon_config_last_reload_successful{{job="{JOB}"}}') == 1
+    assert scenario.prometheus.alert_state("OnnxmonOutputOutOfTolerance") is None
+
+
+def test_fp16_conversion_moves_the_drift_series_and_fires_the_out_of_tolerance_alert(scenario: Scenario) -> None:
+    scenario.with_faults()
+    drift = f'job="{JOB}", model="{DRIFT}"'
+    assert scenario.prometheus.alert_state("OnnxmonOutputOutOfTolerance", model=DRIFT, output="y") == "firing"
+    assert (scenario.value(f'onnxmon_output_max_abs_error{{{drift}, output="y"}}') or 0) > 0
+    assert (scenario.value(f'onnxmon_output_rms_error{{{drift}, output="y"}}') or 0) > 0
+    assert (scenario.value(f'onnxmon_output_mismatch_ratio{{{drift}, output="y"}}') or 0) > 0
+    assert scenario.value(f"onnxmon_last_run_success{{{drift}}}") == 0
+    assert scenario.value(f'onnxmon_last_run_verdict{{{drift}, verdict="fail"}}') == 1
+    assert (scenario.value(f'onnxmon_output_out_of_tolerance_total{{{drift}, output="y"}}') or 0) >= 2
+    assert (scenario.value(f'onnxmon_run_failures_total{{{drift}, reason="model_changed"}}') or 0) >= 2
+
+
+def test_error_ratio_shows_the_drift_past_the_tolerance_line(scenario: Scenario) -> None:
+    scenario.with_faults()
+    ratio = scenario.value(f'onnxmon_output_error_ratio{{job="{JOB}", model="{DRIFT}", output="y"}}')
+    assert ratio is not None and ratio > 1
+
+
+def test_a_broken_model_file_fires_run_errors_and_a_broken_config_leaves_reload_failed_pending(
+    scenario: Scenario,
+) -> None:
+    scenario.with_faults()
+    assert scenario.prometheus.alert_state("OnnxmonRunErrors", model=BROKEN) == "firing"
+    broken = f'job="{JOB}", model="{BROKEN}"'
+    assert scenario.value(f'onnxmon_last_run_verdict{{{broken}, verdict="error"}}') == 1
+    assert (scenario.value(f'onnxmon_run_failures_total{{{broken}, reason="model_error"}}') or 0) >= 2
+    assert scenario.value(f'onnxmon_config_last_reload_successful{{job="{JOB}"}}') == 0
+    assert scenario.prometheus.alert_state("OnnxmonConfigReloadFailed") == "pending", "it has `for: 5m`"
+
+
+def test_every_conditional_expression_is_listed_with_how_it_is_checked() -> None:
+    expressions = {key(e): e.expr for e in promql_expressions(substituted=True)}
+    conditional = {name for name, expr in expressions.items() if is_conditional(expr)}
+    assert conditional == set(HOLDS_NOW) | set(CONDITION_LESS), "list each conditional expression in one table"
+    assert not set(HOLDS_NOW) & set(CONDITION_LESS)
+    for name in CONDITION_LESS:
+        assert condition_less(expressions[name]) != expressions[name]
+
+
+@pytest.mark.parametrize("expr", promql_expressions(substituted=True), ids=key)
+def test_every_dashboard_and_rule_expression_returns_data(scenario: Scenario, expr: PromQLExpr) -> None:
+    scenario.with_faults()
+    query = condition_less(expr.expr) if key(expr) in CONDITION_LESS else expr.expr
+    result = scenario.prometheus.query(query)
+    assert result, f"{key(expr)} returned no data: {query}"
+    models = {series["metric"]["model"] for series in result if "model" in series["metric"]}
+    if expr.kind != "alert" and models:  # a dashboard row or a recording rule shows every configured model
+        assert models == {DRIFT, BROKEN}, f"{key(expr)} shows models {sorted(models)}"
