@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+import prometheus_client
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -191,6 +192,8 @@ def install(
     ``metrics.registry`` afterwards.
     """
     registry = registry if registry is not None else CollectorRegistry()
+    # `<name>_created` doubles every counter/histogram child and nothing reads it (process-wide switch).
+    prometheus_client.disable_created_metrics()
     metrics = Metrics(registry, store=store, node=node, clock=clock, startup_environment=startup_environment)
     metrics.declare(settings)
     registry.register(StoreCollector(metrics, store))
