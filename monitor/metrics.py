@@ -39,7 +39,7 @@ from monitor.store import RunRecord, Store
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
-DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+DURATION_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
 VERDICTS = tuple(v.value for v in Verdict)
 _REASONS = tuple(sorted(REASON_CODES))
 

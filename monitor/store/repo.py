@@ -44,6 +44,7 @@ class Store:
 
     def __init__(self, url: str, *, echo: bool = False) -> None:
         self.url = url
+        self._latest_cache: dict[int, RunRecord] = {}
         # A database that accepts connections but never answers must not hang a write forever.
         connect_args = {"connect_timeout": 10} if url.startswith("postgresql") else {}
         self.engine: Engine = create_engine(
@@ -284,9 +285,15 @@ class Store:
             return queries.run(session, run_id)
 
     def latest_per_model(self) -> list[RunRecord]:
-        """The newest run of every model on every node, with outputs; one query (for ``/metrics``)."""
+        """The newest run of every model on every node, with outputs (read at every ``/metrics`` scrape).
+
+        Runs are immutable, so the records of runs already read are kept (bounded) and only
+        runs newer than the last call are loaded.
+        """
         with self._session() as session:
-            return queries.latest_per_model(session)
+            records = queries.latest_per_model(session, self._latest_cache)
+        self._latest_cache = {r.id: r for r in records}
+        return records
 
     def events(
         self, *, model: str | None = None, since: datetime | None = None, kind: str | None = None, limit: int = 500
