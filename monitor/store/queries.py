@@ -123,7 +123,7 @@ def latest_per_model(session: Session, known: Mapping[int, RunRecord] | None = N
         loaded = {run_id: convert.run_record(r, name, tuple(outs)) for run_id, (r, name, outs) in grouped.items()}
     records = []
     for run_id, _, _ in pointers:
-        record = known.get(run_id) or loaded.get(run_id)
+        record = known[run_id] if run_id in known else loaded.get(run_id)  # records are falsy when failing
         if record is not None:
             records.append(record)
     return records
