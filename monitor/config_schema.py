@@ -277,6 +277,9 @@ class DaemonConfig(StrictModel):
     baseline_scope: Literal["shared", "pool", "node"] = Field(
         default="shared", description="Baselines shared by all nodes, per GPU model (pool), or per node."
     )
+    pool: str | None = Field(
+        default=None, description="Pool name for baseline_scope 'pool' (default: the GPU model, else 'cpu')."
+    )
     auto_capture_baseline: bool = Field(
         default=False, description="Capture a first baseline for a model that has none (never replaces one)."
     )

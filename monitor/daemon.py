@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from monitor import baselines, config, isolate, scheduler, worker
+from monitor import baselines, config, isolate, scheduler, scope, worker
 from monitor.errors import MonitorError
 from monitor.results import CheckResult, Verdict, error_result
 from monitor.sinks import Sink
@@ -225,7 +225,7 @@ class Daemon:
         try:
             if self.config_path is None:
                 raise MonitorError("no config file to reload from")
-            fresh = config.load(self.config_path)
+            fresh = scope.apply(config.load(self.config_path))
             scheduler.install_jobs(
                 self._scheduler, fresh, self.scheduled_check, first_run_within=fresh.daemon.startup_spread
             )

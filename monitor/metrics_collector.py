@@ -193,7 +193,7 @@ def install(
     """
     registry = registry if registry is not None else CollectorRegistry()
     # `<name>_created` doubles every counter/histogram child and nothing reads it (process-wide switch).
-    prometheus_client.disable_created_metrics()
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
     metrics = Metrics(registry, store=store, node=node, clock=clock, startup_environment=startup_environment)
     metrics.declare(settings)
     registry.register(StoreCollector(metrics, store))

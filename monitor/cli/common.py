@@ -26,7 +26,10 @@ def console() -> Console:
 
 
 def settings(path: str | None) -> config.Settings:
-    return config.load(path)
+    """The config, with baselines scoped to this node or pool (``daemon.baseline_scope``)."""
+    from monitor import scope
+
+    return scope.apply(config.load(path))
 
 
 def open_store(settings: config.Settings) -> Store:
