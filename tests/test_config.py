@@ -44,23 +44,27 @@ def test_nonsense_durations_are_refused(text: Any) -> None:
         config.parse_duration(text)
 
 
+def models(*extra: dict[str, Any]) -> dict[str, Any]:
+    """``{"models": [...]}`` with model ``m`` (path m.onnx, benchset b) updated by each ``extra``."""
+    return {"models": [{"name": "m", "path": "m.onnx", "benchset": "b"} | e for e in extra]}
+
+
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        ({"models": [{"name": "m", "path": "m.onnx", "benchset": "b", "tolerance": {"outputs": {"logits": {"atol": -1}}}}]},
+        (models({"tolerance": {"outputs": {"logits": {"atol": -1}}}}),
          "models[0].tolerance.outputs.logits.atol: must be >= 0"),
-        ({"models": [{"name": "m", "path": "m.onnx", "benchset": "nope"}]}, "uses benchset 'nope', which is not declared"),
-        ({"models": [{"name": "m", "path": "m.onnx", "benchset": "b", "repeats": 0}]}, "models[0].repeats: must be >= 1"),
-        ({"models": [{"name": "m", "path": "m.onnx", "benchset": "b", "tolerence": {}}]}, "models[0].tolerence: unknown key"),
-        ({"models": [{"name": "m", "path": "m.onnx", "benchset": "b", "providers": []}]}, "list at least one execution provider"),
-        ({"models": [{"name": "m", "path": "m.onnx", "benchset": "b", "providers": ["CUDA"]}]}, "models[0].providers[0].name"),
-        ({"models": [{"name": "m", "path": "m.onnx", "benchset": "b", "schedule": {"interval": "1m"}, "timeout": "5m"}]},
+        (models({"benchset": "nope"}), "uses benchset 'nope', which is not declared"),
+        (models({"repeats": 0}), "models[0].repeats: must be >= 1"),
+        (models({"tolerence": {}}), "models[0].tolerence: unknown key"),
+        (models({"providers": []}), "list at least one execution provider"),
+        (models({"providers": ["CUDA"]}), "models[0].providers[0].name"),
+        (models({"schedule": {"interval": "1m"}, "timeout": "5m"}),
          "timeout 300s must be shorter than its schedule interval 60s"),
         ({"defaults": {"schedule": {"cron": "*/61 * * * *"}}}, "cron '*/61 * * * *' is invalid"),
-        ({"defaults": {"schedule": {"interval": "1m", "cron": "* * * * *"}}}, "set exactly one of 'interval' or 'cron'"),
+        ({"defaults": {"schedule": {"interval": "1m", "cron": "* * * * *"}}}, "exactly one of 'interval' or 'cron'"),
         ({"benchsets": [{"name": "b"}]}, "set exactly one source"),
-        ({"models": [{"name": "m", "path": "m.onnx", "benchset": "b"}, {"name": "m", "path": "x.onnx", "benchset": "b"}]},
-         "model name 'm' is used twice"),
+        (models({}, {"path": "x.onnx"}), "model name 'm' is used twice"),
         ({"api": {"port": 70000}}, "api.port: must be <= 65535"),
     ],
 )  # fmt: skip
@@ -84,7 +88,7 @@ def test_invalid_yaml_names_the_file_and_line(tmp_path: Path) -> None:
 
 
 def test_a_missing_config_file_says_how_to_point_at_one(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="not found .*-c PATH or set ONNXMON_CONFIG"):
+    with pytest.raises(ConfigError, match=r"not found .*-c PATH or set ONNXMON_CONFIG"):
         config.load(tmp_path / "absent.yaml", environ={})
 
 

@@ -77,12 +77,12 @@ def test_two_replicas_writing_at_once_lose_no_run_and_keep_events_consistent(
     with database(backend, tmp_path, request) as url:
         written: dict[int, list[int]] = {0: [], 1: []}
         failures: list[BaseException] = []
-        start = threading.Barrier(2)
+        each_round = threading.Barrier(2, timeout=60)
 
         def replica(number: int) -> None:
             with Store(url) as store:
-                start.wait()
                 for index, verdict in enumerate(verdicts()):
+                    each_round.wait()  # both replicas race for every single write
                     try:
                         written[number].append(store.record_run(result(index, verdict, number)))
                     except Exception as exc:  # collected: the assertion below names every lost write

@@ -447,7 +447,7 @@ def test_an_npz_member_lying_about_its_size_is_refused_without_allocating_it() -
     data = forged_npz(2**24)  # claims 128 MiB in a ~300-byte archive
     tracemalloc.start()
     try:
-        with pytest.raises(BenchsetError, match="truncated|forged or corrupt"):
+        with pytest.raises(BenchsetError, match=r"truncated|forged or corrupt"):
             tensorio.load_npz(io.BytesIO(data), label="forged.npz")
         peak = tracemalloc.get_traced_memory()[1]
     finally:

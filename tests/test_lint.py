@@ -10,6 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+SCRIPTS = ("gpu-check", "fetch-helm", "ort-venv", "sync-chart-files")
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -19,7 +20,17 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     "command",
     [
-        ("ruff", "check", "monitor", "tests", "bench", "examples", "scripts/gpu-check", "scripts/fetch-helm", "scripts/ort-venv"),
+        (
+            "ruff",
+            "check",
+            "monitor",
+            "tests",
+            "bench",
+            "examples",
+            "scripts/gpu-check",
+            "scripts/fetch-helm",
+            "scripts/ort-venv",
+        ),
         ("ruff", "format", "--check", "monitor", "tests", "bench", "examples"),
         ("mypy", "monitor"),
     ],
