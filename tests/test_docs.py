@@ -107,3 +107,19 @@ def test_the_readme_walkthrough_runs_command_by_command(tmp_path: Path) -> None:
             timeout=300,
         )
         assert result.returncode == expected, f"{command}\n{result.stdout}\n{result.stderr}"
+
+
+def test_every_documented_metric_and_alert_is_in_the_readme() -> None:
+    import yaml
+
+    metrics_doc = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
+    names = set(re.findall(r"^\| `(onnxmon_[a-z_]+)`", metrics_doc, re.M))
+    section = README[README.index("## The daemon, metrics and alerts") : README.index("## Deploy on Kubernetes")]
+    for name in sorted(names):
+        # grouped rows abbreviate a shared prefix: `onnxmon_output_max_abs_error`, `_rms_error`, ...
+        parts = name.split("_")
+        suffixes = {"_" + "_".join(parts[k:]) for k in range(2, len(parts))}
+        assert name in section or any(f"`{x}`" in section for x in suffixes), f"{name} is not in the README"
+    rules = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yaml").read_text(encoding="utf-8"))
+    for rule in (r for g in rules["groups"] for r in g["rules"] if "alert" in r):
+        assert f"[{rule['alert']}](docs/runbook.md#{rule['alert'].lower()})" in section
