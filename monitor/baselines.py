@@ -64,6 +64,21 @@ class BaselineMeta:
         value = self.environment.get("fingerprint")
         return str(value) if value else None
 
+    def store_record(self, *, path: Path | str | None, active: bool) -> dict[str, Any]:
+        """The metadata the history store mirrors (``Store.record_baseline``); tensors stay on disk."""
+        return {
+            "baseline_id": self.id,
+            "model": self.model,
+            "created_at": self.created_at,
+            "source": self.source,
+            "model_sha256": self.model_sha256,
+            "benchset": self.benchset,
+            "benchset_sha256": self.benchset_sha256,
+            "environment": dict(self.environment) or None,
+            "path": str(path) if path is not None else None,
+            "active": active,
+        }
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,

@@ -192,20 +192,8 @@ class Daemon:
 
     def _record_captured(self, meta: dict[str, Any]) -> None:
         try:
-            self.store.record_baseline(
-                {
-                    "baseline_id": meta["id"],
-                    "model": meta["model"],
-                    "created_at": meta["created_at"],
-                    "source": meta["source"],
-                    "model_sha256": meta["model_sha256"],
-                    "benchset": meta.get("benchset"),
-                    "benchset_sha256": meta.get("benchset_sha256"),
-                    "environment": meta.get("environment") or None,
-                    "path": meta.get("path"),
-                    "active": meta.get("active", False),
-                }
-            )
+            record = baselines.BaselineMeta.from_dict(meta, where=f"auto-captured baseline {meta.get('id')}")
+            self.store.record_baseline(record.store_record(path=meta.get("path"), active=bool(meta.get("active"))))
             if meta.get("active"):
                 self.store.record_promotion(meta["model"], meta["id"], by="auto-capture (first baseline)")
                 self.metrics.baseline_promoted(meta["model"], meta["id"])

@@ -211,3 +211,18 @@ def test_sighup_with_a_broken_config_keeps_serving_the_old_one(ws: Workspace) ->
         )
     finally:
         assert served.stop() == 0
+
+
+def test_the_daemon_records_an_auto_captured_first_baseline_in_the_history(ws: Workspace) -> None:
+    ws.add_model("clf", modelzoo.classifier(), count=2)
+    ws.extra["daemon"] = {"auto_capture_baseline": True, "startup_spread": 0}
+    settings = ws.settings()
+    with Store(settings.store.url) as store:
+        store.upgrade()
+        daemon = Daemon(settings, store=store)
+        first = daemon.run_now("clf")
+        assert first.reasons[0].code == "no_baseline"
+        (recorded,) = store.baseline_history("clf")
+        assert recorded.source == "captured" and recorded.is_active and recorded.active_from is not None
+        assert daemon.run_now("clf").verdict is Verdict.PASS
+        daemon.stop()

@@ -137,20 +137,8 @@ def _record(settings: Settings, baseline: baselines.Baseline, store: object | No
     """Mirror the baseline into the store so history and the API can see it."""
     db = store or common.open_store(settings)
     meta = baseline.meta
-    db.record_baseline(  # type: ignore[attr-defined]
-        {
-            "baseline_id": meta.id,
-            "model": meta.model,
-            "created_at": meta.created_at,
-            "source": meta.source,
-            "model_sha256": meta.model_sha256,
-            "benchset": meta.benchset,
-            "benchset_sha256": meta.benchset_sha256,
-            "environment": dict(meta.environment) or None,
-            "path": str(baseline.directory),
-            "active": baselines.active_id(settings.store.baselines_dir, meta.model) == meta.id,
-        }
-    )
+    active = baselines.active_id(settings.store.baselines_dir, meta.model) == meta.id
+    db.record_baseline(meta.store_record(path=baseline.directory, active=active))  # type: ignore[attr-defined]
 
 
 class _Quiet:
