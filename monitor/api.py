@@ -134,10 +134,23 @@ def _health_routes(app: FastAPI, handle: DaemonHandle) -> None:
 
 def _read_routes(app: FastAPI, handle: DaemonHandle) -> None:
     @app.get("/api/v1/models", tags=["history"])
-    def models() -> list[out.ModelSummary]:
-        """Every configured model with its last verdict, last run time and active baseline."""
+    def models(node: Annotated[str | None, Query(max_length=253)] = None) -> list[out.ModelSummary]:
+        """Every configured model with its last verdict (overall, or on ``node``), per-node status, active baseline."""
         settings = handle.settings
-        latest = pick_latest(handle.store.latest_per_model(), None)
+        records = handle.store.latest_per_model()
+        if node is not None:
+            records = [r for r in records if r.node == node]
+        latest = pick_latest(records, None)
+        per_node: dict[str, list[out.NodeStatus]] = {}
+        for record in records:
+            per_node.setdefault(record.model, []).append(
+                out.NodeStatus(
+                    node=record.node,
+                    last_run_id=record.id,
+                    last_run_at=record.finished_at,
+                    last_verdict=record.verdict.value,
+                )
+            )
         summaries = []
         for model in settings.models:
             last = latest.get(model.name)
@@ -151,6 +164,7 @@ def _read_routes(app: FastAPI, handle: DaemonHandle) -> None:
                     last_run_at=last.finished_at if last is not None else None,
                     last_verdict=last.verdict.value if last is not None else None,
                     last_node=last.node if last is not None else None,
+                    nodes=per_node.get(model.name, []),
                 )
             )
         return summaries
@@ -213,9 +227,11 @@ def _read_routes(app: FastAPI, handle: DaemonHandle) -> None:
         model: Annotated[str | None, Query(pattern=NAME, max_length=200)] = None,
         since: Since = None,
         limit: Limit = 100,
+        node: Annotated[str | None, Query(max_length=253)] = None,
     ) -> list[out.EventOut]:
         """State changes (verdict, environment, model, baselines, provider fallback), newest first."""
-        return [out.EventOut.of(e) for e in handle.store.events(model=model, since=_utc(since), limit=limit)]
+        found = handle.store.events(model=model, since=_utc(since), node=node, limit=limit)
+        return [out.EventOut.of(e) for e in found]
 
 
 # --- writes --------------------------------------------------------------------------------------

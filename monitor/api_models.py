@@ -79,8 +79,17 @@ class ReasonOut(_Out):
         return cls(code=reason.code, detail=reason.detail, output=reason.output)
 
 
+class NodeStatus(_Out):
+    """Where a model stands on one node (daemonset mode runs it on every GPU node)."""
+
+    node: str | None
+    last_run_id: int
+    last_run_at: datetime
+    last_verdict: VerdictName
+
+
 class ModelSummary(_Out):
-    """A configured model and where it stands."""
+    """A configured model and where it stands: the newest run anywhere, and the newest per node."""
 
     name: str
     benchset: str
@@ -90,6 +99,7 @@ class ModelSummary(_Out):
     last_run_at: datetime | None
     last_verdict: VerdictName | None
     last_node: str | None
+    nodes: list[NodeStatus] = []
 
 
 class RunSummary(_Out):

@@ -183,7 +183,12 @@ def test_two_daemonset_nodes_keep_their_own_history_and_either_api_shows_both(ws
                 seen[replica.pod] = {
                     query: replica.get(f"/api/v1/models/clf/runs?limit=500{query}")
                     for query in ("", "&node=node-a", "&node=node-b")
-                } | {"events": replica.get("/api/v1/events?model=drifted")}
+                } | {
+                    "events": replica.get("/api/v1/events?model=drifted"),
+                    "events-b": replica.get("/api/v1/events?model=drifted&node=node-b"),
+                    "models": replica.get("/api/v1/models"),
+                    "models-a": replica.get("/api/v1/models?node=node-a"),
+                }
             return True
 
         codes = run_side_by_side(replicas, three_runs_each, "3 runs of each model on each node", timeout=60)
@@ -220,6 +225,13 @@ def test_two_daemonset_nodes_keep_their_own_history_and_either_api_shows_both(ws
         status, body = answers["events"]
         assert status == 200, body
         assert sorted(e["node"] for e in body if e["kind"] == "verdict_changed") == ["node-a", "node-b"]
+        status, body = answers["events-b"]
+        assert status == 200 and body and {e["node"] for e in body} == {"node-b"}, f"{pod}: events ?node="
+        status, body = answers["models"]
+        drifted = next(m for m in body if m["name"] == "drifted")
+        assert {(n["node"], n["last_verdict"]) for n in drifted["nodes"]} == {("node-a", "fail"), ("node-b", "fail")}
+        status, body = answers["models-a"]
+        assert status == 200 and {n["node"] for m in body for n in m["nodes"]} == {"node-a"}, f"{pod}: models ?node="
 
 
 # --- sharded: every model runs exactly once per interval across the replicas ---------------------

@@ -135,11 +135,14 @@ def events(
     model: str | None = None,
     since: datetime | None = None,
     kind: str | None = None,
+    node: str | None = None,
     limit: int = 500,
 ) -> list[EventRecord]:
     stmt = select(s.Event, s.Model.name).join(s.Model, s.Model.id == s.Event.model_id)
     if model is not None:
         stmt = stmt.where(s.Model.name == model)
+    if node is not None:
+        stmt = stmt.where(s.Event.node == node)
     if since is not None:
         stmt = stmt.where(s.Event.at >= since)
     if kind is not None:

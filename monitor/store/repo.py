@@ -296,11 +296,17 @@ class Store:
         return records
 
     def events(
-        self, *, model: str | None = None, since: datetime | None = None, kind: str | None = None, limit: int = 500
+        self,
+        *,
+        model: str | None = None,
+        since: datetime | None = None,
+        kind: str | None = None,
+        node: str | None = None,
+        limit: int = 500,
     ) -> list[EventRecord]:
-        """Events, newest first."""
+        """Events, newest first (``node``: only that node's; ``""`` is a run without a node)."""
         with self._session() as session:
-            return queries.events(session, model=model, since=since, kind=kind, limit=limit)
+            return queries.events(session, model=model, since=since, kind=kind, node=node, limit=limit)
 
     def baseline_history(self, model: str) -> list[BaselineRecord]:
         """Every baseline of ``model``, oldest first: provenance, environment, whether active."""
