@@ -17,14 +17,13 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event, make_url, select, text, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Engine, create_engine, event, make_url, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from monitor.errors import BaselineError
 from monitor.results import CheckResult
-from monitor.store import convert, leases, queries, retention
+from monitor.store import convert, leases, queries, retention, writes
 from monitor.store import events as transitions
 from monitor.store import schema as s
 from monitor.store.records import (
@@ -118,11 +117,11 @@ class Store:
         pod = pod or _lookup(result.environment, "pod")
         at = convert.utc(result.started_at)
         with self._session() as session:
-            model_id = self._model_id(session, result.model, at, result.model_sha256)
+            model_id = writes.model_id(session, result.model, at, result.model_sha256)
             current = transitions.state_of(result)
             if current.environment_fingerprint:
-                self._touch_environment(session, current.environment_fingerprint, result.environment, at)
-            previous = self._previous_state(session, model_id, node or "")
+                writes.touch_environment(session, current.environment_fingerprint, result.environment, at)
+            previous = writes.previous_state(session, model_id, node or "")
             run = convert.run_row(result, model_id, node, pod)
             session.add(run)
             session.flush()
@@ -140,7 +139,7 @@ class Store:
                         detail=dict(draft.detail),
                     )
                 )
-            self._point_latest(session, model_id, node or "", run.id)
+            writes.point_latest(session, model_id, node or "", run.id)
             return run.id
 
     def record_baseline(self, meta: Mapping[str, Any]) -> None:
@@ -161,12 +160,12 @@ class Store:
         environment = meta.get("environment") or {}
         fingerprint = str(environment["fingerprint"]) if environment.get("fingerprint") else None
         with self._session() as session:
-            model_id = self._model_id(session, str(meta["model"]), created, None)
+            model_id = writes.model_id(session, str(meta["model"]), created, None)
             if fingerprint:
-                self._touch_environment(session, fingerprint, environment, created)
+                writes.touch_environment(session, fingerprint, environment, created)
             benchset_id = None
             if meta.get("benchset") and meta.get("benchset_sha256"):
-                benchset_id = self._benchset_id(
+                benchset_id = writes.benchset_id(
                     session, str(meta["benchset"]), str(meta["benchset_sha256"]), meta.get("benchset_version"), created
                 )
             run_id = meta.get("run_id")
@@ -204,7 +203,7 @@ class Store:
             if meta.get("active") and not row.is_active:  # mirror a baseline already active on disk
                 by = str(meta.get("promoted_by") or "baselines directory")
                 when = convert.parse_when(meta["promoted_at"], "promoted_at") if meta.get("promoted_at") else created
-                _promote(session, row, by, when)
+                writes.promote(session, row, by, when)
 
     def record_promotion(self, model: str, baseline_id: str, by: str, *, at: datetime | None = None) -> None:
         """Make ``baseline_id`` the active baseline of ``model`` and write ``baseline_promoted``.
@@ -222,7 +221,7 @@ class Store:
                     f"baseline '{baseline_id}' of model '{model}' is not recorded in the store; record it first"
                 )
             if not row.is_active:  # promoting the active baseline again changes nothing
-                _promote(session, row, by, at)
+                writes.promote(session, row, by, at)
 
     def claim(self, model: str, slot: int, holder: str) -> bool:
         """Take the lease of ``model`` for schedule ``slot`` (sharded replicas); False if taken."""
@@ -325,85 +324,6 @@ class Store:
             return queries.find_environments(session, prefix, limit=limit)
 
     # --- helpers ------------------------------------------------------------------------------
-
-    def _model_id(self, session: Session, name: str, at: datetime, sha256: str | None) -> int:
-        _insert_ignore(session, s.Model, {"name": name, "first_seen": at, "last_seen": at, "current_sha256": sha256})
-        model = session.scalars(select(s.Model).where(s.Model.name == name)).one()
-        if at > model.last_seen:
-            model.last_seen = at
-            if sha256:
-                model.current_sha256 = sha256
-        elif sha256 and model.current_sha256 is None:
-            model.current_sha256 = sha256
-        return model.id
-
-    def _touch_environment(self, session: Session, fingerprint: str, snapshot: Mapping[str, Any], at: datetime) -> None:
-        values = {"fingerprint": fingerprint, "snapshot": dict(snapshot), "first_seen": at, "last_seen": at}
-        _insert_ignore(session, s.Environment, values)
-        session.execute(
-            update(s.Environment)
-            .where(s.Environment.fingerprint == fingerprint, s.Environment.last_seen < at)
-            .values(last_seen=at)
-        )
-
-    def _benchset_id(self, session: Session, name: str, sha256: str, version: Any, at: datetime) -> int:
-        values = {"name": name, "sha256": sha256, "version": str(version) if version else None, "created_at": at}
-        _insert_ignore(session, s.Benchset, values)
-        found = session.scalar(select(s.Benchset.id).where(s.Benchset.name == name, s.Benchset.sha256 == sha256))
-        assert found is not None
-        return found
-
-    def _previous_state(self, session: Session, model_id: int, node: str) -> transitions.RunState | None:
-        row = session.execute(
-            select(s.Run, s.Environment.snapshot)
-            .join(s.LatestRun, s.LatestRun.run_id == s.Run.id)
-            .outerjoin(s.Environment, s.Environment.fingerprint == s.Run.environment_fingerprint)
-            .where(s.LatestRun.model_id == model_id, s.LatestRun.node == node)
-        ).first()
-        if row is None:
-            return None
-        run, snapshot = row
-        # provider fallback is a check-level reason (a session, not an output, falls back)
-        fallback = any(r.get("code") == "provider_fallback" for r in run.reasons)
-        return transitions.RunState(
-            verdict=run.verdict,
-            environment_fingerprint=run.environment_fingerprint,
-            model_sha256=run.model_sha256,
-            provider_fallback=fallback,
-            environment=snapshot,
-        )
-
-    def _point_latest(self, session: Session, model_id: int, node: str, run_id: int) -> None:
-        values = {"model_id": model_id, "node": node, "run_id": run_id}
-        dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
-        stmt = dialect.insert(s.LatestRun).values(**values)
-        session.execute(stmt.on_conflict_do_update(index_elements=["model_id", "node"], set_={"run_id": run_id}))
-
-
-def _promote(session: Session, row: s.Baseline, by: str, at: datetime) -> None:
-    """Flip the model's active baseline to ``row`` and write the ``baseline_promoted`` event."""
-    previous = session.scalar(
-        select(s.Baseline.baseline_id).where(s.Baseline.model_id == row.model_id, s.Baseline.is_active)
-    )
-    session.execute(update(s.Baseline).where(s.Baseline.model_id == row.model_id).values(is_active=False))
-    row.is_active, row.promoted_at, row.promoted_by = True, at, by
-    session.add(
-        s.Event(
-            model_id=row.model_id,
-            node="",
-            kind=transitions.BASELINE_PROMOTED,
-            at=at,
-            old=previous,
-            new=row.baseline_id,
-            detail={"by": by},
-        )
-    )
-
-
-def _insert_ignore(session: Session, table: type[s.Base], values: Mapping[str, Any]) -> None:
-    """INSERT ... ON CONFLICT DO NOTHING, so that two daemons can upsert the same row safely."""
-    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
-    session.execute(dialect.insert(table).values(**values).on_conflict_do_nothing())
 
 
 def _lookup(environment: Mapping[str, Any], what: str) -> str | None:

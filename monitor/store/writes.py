@@ -1,0 +1,103 @@
+"""Row-level writes of the store: upserts and pointers that ``Store``'s public writes are built from.
+
+Each function works inside the caller's session (one transaction per public write) and
+knows nothing of ``CheckResult``s: ``repo.Store`` turns results into rows, these keep the
+reference tables (models, environments, benchsets) and the ``latest_runs`` pointers right.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from monitor.store import events as transitions
+from monitor.store import schema as s
+
+
+def model_id(session: Session, name: str, at: datetime, sha256: str | None) -> int:
+    insert_ignore(session, s.Model, {"name": name, "first_seen": at, "last_seen": at, "current_sha256": sha256})
+    model = session.scalars(select(s.Model).where(s.Model.name == name)).one()
+    if at > model.last_seen:
+        model.last_seen = at
+        if sha256:
+            model.current_sha256 = sha256
+    elif sha256 and model.current_sha256 is None:
+        model.current_sha256 = sha256
+    return model.id
+
+
+def touch_environment(session: Session, fingerprint: str, snapshot: Mapping[str, Any], at: datetime) -> None:
+    values = {"fingerprint": fingerprint, "snapshot": dict(snapshot), "first_seen": at, "last_seen": at}
+    insert_ignore(session, s.Environment, values)
+    session.execute(
+        update(s.Environment)
+        .where(s.Environment.fingerprint == fingerprint, s.Environment.last_seen < at)
+        .values(last_seen=at)
+    )
+
+
+def benchset_id(session: Session, name: str, sha256: str, version: Any, at: datetime) -> int:
+    values = {"name": name, "sha256": sha256, "version": str(version) if version else None, "created_at": at}
+    insert_ignore(session, s.Benchset, values)
+    found = session.scalar(select(s.Benchset.id).where(s.Benchset.name == name, s.Benchset.sha256 == sha256))
+    assert found is not None
+    return found
+
+
+def previous_state(session: Session, model_id: int, node: str) -> transitions.RunState | None:
+    row = session.execute(
+        select(s.Run, s.Environment.snapshot)
+        .join(s.LatestRun, s.LatestRun.run_id == s.Run.id)
+        .outerjoin(s.Environment, s.Environment.fingerprint == s.Run.environment_fingerprint)
+        .where(s.LatestRun.model_id == model_id, s.LatestRun.node == node)
+    ).first()
+    if row is None:
+        return None
+    run, snapshot = row
+    # provider fallback is a check-level reason (a session, not an output, falls back)
+    fallback = any(r.get("code") == "provider_fallback" for r in run.reasons)
+    return transitions.RunState(
+        verdict=run.verdict,
+        environment_fingerprint=run.environment_fingerprint,
+        model_sha256=run.model_sha256,
+        provider_fallback=fallback,
+        environment=snapshot,
+    )
+
+
+def point_latest(session: Session, model_id: int, node: str, run_id: int) -> None:
+    values = {"model_id": model_id, "node": node, "run_id": run_id}
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    stmt = dialect.insert(s.LatestRun).values(**values)
+    session.execute(stmt.on_conflict_do_update(index_elements=["model_id", "node"], set_={"run_id": run_id}))
+
+
+def promote(session: Session, row: s.Baseline, by: str, at: datetime) -> None:
+    """Flip the model's active baseline to ``row`` and write the ``baseline_promoted`` event."""
+    previous = session.scalar(
+        select(s.Baseline.baseline_id).where(s.Baseline.model_id == row.model_id, s.Baseline.is_active)
+    )
+    session.execute(update(s.Baseline).where(s.Baseline.model_id == row.model_id).values(is_active=False))
+    row.is_active, row.promoted_at, row.promoted_by = True, at, by
+    session.add(
+        s.Event(
+            model_id=row.model_id,
+            node="",
+            kind=transitions.BASELINE_PROMOTED,
+            at=at,
+            old=previous,
+            new=row.baseline_id,
+            detail={"by": by},
+        )
+    )
+
+
+def insert_ignore(session: Session, table: type[s.Base], values: Mapping[str, Any]) -> None:
+    """INSERT ... ON CONFLICT DO NOTHING, so that two daemons can upsert the same row safely."""
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    session.execute(dialect.insert(table).values(**values).on_conflict_do_nothing())
