@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 from monitor import metrics_values as values
 from monitor.config import ModelConfig, Settings
 from monitor.metrics import VERDICTS, Clock, Metrics, ModelState, pick_latest
-from monitor.results import Verdict
+from monitor.results import AppliedTolerance, Verdict
 from monitor.store import RunRecord, Store
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,7 @@ class StoreCollector(Collector):
     def __init__(self, metrics: Metrics, store: Store) -> None:
         self.metrics = metrics
         self.store = store
+        self._tolerances: tuple[Settings | None, dict[tuple[str, str], AppliedTolerance]] = (None, {})
 
     def describe(self) -> Iterable[Metric]:
         # Describing without samples keeps registration from querying the store.
@@ -60,6 +61,16 @@ class StoreCollector(Collector):
                     self._model(families, settings, model, state, latest, env_fingerprint)
         return list(families.all())
 
+    def _tolerance(self, settings: Settings, model: ModelConfig, output: str) -> AppliedTolerance:
+        """``settings.tolerance_for`` (pydantic merges, ~0.1 ms each) computed once per config."""
+        if self._tolerances[0] is not settings:
+            self._tolerances = (settings, {})
+        key = (model.name, output)
+        cache = self._tolerances[1]
+        if key not in cache:
+            cache[key] = settings.tolerance_for(model, output)
+        return cache[key]
+
     def _model(
         self,
         f: _Families,
@@ -80,7 +91,7 @@ class StoreCollector(Collector):
         f.baseline_info.add_metric(baseline_labels, 1.0)
         f.interval.add_metric([name], state.interval)
         for output in state.outputs:
-            tolerance = settings.tolerance_for(model, output)
+            tolerance = self._tolerance(settings, model, output)
             f.atol.add_metric([name, output], tolerance.atol)
             f.rtol.add_metric([name, output], tolerance.rtol)
             f.max_mismatch.add_metric([name, output], tolerance.max_mismatch_ratio)
