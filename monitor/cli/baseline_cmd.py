@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -12,6 +13,9 @@ from rich.table import Table
 from monitor import baselines, capture
 from monitor.cli import common
 from monitor.config import Settings
+
+if TYPE_CHECKING:
+    from monitor.store import Store
 
 
 def register(app: typer.Typer) -> None:
@@ -133,12 +137,12 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="baseline")
 
 
-def _record(settings: Settings, baseline: baselines.Baseline, store: object | None = None) -> None:
+def _record(settings: Settings, baseline: baselines.Baseline, store: Store | None = None) -> None:
     """Mirror the baseline into the store so history and the API can see it."""
     db = store or common.open_store(settings)
     meta = baseline.meta
     active = baselines.active_id(settings.store.baselines_dir, meta.model) == meta.id
-    db.record_baseline(meta.store_record(path=baseline.directory, active=active))  # type: ignore[attr-defined]
+    db.record_baseline(meta.store_record(path=baseline.directory, active=active))
 
 
 class _Quiet:

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from monitor.check import run_check
 from monitor.cli import common
+from monitor.config import Settings
 from monitor.errors import MonitorError
 from monitor.results import CheckResult, Verdict
 
@@ -52,10 +53,7 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(exit_code(results))
 
 
-def _record(settings: object, results: list[CheckResult]) -> None:
-    from monitor.config import Settings
-
-    assert isinstance(settings, Settings)
+def _record(settings: Settings, results: list[CheckResult]) -> None:
     node, pod = common.node_identity()
     db = common.open_store(settings)
     for result in results:
