@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
 import typer
 
 from monitor import benchset, config
+from monitor.cli import common
 from monitor.errors import BenchsetError
 
 ConfigOption = typer.Option(None, "-c", "--config", help="Config file (default: $ONNXMON_CONFIG or ./onnxmon.yaml).")
@@ -21,12 +23,16 @@ def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Create, import, verify and list benchmark sets.", no_args_is_help=True)
 
     @group.command("create")
-    def create(name: str, config_file: str | None = ConfigOption) -> None:
+    def create(name: str, config_file: str | None = ConfigOption, quiet: bool = common.QuietOption) -> None:
         """Materialize the set NAME declared in the config (a new version only if its declaration changed)."""
         settings = config.load(config_file)
         root = settings.store.benchsets_dir
         before = _current_version(root, name)
-        bs = benchset.materialize(settings.benchset(name), root)
+        console = common.console()
+        with console.status(f"materializing {name} …", spinner="dots") if not quiet else contextlib.nullcontext():
+            bs = benchset.materialize(settings.benchset(name), root)
+        if quiet:
+            return
         state = "unchanged" if before == bs.version else "created"
         typer.echo(f"{bs.name} v{bs.version} ({state}): {len(bs)} sample(s), sha256 {bs.sha256}")
 
