@@ -9,7 +9,7 @@ float64 scratch buffers, while numpy releases the GIL inside its loops.
 Why the result never depends on the thread count or timing: the floating-point sums (squares,
 dot product, absolute errors) are kept per chunk and folded in chunk order at the end, so they
 are bit-identical to a single-threaded run; counts and maxima are exact in any order; the p99 is
-an exact order statistic of the union of the workers' candidates (see ``_p99``).
+an exact order statistic of the union of the workers' candidates (see ``compare_p99``).
 
 Costs measured in ``bench/bench_compare.py``:
 
@@ -41,6 +41,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import numpy.typing as npt
 
+from monitor import compare_p99
+from monitor.compare_p99 import Largest, p99_rank_from_top
 from monitor.results import AppliedTolerance, OutputMetrics
 
 # 64k elements keep each worker's float64 buffers near its 2 MiB L2; bench/bench_compare.py
@@ -50,7 +52,6 @@ DEFAULT_CHUNK_ELEMENTS = 1 << 16
 # on a lightly loaded two-core machine); more would take cores from the model being monitored.
 DEFAULT_WORKERS = min(2, os.cpu_count() or 1)
 # The guessed p99 floor is the (4 * 1%)-largest error of a worker's first chunk, its ~p96.
-_GUESS_SPAN = 4
 # OpenBLAS computes a dot of <= 10000 elements on the calling thread: row-wise dots of 8192
 # elements get BLAS speed without waking its thread pool.
 _DOT_ROW = 1 << 13
@@ -83,10 +84,10 @@ def _run(
     """Feed every chunk to ``threads`` workers; each pulls the next chunk when it is free."""
     chunks: Iterator[tuple[int, Pair]] = enumerate(pieces(pairs, chunk))
     lock = threading.Lock()
-    keep = _p99_rank_from_top(sum(a.size for a, _ in pairs))
+    keep = p99_rank_from_top(sum(a.size for a, _ in pairs))
 
     def work() -> _Worker:
-        worker = _Worker(pairs[0][1].dtype, tol, chunk, _Largest(keep, chunk, guess=guess), exact=exact)
+        worker = _Worker(pairs[0][1].dtype, tol, chunk, Largest(keep, chunk, guess=guess), exact=exact)
         while True:
             with lock:  # packing small samples concatenates, so the iterator itself is guarded
                 item = next(chunks, None)
@@ -127,58 +128,11 @@ def pieces(pairs: list[Pair], chunk: int) -> Iterator[Pair]:
         yield np.concatenate(pending_a), np.concatenate(pending_b)
 
 
-def _p99_rank_from_top(count: int) -> int:
-    """Position of the nearest-rank 99th percentile counted from the largest (1 = the max)."""
-    return count - -(-99 * count // 100) + 1  # rank from the bottom is ceil(0.99 * count)
-
-
-class _Largest:
-    """The ``keep`` largest positive values offered: all values above ``floor``, which only rises.
-
-    ``floor`` starts at a guess (a low quantile of the first chunk, when ``keep`` spans many
-    chunks) so the threshold test rejects most of every chunk from the start; when more than
-    ``slack`` values pile up they are partitioned down to ``keep`` and ``floor`` becomes the
-    smallest kept, which *proves* at least ``keep`` values are >= it. A guess is not proof:
-    ``_p99`` says when the guess was too high, and the stream is run again without one.
-    """
-
-    def __init__(self, keep: int, chunk: int, *, guess: bool) -> None:
-        self.keep, self.slack = keep, max(2 * keep, chunk)
-        self.guess = guess and keep > chunk
-        self.floor, self.proven = 0.0, True  # every finite error is >= 0
-        # one buffer for the whole stream: fresh arrays per prune cost more in page faults
-        self.buffer, self.size = np.empty(self.slack + chunk), 0
-
-    @property
-    def values(self) -> F64:
-        return self.buffer[: self.size]
-
-    def offer(self, values: F64, values_max: float, mask: npt.NDArray[np.bool_]) -> None:
-        if self.guess:
-            self.guess = False
-            position = max(0, values.size - _GUESS_SPAN * _p99_rank_from_top(values.size))
-            # just below the guess, so a tie at it (a quantized output) is kept, not a reason to rerun
-            self.floor = max(0.0, float(np.nextafter(np.partition(values, position)[position], 0.0)))
-            self.proven = self.floor == 0.0
-        if values_max <= self.floor:
-            return
-        above = np.greater(values, self.floor, out=mask[: values.size])
-        count = int(np.count_nonzero(above))
-        np.compress(above, values, out=self.buffer[self.size : self.size + count])
-        self.size += count
-        if self.size > self.slack:
-            values = self.values
-            values.partition(self.size - self.keep)  # in place; the keep largest end up last
-            self.buffer[: self.keep] = values[self.size - self.keep :]  # disjoint: size > 2 * keep
-            self.size = self.keep
-            self.floor, self.proven = float(self.buffer[0]), True
-
-
 class _Worker:
     """One thread's scratch buffers, its order-free totals and the per-chunk float sums."""
 
     def __init__(
-        self, dtype: np.dtype[np.generic], tol: AppliedTolerance, chunk: int, largest: _Largest, *, exact: bool
+        self, dtype: np.dtype[np.generic], tol: AppliedTolerance, chunk: int, largest: Largest, *, exact: bool
     ) -> None:
         self.exact, self.tol = exact, tol
         self.floor = max(tol.atol, _TINY)
@@ -381,20 +335,8 @@ def _error_ratio(workers: list[_Worker], mismatches: int, finite_mismatch: int, 
 
 
 def _p99(workers: list[_Worker]) -> float | None:
-    """Nearest-rank p99 of the finite errors from the workers' largest ones; None if unprovable.
-
-    Every error above the highest floor ``F`` was kept by its worker. If at least ``rank`` of
-    them are above ``F``, the answer is among them; otherwise it is at most ``F``, and it is
-    exactly ``F`` when that floor is proven (at least ``keep >= rank`` errors are >= ``F``).
-    """
-    rank = _p99_rank_from_top(sum(w.finite_count for w in workers))
-    floor = max(w.largest.floor for w in workers)
-    proven = any(w.largest.proven for w in workers if w.largest.floor == floor)
-    candidates = np.concatenate([w.largest.values for w in workers])
-    above = candidates[candidates > floor]
-    if above.size >= rank:
-        return float(np.partition(above, above.size - rank)[above.size - rank])
-    return floor if proven else None
+    """Nearest-rank p99 over every worker's candidates (see ``compare_p99.p99``)."""
+    return compare_p99.p99(sum(w.finite_count for w in workers), [w.largest for w in workers])
 
 
 def _dot(x: F64, y: F64) -> float:
