@@ -23,7 +23,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from monitor import envsnap
+from monitor import envsnap, envsnap_cpu
 from monitor.cli import env_cmd
 from monitor.envsnap import EnvSnapshot, Field, FieldChange
 from monitor.envsnap_gpu import CtypesNvml, decode_clock_event_reasons, mapped_libraries, nvml_entries
@@ -157,7 +157,7 @@ def values(snapshot: EnvSnapshot, prefix: str) -> dict[str, Any]:
 def test_cpu_model_and_kernel_selecting_isa_flags_are_read_from_cpuinfo(
     cpuinfo: str, model: str, flags: list[str]
 ) -> None:
-    entries = envsnap.cpuinfo_entries((FIXTURES / "cpuinfo" / cpuinfo).read_text())
+    entries = envsnap_cpu.cpuinfo_entries((FIXTURES / "cpuinfo" / cpuinfo).read_text())
     assert entries["cpu.model"] == (model, True)
     assert entries["cpu.flags"] == (flags, True)
 
@@ -181,7 +181,7 @@ def test_cgroup_cpu_quota_is_read_as_cores_from_v2_or_v1(
     for name, text in files.items():
         (tmp_path / "sys" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "sys" / name).write_text(text)
-    assert envsnap.cpu_quota_cores(tmp_path / "proc", tmp_path / "sys") == cores
+    assert envsnap_cpu.cpu_quota_cores(tmp_path / "proc", tmp_path / "sys") == cores
 
 
 def test_capture_reads_cpu_and_quota_under_the_injected_roots() -> None:
