@@ -43,18 +43,16 @@ import yaml
 from pydantic import ValidationError
 
 from monitor.benchset_sources import (
-    InputSpec,
     Sample,
     build,
-    check_inputs_fit,
     declaration,
     declaration_sha256,
-    model_signature,
     read_onnx_test_inputs,
     read_onnx_test_outputs,
 )
 from monitor.config import BenchsetConfig
 from monitor.errors import BenchsetError
+from monitor.signature import InputSpec, check_inputs_fit, model_signature
 from monitor.tensorio import fsync_dir, is_plain_dtype, load_npy, resolve_inside, save_npy, sha256_bytes
 
 __all__ = [

@@ -30,17 +30,17 @@ import io
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
 from monitor.config import BenchsetConfig, GenerateSpec
-from monitor.errors import BenchsetError, ModelError
-from monitor.tensorio import format_shape, is_plain_dtype, load_npy_bytes, load_npz, sha256_bytes, sha256_file
+from monitor.errors import BenchsetError
+from monitor.signature import InputSpec, model_signature
+from monitor.tensorio import is_plain_dtype, load_npy_bytes, load_npz, sha256_bytes, sha256_file
 
 Sample = dict[str, np.ndarray[Any, Any]]
 GENERATOR_VERSION = 1  # bump when the drawing algorithm changes, so declared sets fork
@@ -50,74 +50,6 @@ DEFAULT_FLOAT_RANGE = (0.0, 1.0)
 DEFAULT_INT_RANGE = (0.0, 9.0)
 
 
-@dataclass(frozen=True)
-class InputSpec:
-    """One model input: name, numpy dtype and shape (an int, a dim name, or ``"?"`` if unnamed)."""
-
-    name: str
-    dtype: np.dtype[Any]
-    shape: tuple[int | str, ...]
-
-
-def model_signature(model_path: Path, *, outputs: bool = False) -> list[InputSpec]:
-    """The graph inputs (or outputs) of an ONNX model, initializers excluded, in graph order."""
-    model = _load_model(model_path)
-    initializers = {init.name for init in model.graph.initializer}
-    values = model.graph.output if outputs else [v for v in model.graph.input if v.name not in initializers]
-    specs = []
-    for value in values:
-        if not value.type.HasField("tensor_type"):
-            raise ModelError(f"model {model_path}: {value.name!r} is not a tensor; only tensor inputs are supported")
-        tensor = value.type.tensor_type
-        try:
-            dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type))
-        except (KeyError, TypeError, ValueError):
-            raise ModelError(
-                f"model {model_path}: {value.name!r} has unsupported element type {tensor.elem_type}"
-            ) from None
-        shape: list[int | str] = []
-        for dim in tensor.shape.dim:
-            if dim.HasField("dim_value"):
-                shape.append(int(dim.dim_value))
-            else:
-                shape.append(dim.dim_param or "?")
-        specs.append(InputSpec(value.name, dtype, tuple(shape)))
-    return specs
-
-
-def check_inputs_fit(sample: Mapping[str, np.ndarray[Any, Any]], signature: Sequence[InputSpec], *, where: str) -> None:
-    """Raise ``ModelError`` saying exactly how ``sample`` does not fit the model's inputs."""
-    wanted = [spec.name for spec in signature]
-    missing = [name for name in wanted if name not in sample]
-    extra = sorted(name for name in sample if name not in wanted)
-    if missing or extra:
-        parts = ([f"lacks input(s) {missing}"] if missing else []) + (
-            [f"has input(s) {extra} the model does not take"] if extra else []
-        )
-        raise ModelError(f"{where} {' and '.join(parts)}; model inputs are {wanted}")
-    named_dims: dict[str, tuple[int, str]] = {}
-    for spec in signature:
-        array = sample[spec.name]
-        if array.dtype != spec.dtype:
-            raise ModelError(f"{where} input {spec.name!r} has dtype {array.dtype.name}, model wants {spec.dtype.name}")
-        fits = array.ndim == len(spec.shape) and all(
-            isinstance(want, str) or want == got for got, want in zip(array.shape, spec.shape, strict=False)
-        )
-        if not fits:
-            raise ModelError(
-                f"{where} input {spec.name!r} has shape {format_shape(array.shape)},"
-                f" model wants {format_shape(spec.shape)}"
-            )
-        for got, want in zip(array.shape, spec.shape, strict=True):
-            if isinstance(want, str) and want != "?":
-                seen = named_dims.setdefault(want, (got, spec.name))
-                if seen[0] != got:
-                    raise ModelError(
-                        f"{where} input {spec.name!r} has dim {want!r} = {got},"
-                        f" but input {seen[1]!r} has {want!r} = {seen[0]}"
-                    )
-
-
 def declaration(cfg: BenchsetConfig) -> dict[str, Any]:
     """What determines the set's content; its hash decides whether a new version is needed."""
     if cfg.generate is not None:
@@ -125,7 +57,10 @@ def declaration(cfg: BenchsetConfig) -> dict[str, Any]:
         return {
             "source": "generate",
             "generator_version": GENERATOR_VERSION,
-            "signature": [[s.name, s.dtype.name, list(s.shape)] for s in model_signature(spec.model)],
+            "signature": [
+                [s.name, s.dtype.name if s.dtype is not None else None, list(s.shape)]
+                for s in model_signature(spec.model)
+            ],
             **spec.model_dump(mode="json", exclude={"model"}),
         }
     if cfg.npz is not None:
@@ -171,18 +106,17 @@ def generate(spec: GenerateSpec, *, where: str) -> tuple[list[Sample], list[str]
     if unknown:
         raise BenchsetError(f"{where}: generate.ranges names input(s) {unknown}; model inputs are {_names(signature)}")
     shapes = {s.name: _fixed_shape(s, spec.dims, where) for s in signature}
-    for s in signature:
-        if not is_plain_dtype(s.dtype):
-            raise BenchsetError(f"{where}: input {s.name!r} has type {s.dtype}, which generate cannot draw")
-    ranges = {s.name: _range(s, spec.ranges.get(s.name), where) for s in signature}
+    dtypes = {s.name: _drawable(s, where) for s in signature}
+    ranges = {s.name: _range(s.name, dtypes[s.name], spec.ranges.get(s.name), where) for s in signature}
     rng = np.random.default_rng(spec.seed)
     samples = [
-        {s.name: _draw(rng, s.dtype, shapes[s.name], ranges[s.name]) for s in signature} for _ in range(spec.count)
+        {s.name: _draw(rng, dtypes[s.name], shapes[s.name], ranges[s.name]) for s in signature}
+        for _ in range(spec.count)
     ]
     labels = ["random"] * spec.count
     if spec.edge_cases:
         for case in EDGE_CASES:
-            samples.append({s.name: _edge(case, s.dtype, shapes[s.name], ranges[s.name]) for s in signature})
+            samples.append({s.name: _edge(case, dtypes[s.name], shapes[s.name], ranges[s.name]) for s in signature})
             labels.append(case)
     return samples, labels
 
@@ -210,16 +144,22 @@ def _fixed_shape(spec: InputSpec, dims: Mapping[str, int], where: str) -> tuple[
     return tuple(shape)
 
 
-def _range(spec: InputSpec, declared: tuple[float, float] | None, where: str) -> tuple[float, float]:
-    if spec.dtype.kind == "b":
+def _drawable(spec: InputSpec, where: str) -> np.dtype[Any]:
+    if spec.dtype is None or not is_plain_dtype(spec.dtype):
+        raise BenchsetError(f"{where}: input {spec.name!r} has type {spec.dtype}, which generate cannot draw")
+    return spec.dtype
+
+
+def _range(name: str, dtype: np.dtype[Any], declared: tuple[float, float] | None, where: str) -> tuple[float, float]:
+    if dtype.kind == "b":
         return (0.0, 1.0)
-    if spec.dtype.kind in "iu":
+    if dtype.kind in "iu":
         low, high = declared if declared is not None else DEFAULT_INT_RANGE
-        info = np.iinfo(spec.dtype)
+        info = np.iinfo(dtype)
         if low < info.min or high > info.max or low != int(low) or high != int(high):
             raise BenchsetError(
-                f"{where}: range [{low}, {high}] for input {spec.name!r} must be whole numbers within"
-                f" {spec.dtype.name} [{info.min}, {info.max}]"
+                f"{where}: range [{low}, {high}] for input {name!r} must be whole numbers within"
+                f" {dtype.name} [{info.min}, {info.max}]"
             )
         return (low, high)
     return declared if declared is not None else DEFAULT_FLOAT_RANGE
@@ -390,15 +330,6 @@ def _file_hash(path: Path, source: str) -> str:
     if not path.is_file():
         raise BenchsetError(f"{source} file {path} not found")
     return sha256_file(path)
-
-
-def _load_model(model_path: Path) -> onnx.ModelProto:
-    if not model_path.is_file():
-        raise ModelError(f"model file {model_path} not found")
-    try:
-        return onnx.load(str(model_path), load_external_data=False)
-    except Exception as exc:  # protobuf decode errors have no common base worth naming
-        raise ModelError(f"model file {model_path} cannot be parsed as ONNX: {exc}") from None
 
 
 def _names(signature: Sequence[InputSpec]) -> list[str]:

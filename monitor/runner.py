@@ -27,6 +27,7 @@ import onnxruntime as ort
 
 from monitor.config import ProviderSpec, SessionConfig
 from monitor.errors import ModelError
+from monitor.signature import InputSpec, check_inputs_fit
 
 _OPT_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -171,6 +172,14 @@ class Session:
             outputs=tuple(_spec(o) for o in self._session.get_outputs()),
             load_seconds=load_seconds,
         )
+        self._signature = [
+            InputSpec(
+                spec.name,
+                spec.dtype,
+                tuple("?" if d is None or (isinstance(d, int) and d < 0) else d for d in spec.shape),
+            )
+            for spec in self.info.inputs
+        ]
 
     @property
     def output_names(self) -> list[str]:
@@ -189,28 +198,7 @@ class Session:
 
     def check_inputs(self, feeds: Mapping[str, np.ndarray], *, where: str = "inputs") -> None:
         """Raise ``ModelError`` naming the input and the expectation if ``feeds`` do not fit."""
-        wanted = {spec.name: spec for spec in self.info.inputs}
-        missing = sorted(set(wanted) - set(feeds))
-        extra = sorted(set(feeds) - set(wanted))
-        if missing or extra:
-            raise ModelError(
-                f"{where} do not match {self.model_path.name}: missing {missing}, unexpected {extra};"
-                f" model inputs are {list(wanted)}"
-            )
-        for name, spec in wanted.items():
-            array = feeds[name]
-            if spec.dtype is not None and array.dtype != spec.dtype:
-                raise ModelError(f"{where} input {name!r} has dtype {array.dtype}, model wants {spec.dtype}")
-            if len(array.shape) != len(spec.shape):
-                raise ModelError(
-                    f"{where} input {name!r} has shape {tuple(array.shape)}, model wants rank {len(spec.shape)}"
-                    f" {_shape_text(spec.shape)}"
-                )
-            for got, want in zip(array.shape, spec.shape, strict=True):
-                if isinstance(want, int) and want >= 0 and got != want:
-                    raise ModelError(
-                        f"{where} input {name!r} has shape {tuple(array.shape)}, model wants {_shape_text(spec.shape)}"
-                    )
+        check_inputs_fit(feeds, self._signature, where=where)
 
     def run(
         self,
@@ -273,10 +261,6 @@ class Deadline:
 
 def _spec(node_arg: Any) -> TensorSpec:
     return TensorSpec(name=node_arg.name, type=node_arg.type, shape=tuple(node_arg.shape))
-
-
-def _shape_text(shape: Sequence[int | str | None]) -> str:
-    return "(" + ", ".join("?" if d is None else str(d) for d in shape) + ")"
 
 
 def _first_line(exc: BaseException) -> str:
