@@ -27,7 +27,7 @@ import pytest
 
 from tests import modelzoo
 from tests.conftest import need_binary, unavailable
-from tests.test_daemon import free_port
+from tests.serving import free_port
 from tests.workspace import Workspace
 
 BIN = Path(sys.executable).parent

@@ -17,7 +17,7 @@ import pytest
 
 from monitor.results import CheckResult, Reason, Verdict
 from monitor.store import Store
-from tests.test_store import postgres_schema
+from tests.databases import postgres_schema
 
 RUNS_PER_REPLICA = 40
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -24,8 +24,8 @@ from monitor.results import CheckResult, Verdict
 from monitor.sinks.database import DatabaseSink
 from monitor.spool import Spool, default_directory
 from monitor.store import Store
-from tests.test_daemon import two_models
-from tests.test_store import postgres_schema
+from tests.databases import postgres_schema
+from tests.serving import two_models
 from tests.workspace import Workspace
 
 

@@ -22,7 +22,7 @@ from monitor.daemon import Daemon
 from monitor.results import Verdict
 from monitor.store import Store
 from tests import modelzoo
-from tests.test_daemon import two_models
+from tests.serving import two_models
 from tests.workspace import Workspace
 
 MEMORY_LIMIT_MB = 2048

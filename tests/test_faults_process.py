@@ -27,7 +27,7 @@ from monitor.errors import BaselineError
 from monitor.results import Verdict
 from monitor.store import Store
 from tests import modelzoo
-from tests.test_daemon import Served, free_port, two_models
+from tests.serving import Served, free_port, two_models
 from tests.workspace import Workspace
 
 WIDTH = 64

@@ -13,7 +13,8 @@ import pytest
 from monitor.cli import main
 from monitor.results import Verdict
 from monitor.store import Store
-from tests.test_store import ENV_A, ENV_B, baseline_meta, postgres_schema, result
+from tests.databases import postgres_schema
+from tests.test_store import ENV_A, ENV_B, baseline_meta, result
 
 T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(days=3)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from monitor.store import Store
-from tests.test_store import BACKENDS, database_url
+from tests.databases import BACKENDS, database_url
 
 
 @pytest.fixture(params=BACKENDS)

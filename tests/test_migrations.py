@@ -11,7 +11,8 @@ from alembic import command
 
 from monitor.results import Verdict
 from monitor.store import Store
-from tests.test_store import BACKENDS, T0, database_url, result
+from tests.databases import BACKENDS, database_url
+from tests.test_store import T0, result
 
 ALL_TABLES = {
     "models", "benchsets", "environments", "runs", "output_results", "baselines", "latest_runs", "events", "leases"

@@ -46,7 +46,7 @@ from onnxconverter_common import float16
 from monitor import capture
 from tests import modelzoo
 from tests.conftest import need_binary
-from tests.test_daemon import Served, free_port
+from tests.serving import Served, free_port
 from tests.test_dashboard import RULES, PromQLExpr, promql_expressions
 from tests.workspace import Workspace
 

@@ -29,8 +29,8 @@ from monitor.config import Settings
 from monitor.daemon import Daemon
 from monitor.store import RunRecord, Store
 from tests import modelzoo
-from tests.test_daemon import free_port
-from tests.test_store import BACKENDS, database_url, postgres_schema
+from tests.databases import BACKENDS, database_url, postgres_schema
+from tests.serving import free_port
 from tests.workspace import Workspace
 
 BIN = Path(sys.executable).parent

@@ -28,7 +28,7 @@ from monitor.config import Settings
 from monitor.daemon import Daemon
 from monitor.store import Store
 from tests import modelzoo
-from tests.test_daemon import Served, free_port
+from tests.serving import Served, free_port
 from tests.test_metrics import RealDaemon, Scenario, build_scenario, migrated_store
 from tests.workspace import Workspace
 

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import math
-import os
-import uuid
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,6 +15,7 @@ from monitor.results import AppliedTolerance, CheckResult, OutputMetrics, Output
 from monitor.sinks import Sink
 from monitor.sinks.database import DatabaseSink
 from monitor.store import Store
+from tests.databases import BACKENDS, postgres_schema
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 ENV_A = {"fingerprint": "aaaa1111", "onnxruntime": {"version": "1.17.0"}, "cuda": "12.1", "k8s.node": "gpu-1"}
@@ -25,36 +23,6 @@ ENV_B = {"fingerprint": "bbbb2222", "onnxruntime": {"version": "1.18.0"}, "cuda"
 
 
 # --- helpers shared with test_migrations.py and test_history.py -------------------------------------
-
-
-@contextmanager
-def postgres_schema(postgres_url: str) -> Iterator[str]:
-    """A URL whose search_path is a fresh schema, dropped afterwards (nothing left in db ``test``)."""
-    import psycopg
-
-    name = f"onnxmon_t{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    dsn = postgres_url.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{name}"')
-    joiner = "&" if "?" in postgres_url else "?"
-    try:
-        yield f"{postgres_url}{joiner}options=-csearch_path%3D{name}"
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{name}" CASCADE')
-
-
-@contextmanager
-def database_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A URL of an empty database on ``backend`` (``sqlite`` file or ``postgresql`` schema)."""
-    if backend == "sqlite":
-        yield f"sqlite:///{tmp_path / 'history.db'}"
-    else:
-        with postgres_schema(request.getfixturevalue("postgres_url")) as url:
-            yield url
-
-
-BACKENDS = [pytest.param("sqlite"), pytest.param("postgresql", marks=pytest.mark.postgres)]
 
 
 def output(

@@ -1,0 +1,77 @@
+"""Running a real ``onnxmon serve`` in tests: a free port, two small models, the process itself."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from monitor import capture
+from tests import modelzoo
+from tests.workspace import Workspace
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def two_models(ws: Workspace, *, timeout: str = "3s", interval: str = "1h") -> None:
+    """A quick classifier and a ``spin`` model that can be swapped for one that hangs."""
+    ws.add_model("clf", modelzoo.classifier(), count=2, timeout=timeout, schedule={"interval": interval})
+    ws.add_model(
+        "spin", modelzoo.hang(iterations=1), count=1, dims={}, timeout=timeout, schedule={"interval": interval}
+    )
+    ws.extra["daemon"] = {"startup_spread": 0}
+    settings = ws.settings()
+    capture.capture_baseline(settings, "clf")
+    capture.capture_baseline(settings, "spin")
+
+
+class Served:
+    def __init__(self, ws: Workspace, port: int) -> None:
+        self.port = port
+        self.log = (ws.root / "serve.log").open("w")
+        self.process = subprocess.Popen(
+            [str(BIN / "onnxmon"), "serve", "-c", str(ws.config_file), "--port", str(port)],
+            cwd=ws.root,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        self.wait_until(lambda: self.get("/healthz")[0] == 200, "the daemon to answer /healthz")
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+        except OSError:
+            return 0, ""
+
+    def wait_until(self, condition: Any, what: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"daemon exited ({self.process.returncode}) while waiting for {what}")
+            if condition():
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(60)
+        finally:
+            self.log.close()
