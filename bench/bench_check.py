@@ -31,10 +31,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor import benchset, capture, compare
+from monitor import capture
 from monitor.check import replay_benchset, run_check, tolerances_for
-from monitor.config import from_mapping
-from monitor.runner import Deadline, Session
+from monitor.compare import outputs as compare
+from monitor.config.settings import from_mapping
+from monitor.files import benchsets as benchset
+from monitor.runtime.session import Deadline, Session
 
 
 def convnet(channels: int = 32, size: int = 96, seed: int = 0) -> onnx.ModelProto:
@@ -146,7 +148,7 @@ def main() -> int:
 
 def _no_env():  # type: ignore[no-untyped-def]
     """The environment snapshot is measured separately; keep it out of the replay loop."""
-    from monitor import envsnap
+    from monitor.runtime import envsnap
 
     return envsnap.capture(load_cuda_libs=False)
 

@@ -1,4 +1,4 @@
-"""Benchmark ``monitor.compare`` against one numpy copy of the same tensors.
+"""Benchmark ``monitor.compare.outputs`` against one numpy copy of the same tensors.
 
 Usage::
 
@@ -11,7 +11,7 @@ count, it times ``compare_output`` (the full metric suite) and the reference ``a
 interleaved in the same run, repeats, and prints the medians and their ratio. The goal is a ratio
 <= 2; it is measured here, never asserted in tests. ``cpu`` counts every thread of the process, so
 with 2 workers the cpu ratio shows the total work and the wall ratio the latency. No BLAS pin is
-needed: ``monitor.compare_stream`` makes no BLAS calls.
+needed: ``monitor.compare.stream`` makes no BLAS calls.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from monitor.compare import DEFAULT_WORKERS, compare_output
+from monitor.compare.outputs import DEFAULT_WORKERS, compare_output
 from monitor.results import AppliedTolerance, OutputStats
 
 

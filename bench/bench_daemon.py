@@ -44,7 +44,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from monitor import capture, envsnap  # noqa: E402
+from monitor import capture  # noqa: E402
+from monitor.runtime import envsnap  # noqa: E402
 from tests import modelzoo  # noqa: E402
 from tests.workspace import Workspace  # noqa: E402
 

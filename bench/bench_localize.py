@@ -26,8 +26,8 @@ from onnx import numpy_helper
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from monitor.config import ProviderSpec, SessionConfig  # noqa: E402
-from monitor.localize import capture_intermediates, localize  # noqa: E402
+from monitor.config.settings import ProviderSpec, SessionConfig  # noqa: E402
+from monitor.localize.engine import capture_intermediates, localize  # noqa: E402
 from tests import modelzoo  # noqa: E402
 
 WIDTH, LAYERS, BATCH = 256, 66, 2048  # 3*66+1 = 199 nodes; each activation is 2 MiB
@@ -56,8 +56,8 @@ for name, value in zip(names, session.run(None, feeds)):
 MEASURE_OURS = """
 import sys, numpy as np
 sys.path.insert(0, {root!r})
-from monitor.config import ProviderSpec, SessionConfig
-from monitor.localize import localize
+from monitor.config.settings import ProviderSpec, SessionConfig
+from monitor.localize.engine import localize
 feeds = {{"x": np.load({inputs!r})["x"]}}
 report = localize({subject!r}, feeds, providers=[ProviderSpec(name="CPUExecutionProvider")], session=SessionConfig(),
                   reference_model_path={reference!r}, mode="all", chunk_size=16)

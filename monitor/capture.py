@@ -17,10 +17,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from monitor import baselines, benchset, envsnap, modelfile, tensorio
-from monitor.config import ModelConfig, ProviderSpec, SessionConfig, Settings
+from monitor.config.settings import ModelConfig, ProviderSpec, SessionConfig, Settings
 from monitor.errors import BaselineError
-from monitor.runner import Session
+from monitor.files import baselines, modelfile, tensors
+from monitor.files import benchsets as benchset
+from monitor.runtime import envsnap
+from monitor.runtime.session import Session
 
 Progress = Callable[[int, int], None]
 IntermediateCapture = Callable[[Session, Mapping[str, np.ndarray]], dict[str, np.ndarray]]
@@ -153,15 +155,15 @@ def _store(
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
     if not path.is_file():
         raise BaselineError(f"{path}: file not found")
-    return tensorio.load_npz(path, error=BaselineError)
+    return tensors.load_npz(path, error=BaselineError)
 
 
 def _default_intermediates(
     model: ModelConfig, providers: Sequence[ProviderSpec], session_cfg: SessionConfig
 ) -> IntermediateCapture:
     def grab(session: Session, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from monitor import localize  # optional heavy machinery, only when asked
+        from monitor.localize import engine  # optional heavy machinery, only when asked
 
-        return localize.capture_intermediates(model.path, feeds, providers=providers, session=session_cfg)
+        return engine.capture_intermediates(model.path, feeds, providers=providers, session=session_cfg)
 
     return grab

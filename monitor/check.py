@@ -22,11 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from monitor import baselines, benchset, compare, envsnap, modelfile
-from monitor.config import ModelConfig, Settings
+from monitor.compare import outputs as compare
+from monitor.config.settings import ModelConfig, Settings
 from monitor.errors import BaselineError, BenchsetError, ConfigError, ModelError, MonitorError
+from monitor.files import baselines, modelfile
+from monitor.files import benchsets as benchset
 from monitor.results import AppliedTolerance, CheckResult, OutputStats, Reason, Verdict, error_result
-from monitor.runner import Deadline, RunTimeout, Session
+from monitor.runtime import envsnap
+from monitor.runtime.session import Deadline, RunTimeout, Session
 
 Clock = Callable[[], float]
 EnvCapture = Callable[[], "envsnap.EnvSnapshot"]

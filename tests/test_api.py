@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from monitor.api import create_app
-from monitor.config import Settings
+from monitor.api.app import create_app
+from monitor.config.settings import Settings
 from monitor.results import AppliedTolerance, CheckResult, OutputMetrics, OutputStats, Verdict
 from monitor.store import RunRecord, Store
 from tests.test_metrics import RealDaemon, Scenario, build_scenario, migrated_store
@@ -299,7 +299,7 @@ def test_an_unexpected_error_is_a_bare_500_with_the_traceback_only_in_the_log(
 
     daemon.store.latest_per_model = explode  # type: ignore[method-assign]
     client = TestClient(create_app(daemon), raise_server_exceptions=False)
-    with caplog.at_level(logging.ERROR, logger="monitor.api"):
+    with caplog.at_level(logging.ERROR, logger="monitor.api.app"):
         response = client.get("/api/v1/models")
     assert response.status_code == 500
     assert response.json() == {"detail": "internal error; the daemon log has the details"}

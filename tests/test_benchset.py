@@ -13,11 +13,11 @@ import pytest
 import yaml
 from onnx import TensorProto, helper, numpy_helper
 
-from monitor import benchset
-from monitor.benchset import InputSpec, check_inputs_fit, materialize, model_signature, open_benchset
 from monitor.cli import main
-from monitor.config import BenchsetConfig
+from monitor.config.settings import BenchsetConfig
 from monitor.errors import BenchsetError, ModelError
+from monitor.files import benchsets as benchset
+from monitor.files.benchsets import InputSpec, check_inputs_fit, materialize, model_signature, open_benchset
 from tests import modelzoo
 
 

@@ -9,8 +9,9 @@ import onnx
 import pytest
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
-from monitor import baselines, capture
+from monitor import capture
 from monitor.check import run_check
+from monitor.files import baselines
 from monitor.results import CheckResult, Verdict
 from tests import modelzoo
 from tests.workspace import Workspace

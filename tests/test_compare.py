@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.compare import compare_output, compare_outputs, repeat_spread
+from monitor.compare.outputs import compare_output, compare_outputs, repeat_spread
 from monitor.results import AppliedTolerance, OutputStats, Verdict
 
 NAN, INF = math.nan, math.inf

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from monitor import config
 from monitor.cli import main
+from monitor.config import settings as config
 from monitor.errors import ConfigError
 
 MINIMAL: dict[str, Any] = {

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from monitor.daemon import Daemon
+from monitor.daemon.root import Daemon
 from monitor.results import Verdict
 from monitor.store import Store
 from tests import modelzoo

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import typer
 
-from monitor import cli, configdoc
+from monitor import cli
+from monitor.config import doc
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -62,7 +63,7 @@ def test_every_cli_command_is_documented_in_the_readme(command: str) -> None:
 
 
 def test_the_config_reference_is_generated_from_the_schema() -> None:
-    assert (ROOT / "docs" / "config.md").read_text(encoding="utf-8") == configdoc.render(), (
+    assert (ROOT / "docs" / "config.md").read_text(encoding="utf-8") == doc.render(), (
         "docs/config.md is stale: run `onnxmon config reference > docs/config.md`"
     )
 

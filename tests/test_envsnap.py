@@ -23,11 +23,12 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from monitor import envsnap, envsnap_cpu
 from monitor.cli import env_cmd
-from monitor.envsnap import EnvSnapshot, Field, FieldChange
-from monitor.envsnap_gpu import CtypesNvml, decode_clock_event_reasons, mapped_libraries, nvml_entries
 from monitor.errors import MonitorError
+from monitor.runtime import cpu as envsnap_cpu
+from monitor.runtime import envsnap
+from monitor.runtime.envsnap import EnvSnapshot, Field, FieldChange
+from monitor.runtime.gpu import CtypesNvml, decode_clock_event_reasons, mapped_libraries, nvml_entries
 
 FIXTURES = Path(__file__).parent / "fixtures" / "envsnap"
 REPO = Path(__file__).resolve().parent.parent
@@ -229,7 +230,7 @@ def test_versions_of_cuda_libraries_loaded_in_the_process_are_asked_from_the_lib
     code = (
         "import ctypes, json, sys\n"
         "for path in sys.argv[1:]: ctypes.CDLL(path)\n"
-        "from monitor.envsnap import capture\n"
+        "from monitor.runtime.envsnap import capture\n"
         "print(json.dumps(capture(nvml=None).to_dict()))\n"
     )
     run = subprocess.run(

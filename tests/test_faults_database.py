@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from monitor.daemon import Daemon
+from monitor.daemon.root import Daemon
 from monitor.results import CheckResult, Verdict
 from monitor.sinks.database import DatabaseSink
-from monitor.spool import Spool, default_directory
+from monitor.sinks.spool import Spool, default_directory
 from monitor.store import Store
 from tests.databases import postgres_schema
 from tests.serving import two_models

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from numpy.lib import format as npy_format
 
-from monitor.daemon import Daemon
+from monitor.daemon.root import Daemon
 from monitor.results import Verdict
 from monitor.store import Store
 from tests import modelzoo

@@ -21,9 +21,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from monitor import baselines, capture, scheduler, tensorio
-from monitor.daemon import Daemon
+from monitor import capture
+from monitor.daemon import scheduler
+from monitor.daemon.root import Daemon
 from monitor.errors import BaselineError
+from monitor.files import baselines
+from monitor.files import tensors as tensorio
 from monitor.results import Verdict
 from monitor.store import Store
 from tests import modelzoo

@@ -38,10 +38,12 @@ from schemathesis import GenerationMode
 from schemathesis.core.result import Ok
 from schemathesis.schemas import BaseSchema
 
-from monitor import benchset, config, tensorio
-from monitor.api import create_app
-from monitor.config import Settings
+from monitor.api.app import create_app
+from monitor.config import settings as config
+from monitor.config.settings import Settings
 from monitor.errors import BenchsetError, ConfigError, MonitorError
+from monitor.files import benchsets as benchset
+from monitor.files import tensors as tensorio
 from tests import modelzoo
 from tests.test_metrics import RealDaemon, Scenario, build_scenario, migrated_store
 

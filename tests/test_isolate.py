@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from monitor import isolate
+from monitor.daemon import isolate
 from tests import isolate_targets as targets
 
 

@@ -12,9 +12,9 @@ import numpy as np
 import onnx
 import pytest
 
-from monitor.config import ProviderSpec, SessionConfig
+from monitor.config.settings import ProviderSpec, SessionConfig
 from monitor.errors import MonitorError
-from monitor.localize import (
+from monitor.localize.engine import (
     LocalizationReport,
     capture_intermediates,
     localize,
@@ -22,7 +22,7 @@ from monitor.localize import (
     plot_svg,
     tensor_error,
 )
-from monitor.localize_graph import ExposingRunner, load_model, save_optimized_model
+from monitor.localize.graph import ExposingRunner, load_model, save_optimized_model
 from tests import modelzoo
 
 CPU = [ProviderSpec(name="CPUExecutionProvider")]
@@ -127,7 +127,7 @@ def test_exposing_a_fused_tensor_is_detected_and_the_faithful_path_reproduces_pr
 def test_fusion_faithful_graph_gives_production_outputs_bitwise(
     models: dict[str, Path], fused_feeds: dict[str, np.ndarray], tmp_path: Path
 ) -> None:
-    from monitor.runner import Session
+    from monitor.runtime.session import Session
 
     production = Session(models["fused"], CPU, PRODUCTION).run(fused_feeds)
     optimized = load_model(save_optimized_model(models["fused"], CPU, PRODUCTION, tmp_path))

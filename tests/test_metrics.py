@@ -1,6 +1,6 @@
 """The /metrics contract: real check results, a real store and registry, scraped as Prometheus would.
 
-``RealDaemon`` here is a small but real implementation of ``monitor.api.DaemonHandle`` (a SQLite
+``RealDaemon`` here is a small but real implementation of ``monitor.api.app.DaemonHandle`` (a SQLite
 store, a registry, the three sinks, ``run_check``); ``tests/test_api.py`` reuses it.
 """
 
@@ -20,18 +20,21 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from monitor import baselines, capture, config, envsnap
-from monitor import metrics_values as values
+from monitor import capture
 from monitor.check import run_check
-from monitor.config import Schedule, Settings
+from monitor.config import settings as config
+from monitor.config.settings import Schedule, Settings
 from monitor.errors import ConfigError
-from monitor.metrics import Metrics
-from monitor.metrics_collector import install
+from monitor.files import baselines
 from monitor.results import REASON_CODES, AppliedTolerance, CheckResult, OutputMetrics, OutputStats, Verdict
+from monitor.runtime import envsnap
 from monitor.sinks import Sink
 from monitor.sinks.database import DatabaseSink
 from monitor.sinks.log import LogSink
-from monitor.sinks.prometheus import PrometheusSink
+from monitor.sinks.prometheus import labels as values
+from monitor.sinks.prometheus.collector import install
+from monitor.sinks.prometheus.counters import Metrics
+from monitor.sinks.prometheus.sink import PrometheusSink
 from monitor.store import Store
 from tests import modelzoo
 from tests.conftest import need_binary

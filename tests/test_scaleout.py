@@ -24,9 +24,10 @@ from typing import Any
 
 import pytest
 
-from monitor import capture, scheduler
-from monitor.config import Settings
-from monitor.daemon import Daemon
+from monitor import capture
+from monitor.config.settings import Settings
+from monitor.daemon import scheduler
+from monitor.daemon.root import Daemon
 from monitor.store import RunRecord, Store
 from tests import modelzoo
 from tests.databases import BACKENDS, database_url, postgres_schema

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from monitor import capture, scheduler, worker
+from monitor import capture
 from monitor.check import run_check
-from monitor.config import ModelConfig, ProviderSpec
+from monitor.config.settings import ModelConfig, ProviderSpec
+from monitor.daemon import child, scheduler
 from monitor.results import Verdict
 from tests import modelzoo
 from tests.workspace import Workspace
@@ -105,12 +106,12 @@ def test_auto_capture_records_a_first_baseline_and_never_replaces_an_existing_on
     ws.extra["daemon"] = {"auto_capture_baseline": True}
     settings = ws.settings()
     data = settings.model_dump(mode="json")
-    first = worker.check_job(data, "clf")
+    first = child.check_job(data, "clf")
     assert first["result"]["verdict"] == "error" and first["result"]["reasons"][0]["code"] == "no_baseline"
     captured = first["captured_baseline"]
     assert captured["source"] == "captured" and captured["active"] is True
     assert run_check(settings, "clf").verdict is Verdict.PASS
-    second = worker.check_job(data, "clf")
+    second = child.check_job(data, "clf")
     assert second["result"]["verdict"] == "pass"
     assert "captured_baseline" not in second
 
@@ -118,7 +119,7 @@ def test_auto_capture_records_a_first_baseline_and_never_replaces_an_existing_on
 def test_auto_capture_is_off_by_default(tmp_path: Path) -> None:
     ws = Workspace(tmp_path)
     ws.add_model("clf", modelzoo.classifier())
-    payload = worker.check_job(ws.settings().model_dump(mode="json"), "clf")
+    payload = child.check_job(ws.settings().model_dump(mode="json"), "clf")
     assert "captured_baseline" not in payload
     capture.capture_baseline(ws.settings(), "clf")
-    assert worker.check_job(ws.settings().model_dump(mode="json"), "clf")["result"]["verdict"] == "pass"
+    assert child.check_job(ws.settings().model_dump(mode="json"), "clf")["result"]["verdict"] == "pass"

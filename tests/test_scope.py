@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from monitor import capture, scope
+from monitor import capture
 from monitor.check import run_check
+from monitor.config import scope
 from monitor.results import Verdict
 from tests import modelzoo
 from tests.workspace import Workspace

@@ -21,11 +21,12 @@ import yaml
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
-from monitor import api, capture
-from monitor.api import create_app
+from monitor import capture
+from monitor.api import app as api
+from monitor.api.app import create_app
 from monitor.cli import main
-from monitor.config import Settings
-from monitor.daemon import Daemon
+from monitor.config.settings import Settings
+from monitor.daemon.root import Daemon
 from monitor.store import Store
 from tests import modelzoo
 from tests.serving import Served, free_port

@@ -11,7 +11,7 @@ import numpy.lib.format as npy_format
 import pytest
 
 from monitor.errors import BaselineError, BenchsetError
-from monitor.tensorio import load_npy, load_npy_bytes, load_npz, resolve_inside, save_npy, sha256_file
+from monitor.files.tensors import load_npy, load_npy_bytes, load_npz, resolve_inside, save_npy, sha256_file
 
 DTYPES = ["float16", "float32", "float64", "int8", "uint8", "int32", "int64", "bool", "complex64"]
 

@@ -18,11 +18,13 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from monitor import capture, envsnap, worker
-from monitor.api import create_app
+from monitor import capture
+from monitor.api.app import create_app
 from monitor.check import run_check
-from monitor.config import Settings
+from monitor.config.settings import Settings
+from monitor.daemon import child as worker
 from monitor.results import AppliedTolerance, CheckResult, OutputMetrics, OutputStats, Reason, Verdict
+from monitor.runtime import envsnap
 from monitor.store import Store
 from tests import modelzoo
 from tests.test_metrics import RealDaemon, migrated_store

@@ -1,7 +1,7 @@
 """A throwaway onnxmon workspace on disk: models, a config file, benchsets and baselines.
 
 Tests describe the models they need; ``Workspace`` writes a real ``onnxmon.yaml`` next to
-them and loads it through ``monitor.config.load`` exactly as the CLI would.
+them and loads it through ``monitor.config.settings.load`` exactly as the CLI would.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 import onnx
 import yaml
 
-from monitor import config
-from monitor.config import Settings
+from monitor.config import settings as config
+from monitor.config.settings import Settings
 
 
 @dataclass

@@ -10,9 +10,10 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from monitor import baselines, capture
+from monitor import capture
 from monitor.cli import common
-from monitor.config import Settings
+from monitor.config.settings import Settings
+from monitor.files import baselines
 
 if TYPE_CHECKING:
     from monitor.store import Store

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import typer
 
-from monitor import benchset, config
 from monitor.cli import common
+from monitor.config import settings as config
 from monitor.errors import BenchsetError
+from monitor.files import benchsets as benchset
 
 ConfigOption = typer.Option(None, "-c", "--config", help="Config file (default: $ONNXMON_CONFIG or ./onnxmon.yaml).")
 RootOption = typer.Option(None, "--root", help="Benchset directory (default: store.benchsets_dir of the config).")

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from monitor.check import run_check
 from monitor.cli import common
-from monitor.config import Settings
+from monitor.config.settings import Settings
 from monitor.errors import MonitorError
 from monitor.results import CheckResult, Verdict
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.console import Console
 
-from monitor import config
+from monitor.config import settings as config
 
 if TYPE_CHECKING:
     from monitor.store import Store
@@ -27,7 +27,7 @@ def console() -> Console:
 
 def settings(path: str | None) -> config.Settings:
     """The config, with baselines scoped to this node or pool (``daemon.baseline_scope``)."""
-    from monitor import scope
+    from monitor.config import scope
 
     return scope.apply(config.load(path))
 

@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from monitor import config
+from monitor.config import settings as config
 
 ConfigOption = typer.Option(None, "-c", "--config", help="Config file (default: $ONNXMON_CONFIG or ./onnxmon.yaml).")
 
@@ -29,8 +29,8 @@ def register(app: typer.Typer) -> None:
     @group.command("reference")
     def reference() -> None:
         """Print the configuration reference (Markdown) generated from the schema."""
-        from monitor import configdoc
+        from monitor.config import doc
 
-        typer.echo(configdoc.render(), nl=False)
+        typer.echo(doc.render(), nl=False)
 
     app.add_typer(group, name="config")

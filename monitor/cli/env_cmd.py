@@ -15,8 +15,8 @@ from typing import Any
 
 import typer
 
-from monitor import envsnap
 from monitor.errors import MonitorError
+from monitor.runtime import envsnap
 
 Lookup = Callable[[str], Mapping[str, Any] | None]
 """Maps a reference (e.g. a fingerprint) to a snapshot dict, or ``None`` when it does not know it."""

@@ -16,8 +16,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from monitor import config
 from monitor.cli import common
+from monitor.config import settings as config
 from monitor.errors import MonitorError
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from monitor.cli import common
-from monitor.config import parse_duration
+from monitor.config.settings import parse_duration
 
 
 def register(app: typer.Typer) -> None:
@@ -27,7 +27,8 @@ def register(app: typer.Typer) -> None:
         quiet: bool = common.QuietOption,
     ) -> None:
         """Re-run one input with intermediate tensors exposed and name the first node that diverged."""
-        from monitor import localize, localize_run
+        from monitor.localize import configured
+        from monitor.localize import engine as localize
 
         if against not in ("auto", "baseline", "reference"):
             raise typer.BadParameter(f"--against must be auto, baseline or reference, not {against!r}")
@@ -36,7 +37,7 @@ def register(app: typer.Typer) -> None:
         settings = common.settings(config_file)
         console = common.console()
         with console.status(f"localizing {model} …", spinner="dots") if not (quiet or as_json) else _nothing():
-            report = localize_run.localize_model(
+            report = configured.localize_model(
                 settings,
                 model,
                 sample=sample,

@@ -29,6 +29,6 @@ def register(app: typer.Typer) -> None:
             api = settings.api.model_copy(update={k: v for k, v in (("host", host), ("port", port)) if v})
             settings = settings.model_copy(update={"api": api})
         store = common.open_store(settings)
-        from monitor.daemon import Daemon
+        from monitor.daemon.root import Daemon
 
         raise typer.Exit(Daemon(settings, store=store).serve())

@@ -17,7 +17,7 @@ import threading
 import time
 
 from monitor.results import CheckResult
-from monitor.spool import Spool, SpooledResult
+from monitor.sinks.spool import Spool, SpooledResult
 from monitor.store import Store
 
 log = logging.getLogger("onnxmon.sinks.database")

@@ -13,8 +13,8 @@ import logging
 import math
 from typing import Any
 
-from monitor import metrics_values as values
 from monitor.results import CheckResult
+from monitor.sinks.prometheus import labels as values
 
 
 class LogSink:

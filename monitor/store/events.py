@@ -113,7 +113,7 @@ def snapshot_diff(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) 
     if not old or not new:
         return []
     if "fields" in old and "fields" in new:
-        from monitor import envsnap
+        from monitor.runtime import envsnap
 
         changes = envsnap.diff(envsnap.EnvSnapshot.from_dict(old), envsnap.EnvSnapshot.from_dict(new))
         stable = [c.to_dict() for c in changes if c.stable]

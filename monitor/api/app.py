@@ -1,0 +1,350 @@
+"""The daemon's HTTP API: ``/metrics``, health and readiness, and the read-only history under ``/api/v1``.
+
+``create_app(handle)`` builds a FastAPI app over a ``DaemonHandle`` (the daemon, or a test's
+small real implementation). Reads come from the store and the baselines on disk; three calls
+change something (run a check now, promote a baseline, reload the config) and need
+``Authorization: Bearer <token>`` where the token is ``api.token`` or the content of
+``api.token_file``, read at each request so a rotated secret works at once. No token configured
+means those calls are disabled (403); a wrong or missing one is refused (401).
+
+Errors are JSON ``{"detail": ...}``: 404 for an unknown model, run, baseline or environment,
+422 for bad parameters (FastAPI's validation), 503 when the store is unreachable, and a generic
+500 for anything else (the traceback goes to the log, never into a response). Non-finite
+numbers are encoded as the strings ``"inf"``, ``"-inf"`` and ``"nan"`` (see ``api_models``).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, Protocol
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi import Path as PathParam
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+
+from monitor import __version__
+from monitor.api import environments as envs
+from monitor.api import schemas as out
+from monitor.api import web
+from monitor.api.environments import HEX_PREFIX, NAME
+from monitor.api.guard import ErrorGuard, internal_error
+from monitor.config.settings import Settings
+from monitor.errors import MonitorError
+from monitor.files import baselines
+from monitor.results import CheckResult
+from monitor.sinks.prometheus.counters import pick_latest
+from monitor.store import Store
+
+log = logging.getLogger(__name__)
+
+MAX_ID = 2**63 - 1
+ModelName = Annotated[str, PathParam(pattern=NAME, max_length=200, description="a model name from the config")]
+Limit = Annotated[int, Query(ge=1, le=1000, description="newest first, at most this many")]
+Since = Annotated[datetime | None, Query(description="ISO 8601; without a zone it is UTC")]
+_bearer = HTTPBearer(auto_error=False, description="api.token or the content of api.token_file")
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": out.Problem}}
+_METRICS_TYPES: dict[str, Any] = {"text/plain": {}, "application/openmetrics-text": {}}
+
+
+class DaemonHandle(Protocol):
+    """What the API needs from the daemon (tests implement it over a real store and registry)."""
+
+    @property
+    def settings(self) -> Settings:
+        """The current (last good) config."""
+        ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """The registry the metrics live in."""
+        ...
+
+    def readiness(self) -> dict[str, bool]:
+        """``{"config_loaded": ..., "store_reachable": ..., "scheduler_running": ...}``."""
+        ...
+
+    def run_now(self, model: str) -> CheckResult:
+        """Run one check synchronously (isolated) and record it."""
+        ...
+
+    def reload(self) -> bool:
+        """Re-read the config; False keeps the old one."""
+        ...
+
+    def promote(self, baseline_id: str, by: str) -> str:
+        """Make ``baseline_id`` active, record the promotion; returns the model name."""
+        ...
+
+
+def create_app(handle: DaemonHandle) -> FastAPI:
+    """The HTTP app over ``handle``; the OpenAPI document is at ``/openapi.json``."""
+    app = FastAPI(
+        title="onnxmon",
+        version=__version__,
+        description=__doc__,
+        responses={500: {"model": out.Problem}, 503: {"model": out.Problem}},
+    )
+    app.add_middleware(ErrorGuard, on_error=lambda: internal_error(handle))
+    _health_routes(app, handle)
+    _read_routes(app, handle)
+    _write_routes(app, handle)
+    web.mount(app, handle)  # the status page (HTML) at / and beside the API
+    return app
+
+
+# --- health and metrics --------------------------------------------------------------------------
+
+
+def _health_routes(app: FastAPI, handle: DaemonHandle) -> None:
+    @app.get("/metrics", response_class=Response, responses={200: {"content": _METRICS_TYPES}}, tags=["health"])
+    def metrics(request: Request) -> Response:
+        """Prometheus exposition of every onnxmon series (OpenMetrics when the scraper asks for it)."""
+        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        return Response(encoder(handle.registry), media_type=content_type)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> out.Health:
+        """The process is alive (always 200)."""
+        return out.Health()
+
+    @app.get("/readyz", responses={503: {"model": out.Readiness}}, tags=["health"])
+    def readyz() -> JSONResponse:
+        """200 when config, store and scheduler are all ready, else 503 naming what is not."""
+        try:
+            checks = {name: bool(ok) for name, ok in handle.readiness().items()}
+        except Exception:
+            log.exception("readiness check raised")
+            checks = {"readiness_check": False}
+        failed = sorted(name for name, ok in checks.items() if not ok)
+        info_of = getattr(handle, "readiness_info", None)  # optional: numbers such as results spooled
+        info = dict(info_of()) if callable(info_of) else {}
+        body = out.Readiness(ready=not failed, checks=checks, failed=failed, info=info)
+        return JSONResponse(body.model_dump(), status_code=503 if failed else 200)
+
+
+# --- reads ---------------------------------------------------------------------------------------
+
+
+def _read_routes(app: FastAPI, handle: DaemonHandle) -> None:
+    @app.get("/api/v1/models", tags=["history"])
+    def models(node: Annotated[str | None, Query(max_length=253)] = None) -> list[out.ModelSummary]:
+        """Every configured model with its last verdict (overall, or on ``node``), per-node status, active baseline."""
+        settings = handle.settings
+        records = handle.store.latest_per_model()
+        if node is not None:
+            records = [r for r in records if r.node == node]
+        latest = pick_latest(records, None)
+        per_node: dict[str, list[out.NodeStatus]] = {}
+        for record in records:
+            per_node.setdefault(record.model, []).append(
+                out.NodeStatus(
+                    node=record.node,
+                    last_run_id=record.id,
+                    last_run_at=record.finished_at,
+                    last_verdict=record.verdict.value,
+                )
+            )
+        summaries = []
+        for model in settings.models:
+            last = latest.get(model.name)
+            summaries.append(
+                out.ModelSummary(
+                    name=model.name,
+                    benchset=model.benchset,
+                    providers=[p.name for p in model.providers],
+                    active_baseline_id=_active_id(settings, model.name),
+                    last_run_id=last.id if last is not None else None,
+                    last_run_at=last.finished_at if last is not None else None,
+                    last_verdict=last.verdict.value if last is not None else None,
+                    last_node=last.node if last is not None else None,
+                    nodes=per_node.get(model.name, []),
+                )
+            )
+        return summaries
+
+    @app.get("/api/v1/models/{name}/runs", responses=_NOT_FOUND, tags=["history"])
+    def runs(
+        name: ModelName,
+        limit: Limit = 50,
+        since: Since = None,
+        node: Annotated[str | None, Query(max_length=253)] = None,
+    ) -> list[out.RunSummary]:
+        """Runs of a model, newest first (without outputs; ``/api/v1/runs/{id}`` has them)."""
+        _known_model(handle, name)
+        found = handle.store.runs(name, since=_utc(since), node=node, limit=limit)
+        return [out.RunSummary.of(r) for r in found]
+
+    @app.get("/api/v1/runs/{run_id}", responses=_NOT_FOUND, tags=["history"])
+    def run(run_id: Annotated[int, PathParam(ge=1, le=MAX_ID)]) -> out.RunDetail:
+        """One run: every output's metrics, reasons, attribution, and the diff against the baseline's environment."""
+        record = handle.store.run(run_id)
+        if record is None:
+            raise HTTPException(404, f"no run {run_id} in the history")
+        return out.RunDetail.build(record, envs.run_env_diff(handle, record))
+
+    @app.get("/api/v1/models/{name}/baselines", responses=_NOT_FOUND, tags=["baselines"])
+    def model_baselines(name: ModelName) -> list[out.BaselineOut]:
+        """Baselines of a model, oldest first: on disk (the truth for which is active) and in the store."""
+        _known_model(handle, name)
+        root = handle.settings.store.baselines_dir
+        active = _active_id(handle.settings, name)
+        recorded = {b.baseline_id: b for b in handle.store.baseline_history(name)}
+        listed = [
+            out.baseline_out(b.meta, active=b.id == active, record=recorded.pop(b.id, None))
+            for b in baselines.list_baselines(root, name)
+        ]
+        listed += [_store_only_baseline(r, active) for r in recorded.values()]
+        return listed
+
+    @app.get("/api/v1/environments/diff", responses=_NOT_FOUND | {409: {"model": out.Problem}}, tags=["environments"])
+    def environments_diff(
+        a: Annotated[str, Query(min_length=1, max_length=200, description="fingerprint (prefix) or baseline id")],
+        b: Annotated[str, Query(min_length=1, max_length=200, description="fingerprint (prefix) or baseline id")],
+    ) -> out.EnvDiff:
+        """What differs from environment ``a`` to ``b``; each is a fingerprint, a unique prefix, or a baseline id."""
+        fp_a, snap_a = envs.resolve_environment(handle, a)
+        fp_b, snap_b = envs.resolve_environment(handle, b)
+        return envs.diff(fp_a, snap_a, fp_b, snap_b)
+
+    @app.get(
+        "/api/v1/environments/{fingerprint}",
+        responses=_NOT_FOUND | {409: {"model": out.Problem}},
+        tags=["environments"],
+    )
+    def environment(fingerprint: Annotated[str, PathParam(pattern=HEX_PREFIX)]) -> out.EnvironmentOut:
+        """One environment snapshot by fingerprint or a unique prefix of it (4 hex digits at least)."""
+        return out.EnvironmentOut.of(envs.find_environment(handle, fingerprint))
+
+    @app.get("/api/v1/events", tags=["history"])
+    def events(
+        model: Annotated[str | None, Query(pattern=NAME, max_length=200)] = None,
+        since: Since = None,
+        limit: Limit = 100,
+        node: Annotated[str | None, Query(max_length=253)] = None,
+    ) -> list[out.EventOut]:
+        """State changes (verdict, environment, model, baselines, provider fallback), newest first."""
+        found = handle.store.events(model=model, since=_utc(since), node=node, limit=limit)
+        return [out.EventOut.of(e) for e in found]
+
+
+# --- writes --------------------------------------------------------------------------------------
+
+
+def _write_routes(app: FastAPI, handle: DaemonHandle) -> None:
+    def authorized(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+        expected = _configured_token(handle.settings)
+        if expected is None:
+            raise HTTPException(
+                403,
+                "mutating calls are disabled: set api.token or api.token_file in the config"
+                " (or ONNXMON_API__TOKEN / ONNXMON_API__TOKEN_FILE) and send 'Authorization: Bearer <token>'",
+            )
+        given = credentials.credentials if credentials is not None else ""
+        if not hmac.compare_digest(given.encode(), expected.encode()):
+            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+    guarded: dict[int | str, dict[str, Any]] = {401: {"model": out.Problem}, 403: {"model": out.Problem}}
+    auth = [Depends(authorized)]
+
+    @app.post("/api/v1/models/{name}/check", dependencies=auth, responses=guarded | _NOT_FOUND, tags=["actions"])
+    def check_now(name: ModelName) -> out.CheckOut:
+        """Run one check of the model now (isolated, recorded like a scheduled run) and return its result."""
+        if name not in {m.name for m in handle.settings.models}:
+            raise HTTPException(404, f"no model {name!r} in the config; models are {_model_names(handle)}")
+        result = handle.run_now(name)
+        return out.CheckOut(model=result.model, verdict=result.verdict.value, result=out.json_safe(result.to_dict()))
+
+    @app.post(
+        "/api/v1/baselines/{baseline_id}/promote", dependencies=auth, responses=guarded | _NOT_FOUND, tags=["actions"]
+    )
+    def promote(
+        baseline_id: Annotated[str, PathParam(pattern=NAME, max_length=200)],
+        by: Annotated[str, Query(min_length=1, max_length=100, description="who promotes, for the log")] = "api",
+    ) -> out.Promotion:
+        """Make a baseline the active one of its model."""
+        try:
+            model = handle.promote(baseline_id, by)
+        except MonitorError as exc:
+            raise HTTPException(404, str(exc)) from None
+        return out.Promotion(baseline_id=baseline_id, model=model, promoted_by=by)
+
+    @app.post("/-/reload", dependencies=auth, responses={**guarded, 409: {"model": out.Reloaded}}, tags=["actions"])
+    def reload() -> JSONResponse:
+        """Re-read the config file; 409 when it is invalid (the previous config stays in force)."""
+        if handle.reload():
+            return JSONResponse(out.Reloaded(reloaded=True, detail="configuration reloaded").model_dump())
+        body = out.Reloaded(reloaded=False, detail="new configuration is invalid; kept the previous one (see the log)")
+        return JSONResponse(body.model_dump(), status_code=409)
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def _configured_token(settings: Settings) -> str | None:
+    """The bearer token, read now (a rotated token file works without a restart); None when unset."""
+    if settings.api.token:
+        return settings.api.token
+    if settings.api.token_file is not None:
+        try:
+            token = Path(settings.api.token_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            log.warning(
+                "api.token_file %s cannot be read (%s): mutating calls disabled", settings.api.token_file, exc.strerror
+            )
+            return None
+        return token or None
+    return None
+
+
+def _model_names(handle: DaemonHandle) -> list[str]:
+    return [m.name for m in handle.settings.models]
+
+
+def _known_model(handle: DaemonHandle, name: str) -> None:
+    """404 unless ``name`` is configured or has history (a model removed from the config keeps its past)."""
+    if name in _model_names(handle) or name in handle.store.models():
+        return
+    raise HTTPException(404, f"no model {name!r} in the config or the history; models are {_model_names(handle)}")
+
+
+def _active_id(settings: Settings, model: str) -> str | None:
+    try:
+        return baselines.active_id(settings.store.baselines_dir, model)
+    except OSError:
+        return None
+
+
+def _utc(when: datetime | None) -> datetime | None:
+    if when is None:
+        return None
+    try:
+        return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    except OverflowError:
+        raise HTTPException(422, f"'since' {when.isoformat()} is out of range") from None
+
+
+def _store_only_baseline(record: Any, active: str | None) -> out.BaselineOut:
+    return out.BaselineOut(
+        baseline_id=record.baseline_id,
+        model=record.model,
+        created_at=record.created_at.isoformat(),
+        source=record.source,
+        active=record.baseline_id == active,
+        model_sha256=record.model_sha256,
+        benchset=record.benchset,
+        environment_fingerprint=record.environment_fingerprint,
+        sample_count=None,
+        outputs=[],
+        promoted_at=record.promoted_at,
+        promoted_by=record.promoted_by,
+        recorded_in_store=True,
+    )

@@ -1,0 +1,101 @@
+"""Environment look-ups and diffs behind the API: fingerprints, prefixes, baseline ids, a run against its baseline.
+
+Snapshots come from the store (``Store.environment``) and, for baselines, from their metadata on
+disk; the diff itself is ``envsnap.diff``. A snapshot that is missing or not in ``EnvSnapshot``
+form gives an empty diff with a ``note`` saying why, never an error.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from fastapi import HTTPException
+
+from monitor.api import schemas as out
+from monitor.errors import MonitorError
+from monitor.files import baselines
+from monitor.runtime import envsnap
+from monitor.store import EnvironmentRecord, RunRecord
+
+if TYPE_CHECKING:
+    from monitor.api.app import DaemonHandle
+
+NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+HEX_PREFIX = r"^[0-9a-fA-F]{4,64}$"
+
+
+def find_environment(handle: DaemonHandle, prefix: str) -> EnvironmentRecord:
+    prefix = prefix.lower()
+    found = handle.store.find_environments(prefix, limit=20)
+    exact = [e for e in found if e.fingerprint == prefix]
+    if exact:
+        return exact[0]
+    if not found:
+        raise HTTPException(404, f"no environment with fingerprint {prefix!r}")
+    if len(found) > 1:
+        shown = ", ".join(envsnap.short(e.fingerprint) for e in found[:5])
+        raise HTTPException(409, f"fingerprint prefix {prefix!r} is ambiguous: {shown}; give more digits")
+    return found[0]
+
+
+def resolve_environment(handle: DaemonHandle, ref: str) -> tuple[str | None, dict[str, Any] | None]:
+    """A fingerprint (prefix) from the store, else a baseline id (its recorded environment)."""
+    if re.fullmatch(HEX_PREFIX, ref):
+        found = handle.store.find_environments(ref.lower(), limit=2)
+        if found:
+            record = find_environment(handle, ref)
+            return record.fingerprint, dict(record.snapshot)
+    if re.fullmatch(NAME, ref):
+        try:
+            meta = baselines.get(handle.settings.store.baselines_dir, ref).meta
+        except MonitorError:
+            meta = None
+        if meta is not None:
+            return meta.environment_fingerprint, dict(meta.environment) or None
+    raise HTTPException(404, f"{ref!r} is neither a known environment fingerprint nor a baseline id")
+
+
+def diff(
+    fp_a: str | None, snap_a: dict[str, Any] | None, fp_b: str | None, snap_b: dict[str, Any] | None
+) -> out.EnvDiff:
+    if not snap_a or not snap_b:
+        missing = "a" if not snap_a else "b"
+        return out.EnvDiff(a=fp_a, b=fp_b, summary="unknown", changes=[], note=f"no snapshot recorded for {missing}")
+    try:
+        changes = envsnap.diff(envsnap.EnvSnapshot.from_dict(snap_a), envsnap.EnvSnapshot.from_dict(snap_b))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return out.EnvDiff(a=fp_a, b=fp_b, summary="unknown", changes=[], note="a snapshot is not in a comparable form")
+    return out.EnvDiff(
+        a=fp_a,
+        b=fp_b,
+        summary=envsnap.summary(changes),
+        changes=[out.FieldChangeOut(**out.json_safe(c.to_dict())) for c in changes],
+    )
+
+
+def run_env_diff(handle: DaemonHandle, run: RunRecord) -> out.EnvDiff:
+    """The run's environment against its baseline's: from the store's snapshots, else the check's own diff."""
+    base_fp, base_snap = None, None
+    if run.baseline_id:
+        recorded = {b.baseline_id: b for b in handle.store.baseline_history(run.model)}.get(run.baseline_id)
+        base_fp = recorded.environment_fingerprint if recorded is not None else None
+        base_snap = handle.store.environment(base_fp) if base_fp else None
+        if base_snap is None:
+            try:
+                meta = baselines.get(handle.settings.store.baselines_dir, run.baseline_id).meta
+                base_fp, base_snap = meta.environment_fingerprint, dict(meta.environment) or None
+            except MonitorError:
+                pass
+    run_snap = handle.store.environment(run.environment_fingerprint) if run.environment_fingerprint else None
+    found = diff(base_fp, base_snap, run.environment_fingerprint, run_snap)
+    if found.note and isinstance(run.details.get("env_diff"), list):
+        changes = [out.FieldChangeOut(**out.json_safe(c)) for c in run.details["env_diff"] if isinstance(c, dict)]
+        summary = envsnap.summary([envsnap.FieldChange(c.field, c.old, c.new, c.stable) for c in changes])
+        note = "from the check's own comparison (snapshots not in the store)"
+        return out.EnvDiff(a=base_fp, b=run.environment_fingerprint, summary=summary, changes=changes, note=note)
+    if not run.baseline_id:
+        return out.EnvDiff(
+            a=None, b=run.environment_fingerprint, summary="unknown", changes=[], note="run has no baseline"
+        )
+    return found

@@ -1,0 +1,58 @@
+"""The API's last line of defence: an unexpected exception becomes a bare JSON 500 (or 503), never a traceback.
+
+The traceback goes to the log; the response says only what a client can act on. When the store
+does not answer, the cause is almost surely the store, so the answer is 503 "retry later".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+if TYPE_CHECKING:
+    from monitor.api.app import DaemonHandle
+
+log = logging.getLogger("monitor.api.app")
+
+
+def internal_error(handle: DaemonHandle) -> JSONResponse:
+    if not handle.store.ping():
+        return JSONResponse({"detail": "the history store is unreachable; retry later"}, status_code=503)
+    return JSONResponse({"detail": "internal error; the daemon log has the details"}, status_code=500)
+
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+class ErrorGuard:
+    """ASGI middleware: an unexpected exception is logged with its traceback and answered with a bare JSON 500/503."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]], on_error: Callable[[], JSONResponse]):
+        self.app = app
+        self.on_error = on_error
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: MutableMapping[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception:
+            log.exception("unhandled error in %s %s", scope.get("method"), scope.get("path"))
+            if started:
+                raise
+            response = await run_in_threadpool(self.on_error)
+            await response(scope, receive, send)

@@ -1,0 +1,319 @@
+"""The JSON shapes of the HTTP API (pydantic models, so the OpenAPI document describes them).
+
+Non-finite numbers: JSON has no NaN or Infinity, and a metric can be either (an SNR of two equal
+outputs is +inf; a value not measured is NaN). Every float the API returns is therefore a
+``JsonNumber``: a JSON number when finite, else one of the strings ``"inf"``, ``"-inf"``,
+``"nan"``. Free-form objects (snapshots, details, event details) go through ``json_safe`` first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from monitor.results import Reason
+from monitor.store import BaselineRecord, EnvironmentRecord, EventRecord, OutputRecord, RunRecord
+
+JsonNumber = float | Literal["inf", "-inf", "nan"]
+VerdictName = Literal["pass", "fail", "error"]
+
+
+def num(value: float | None) -> JsonNumber | None:
+    """``value`` as a JSON-safe number: non-finite floats become ``"inf"``, ``"-inf"`` or ``"nan"``."""
+    if value is None:
+        return None
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return float(value)
+
+
+def json_safe(value: Any) -> Any:
+    """A deep copy of ``value`` with every non-finite float encoded by ``num``; tuples become lists."""
+    if isinstance(value, bool) or value is None or isinstance(value, int | str):
+        return value
+    if isinstance(value, float):
+        return num(value)
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [json_safe(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class Problem(_Out):
+    """An error: what went wrong and, where useful, how to fix it."""
+
+    detail: str
+
+
+class Health(_Out):
+    status: Literal["ok"] = "ok"
+
+
+class Readiness(_Out):
+    ready: bool
+    checks: dict[str, bool]
+    failed: list[str]
+    info: dict[str, int] = {}
+
+
+class ReasonOut(_Out):
+    code: str
+    detail: str = ""
+    output: str | None = None
+
+    @classmethod
+    def of(cls, reason: Reason) -> ReasonOut:
+        return cls(code=reason.code, detail=reason.detail, output=reason.output)
+
+
+class NodeStatus(_Out):
+    """Where a model stands on one node (daemonset mode runs it on every GPU node)."""
+
+    node: str | None
+    last_run_id: int
+    last_run_at: datetime
+    last_verdict: VerdictName
+
+
+class ModelSummary(_Out):
+    """A configured model and where it stands: the newest run anywhere, and the newest per node."""
+
+    name: str
+    benchset: str
+    providers: list[str]
+    active_baseline_id: str | None
+    last_run_id: int | None
+    last_run_at: datetime | None
+    last_verdict: VerdictName | None
+    last_node: str | None
+    nodes: list[NodeStatus] = []
+
+
+class RunSummary(_Out):
+    """One run without its outputs."""
+
+    id: int
+    model: str
+    verdict: VerdictName
+    started_at: datetime
+    finished_at: datetime
+    duration_s: JsonNumber
+    node: str | None
+    pod: str | None
+    reasons: list[ReasonOut]
+    attribution: str | None
+    baseline_id: str | None
+    environment_fingerprint: str | None
+    model_sha256: str | None
+    benchset: str | None
+    sample_count: int
+    providers_requested: list[str]
+    providers_effective: list[str]
+    worst_output: str | None
+    worst_max_abs_error: JsonNumber | None
+    worst_atol_ratio: JsonNumber | None
+
+    @classmethod
+    def of(cls, run: RunRecord) -> RunSummary:
+        return cls(**_run_fields(run))
+
+
+def _run_fields(run: RunRecord) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "model": run.model,
+        "verdict": run.verdict.value,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "duration_s": num(run.duration_s),
+        "node": run.node,
+        "pod": run.pod,
+        "reasons": [ReasonOut.of(r) for r in run.reasons],
+        "attribution": run.attribution,
+        "baseline_id": run.baseline_id,
+        "environment_fingerprint": run.environment_fingerprint,
+        "model_sha256": run.model_sha256,
+        "benchset": run.benchset,
+        "sample_count": run.sample_count,
+        "providers_requested": list(run.providers_requested),
+        "providers_effective": list(run.providers_effective),
+        "worst_output": run.worst_output,
+        "worst_max_abs_error": num(run.worst_max_abs_error),
+        "worst_atol_ratio": num(run.worst_atol_ratio),
+    }
+
+
+class OutputOut(_Out):
+    """One output's comparison: every metric, the tolerance applied, its reasons."""
+
+    name: str
+    verdict: VerdictName
+    dtype: str
+    shape: list[int]
+    metrics: dict[str, JsonNumber | int | bool | None]
+    tolerance: dict[str, JsonNumber | int | None]
+    error_ratio: JsonNumber | None
+    reasons: list[ReasonOut]
+
+    @classmethod
+    def of(cls, output: OutputRecord) -> OutputOut:
+        from monitor.sinks.prometheus.labels import error_ratio
+
+        return cls(
+            name=output.name,
+            verdict=output.verdict.value,
+            dtype=output.dtype,
+            shape=list(output.shape),
+            metrics=json_safe(output.metrics.to_dict()),
+            tolerance=json_safe(output.tolerance.to_dict()),
+            error_ratio=num(error_ratio(output)),
+            reasons=[ReasonOut.of(r) for r in output.reasons],
+        )
+
+
+class FieldChangeOut(_Out):
+    field: str
+    old: Any
+    new: Any
+    stable: bool
+
+
+class EnvDiff(_Out):
+    """What differs from environment ``a`` to ``b`` (stable fields first); ``note`` says why it may be empty."""
+
+    a: str | None
+    b: str | None
+    summary: str
+    changes: list[FieldChangeOut]
+    note: str | None = None
+
+
+class RunDetail(RunSummary):
+    """One run with every output, its timings and details, and the diff against the baseline's environment."""
+
+    outputs: list[OutputOut]
+    timings: dict[str, JsonNumber]
+    details: dict[str, Any]
+    env_diff: EnvDiff
+
+    @classmethod
+    def build(cls, run: RunRecord, env_diff: EnvDiff) -> RunDetail:
+        return cls(
+            **_run_fields(run),
+            outputs=[OutputOut.of(o) for o in run.outputs],
+            timings={k: v for k, v in ((k, num(float(v))) for k, v in run.timings.items()) if v is not None},
+            details=json_safe(run.details),
+            env_diff=env_diff,
+        )
+
+
+class BaselineOut(_Out):
+    """A baseline of a model: provenance, environment, whether it is the active one."""
+
+    baseline_id: str
+    model: str
+    created_at: str
+    source: str
+    active: bool
+    model_sha256: str | None
+    benchset: str | None
+    environment_fingerprint: str | None
+    sample_count: int | None
+    outputs: list[str]
+    promoted_at: datetime | None = None
+    promoted_by: str | None = None
+    recorded_in_store: bool = False
+
+
+class EnvironmentOut(_Out):
+    fingerprint: str
+    first_seen: datetime
+    last_seen: datetime
+    snapshot: dict[str, Any]
+
+    @classmethod
+    def of(cls, record: EnvironmentRecord) -> EnvironmentOut:
+        return cls(
+            fingerprint=record.fingerprint,
+            first_seen=record.first_seen,
+            last_seen=record.last_seen,
+            snapshot=json_safe(record.snapshot),
+        )
+
+
+class EventOut(_Out):
+    id: int
+    model: str
+    kind: str
+    at: datetime
+    node: str | None
+    run_id: int | None
+    old: str | None
+    new: str | None
+    detail: dict[str, Any]
+
+    @classmethod
+    def of(cls, event: EventRecord) -> EventOut:
+        return cls(
+            id=event.id,
+            model=event.model,
+            kind=event.kind,
+            at=event.at,
+            node=event.node,
+            run_id=event.run_id,
+            old=event.old,
+            new=event.new,
+            detail=json_safe(event.detail),
+        )
+
+
+class CheckOut(_Out):
+    """A check run on request: its verdict and the whole result (``CheckResult.to_dict``, JSON-safe)."""
+
+    model: str
+    verdict: VerdictName
+    result: dict[str, Any]
+
+
+class Promotion(_Out):
+    baseline_id: str
+    model: str
+    promoted_by: str
+
+
+class Reloaded(_Out):
+    reloaded: bool
+    detail: str
+
+
+def baseline_out(meta: Any, *, active: bool, record: BaselineRecord | None) -> BaselineOut:
+    """Merge a baseline on disk (``BaselineMeta``) with its store record (promotion time and author)."""
+    fingerprint = meta.environment_fingerprint
+    return BaselineOut(
+        baseline_id=meta.id,
+        model=meta.model,
+        created_at=str(meta.created_at),
+        source=str(meta.source),
+        active=active,
+        model_sha256=meta.model_sha256 or None,
+        benchset=meta.benchset or None,
+        environment_fingerprint=fingerprint,
+        sample_count=meta.sample_count,
+        outputs=list(meta.outputs),
+        promoted_at=record.promoted_at if record is not None else None,
+        promoted_by=record.promoted_by if record is not None else None,
+        recorded_in_store=record is not None,
+    )

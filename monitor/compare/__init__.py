@@ -1,0 +1,1 @@
+"""Pure numpy: the metric suite and the tolerance rule (see outputs.py)."""

@@ -1,0 +1,1 @@
+"""Settings, schema, cron and baseline scope: everything that is decided before a check runs."""

@@ -1,0 +1,293 @@
+"""The pieces of the configuration schema: tolerances, schedules, benchmark sets, models, ...
+
+Each class is one YAML section, validated by pydantic with unknown keys refused (a typo in
+a tolerance must not silently do nothing). ``monitor.config.settings`` assembles them into
+``Settings`` and owns reading the file; import these names from there.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+from monitor.errors import ConfigError
+from monitor.results import AppliedTolerance
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from ``90``, ``"90s"``, ``"15m"``, ``"1h"``, ``"7d"``; rejects negatives and junk."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration like '15m' or '30s', got {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise ValueError(f"expected a duration like '15m', '30s' or '1h', got {value!r}")
+        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if not math.isfinite(seconds):
+        raise ValueError(f"duration must be a finite number of seconds, got {value!r}")
+    if seconds < 0:
+        raise ValueError(f"duration must be >= 0, got {value!r}")
+    return seconds
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+class StrictModel(BaseModel):
+    """Unknown keys are errors: a typo in a tolerance must not silently do nothing."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TopK(StrictModel):
+    k: int = Field(ge=1, description="How many top classes (last axis) must agree.")
+    min_agreement: float = Field(
+        default=1.0, ge=0.0, le=1.0, description="Fraction of rows whose top-k index sets must match."
+    )
+
+
+class Tolerance(StrictModel):
+    """Thresholds for one output; unset fields inherit from the level above."""
+
+    atol: float | None = Field(default=None, ge=0.0, description="Absolute tolerance in |a-b| <= atol + rtol*|b|.")
+    rtol: float | None = Field(default=None, ge=0.0, description="Relative tolerance in |a-b| <= atol + rtol*|b|.")
+    cosine_min: float | None = Field(
+        default=None, ge=-1.0, le=1.0, description="Fail when the cosine similarity falls below this."
+    )
+    snr_min_db: float | None = Field(default=None, description="Fail when the signal-to-noise ratio (dB) is lower.")
+    max_mismatch_ratio: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="Fraction of elements allowed outside atol/rtol (default 0)."
+    )
+    topk: TopK | None = Field(default=None, description="Top-k agreement along the last axis (classifiers).")
+
+    def over(self, base: Tolerance) -> Tolerance:
+        """This tolerance with every unset field taken from ``base``."""
+        merged = base.model_dump(exclude_unset=True) | self.model_dump(exclude_unset=True)
+        return Tolerance.model_validate(merged)
+
+    def applied(self) -> AppliedTolerance:
+        """The concrete thresholds (library defaults fill what nobody set)."""
+        return AppliedTolerance(
+            atol=1e-5 if self.atol is None else self.atol,
+            rtol=1e-4 if self.rtol is None else self.rtol,
+            cosine_min=self.cosine_min,
+            snr_min_db=self.snr_min_db,
+            max_mismatch_ratio=0.0 if self.max_mismatch_ratio is None else self.max_mismatch_ratio,
+            topk_k=self.topk.k if self.topk else None,
+            topk_min_agreement=self.topk.min_agreement if self.topk else None,
+        )
+
+
+class ModelTolerance(StrictModel):
+    """A model's tolerances: a default and per-output overrides (unset fields inherit)."""
+
+    default: Tolerance = Field(default=Tolerance(), description="Applies to every output of the model.")
+    outputs: dict[str, Tolerance] = Field(default={}, description="Per-output overrides, by output name.")
+
+
+class Schedule(StrictModel):
+    """When the daemon runs a model: a fixed ``interval`` or a ``cron`` expression."""
+
+    interval: Duration | None = Field(default=None, description="Run every this long (e.g. 15m).")
+    cron: str | None = Field(default=None, description="5-field cron expression in UTC (e.g. '*/15 * * * *').")
+    jitter: Duration = Field(default=0.0, description="Random delay up to this long, to spread load.")
+
+    @model_validator(mode="after")
+    def _one_trigger(self) -> Schedule:
+        if (self.interval is None) == (self.cron is None):
+            raise ValueError("set exactly one of 'interval' or 'cron'")
+        if self.interval is not None and self.interval <= 0:
+            raise ValueError("interval must be > 0")
+        if self.cron is not None:
+            from monitor.daemon.scheduler import cron_trigger  # validates the expression; imports nothing heavy
+
+            try:
+                cron_trigger(self.cron)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
+        return self
+
+
+class StoreConfig(StrictModel):
+    """Where history, baselines and benchmark sets live."""
+
+    url: str = Field(
+        default="sqlite:///onnxmon.db",
+        description="SQLAlchemy URL of the history database (postgresql+psycopg://… in production).",
+        repr=False,
+    )
+    baselines_dir: Path = Field(default=Path("baselines"), description="Directory of baselines (tensors + metadata).")
+    benchsets_dir: Path = Field(default=Path("benchsets"), description="Directory of materialized benchmark sets.")
+    spool_dir: Path | None = Field(
+        default=None,
+        description="Where results wait while the database is down (default: next to the SQLite file,"
+        " else beside baselines_dir).",
+    )
+    spool_max_results: int = Field(default=10_000, ge=1, description="Most results kept in the spool; oldest dropped.")
+    retention_passing: Duration = Field(default=30 * 86400.0, description="Prune passing runs older than this.")
+    retention_failures: Duration = Field(
+        default=365 * 86400.0, description="Prune failing/error runs older than this (events are kept)."
+    )
+
+
+class Defaults(StrictModel):
+    """Values every model inherits unless it sets its own."""
+
+    tolerance: Tolerance = Field(default=Tolerance(atol=1e-5, rtol=1e-4), description="Default tolerance.")
+    repeats: int = Field(default=1, ge=1, description="Runs per sample; >1 detects nondeterminism.")
+    timeout: Duration = Field(default=600.0, description="Hard limit for one check (must be < the interval).")
+    schedule: Schedule = Field(default=Schedule(interval=900.0), description="Default schedule of the daemon.")
+
+
+class GenerateSpec(StrictModel):
+    """Random samples drawn from a model's input signature (seeded, so reproducible)."""
+
+    model: Path = Field(description="Model whose input signature the samples follow.")
+    count: int = Field(default=8, ge=1, le=100_000, description="Number of random samples.")
+    seed: int = Field(default=0, description="Seed of the random generator (same seed, same set).")
+    ranges: dict[str, tuple[float, float]] = Field(default={}, description="Per-input [low, high] value range.")
+    dims: dict[str, int] = Field(
+        default={}, description="Values of dynamic dims, by dim name or 'input:axis' for unnamed ones."
+    )
+    edge_cases: bool = Field(
+        default=False, description="Add zeros, range extremes, fp16-overflowing and denormal samples."
+    )
+
+    @field_validator("ranges")
+    @classmethod
+    def _ordered(cls, ranges: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+        for name, (low, high) in ranges.items():
+            if low > high:
+                raise ValueError(f"range for input {name!r} has low {low} > high {high}")
+        return ranges
+
+
+class BenchsetConfig(StrictModel):
+    """A declared benchmark set; exactly one source."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Name of the set.")
+    generate: GenerateSpec | None = Field(default=None, description="Generate samples from the model signature.")
+    npz: list[Path] | None = Field(default=None, description="One .npz per sample; keys are input names.")
+    onnx_test_data: Path | None = Field(
+        default=None, description="ONNX test-data directory (test_data_set_N/input_K.pb)."
+    )
+    polygraphy_json: Path | None = Field(default=None, description="Inputs saved by polygraphy --save-inputs.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> BenchsetConfig:
+        sources = [s for s in ("generate", "npz", "onnx_test_data", "polygraphy_json") if getattr(self, s)]
+        if len(sources) != 1:
+            raise ValueError(
+                "set exactly one source of 'generate', 'npz', 'onnx_test_data', 'polygraphy_json'"
+                f" (found {sources or 'none'})"
+            )
+        return self
+
+    @property
+    def source(self) -> str:
+        for s in ("generate", "npz", "onnx_test_data", "polygraphy_json"):
+            if getattr(self, s):
+                return s
+        raise AssertionError("validated to have one source")
+
+
+class ProviderSpec(StrictModel):
+    """An execution provider with its options, exactly as production configures it."""
+
+    name: str = Field(pattern=r"^[A-Za-z]+ExecutionProvider$", description="e.g. CUDAExecutionProvider.")
+    options: dict[str, str | int | float | bool] = Field(default={}, description="Provider options.")
+
+
+GraphOptLevel = Literal["disable", "basic", "extended", "layout", "all"]
+
+
+class SessionConfig(StrictModel):
+    """ONNX Runtime session options, as production sets them."""
+
+    graph_optimization_level: GraphOptLevel = Field(default="all", description="disable|basic|extended|layout|all.")
+    intra_op_num_threads: int = Field(default=0, ge=0, description="0 lets ONNX Runtime choose.")
+    inter_op_num_threads: int = Field(default=0, ge=0, description="0 lets ONNX Runtime choose.")
+    execution_mode: Literal["sequential", "parallel"] = Field(default="sequential", description="Execution mode.")
+    deterministic_compute: bool = Field(
+        default=False, description="SessionOptions.use_deterministic_compute (the attribute, not a config key)."
+    )
+    config_entries: dict[str, str] = Field(default={}, description="Session config entries (add_session_config_entry).")
+
+
+def _provider_list(value: Any) -> Any:
+    if isinstance(value, list):
+        return [{"name": v} if isinstance(v, str) else v for v in value]
+    return value
+
+
+class ModelConfig(StrictModel):
+    """A deployed model to monitor."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Name used in metrics, API and CLI.")
+    path: Path = Field(description="The .onnx file (external data next to it is hashed too).")
+    benchset: str = Field(description="Name of a declared benchmark set.")
+    providers: Annotated[list[ProviderSpec], BeforeValidator(_provider_list)] = Field(
+        default=[ProviderSpec(name="CPUExecutionProvider")],
+        description="Execution providers in priority order; a missing one at run time is a provider_fallback.",
+    )
+    session: SessionConfig = Field(default=SessionConfig(), description="Session options.")
+    repeats: int | None = Field(default=None, ge=1, description="Overrides defaults.repeats.")
+    timeout: Duration | None = Field(default=None, description="Overrides defaults.timeout.")
+    tolerance: ModelTolerance = Field(default=ModelTolerance(), description="Tolerances of this model.")
+    schedule: Schedule | None = Field(default=None, description="Overrides defaults.schedule.")
+    localize_on_fail: bool = Field(
+        default=False, description="On a fail, localize the first divergent node (within half the timeout)."
+    )
+
+    @field_validator("providers")
+    @classmethod
+    def _non_empty(cls, providers: list[ProviderSpec]) -> list[ProviderSpec]:
+        if not providers:
+            raise ValueError("list at least one execution provider")
+        names = [p.name for p in providers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"a provider is listed twice: {names}")
+        return providers
+
+
+class ApiConfig(StrictModel):
+    """The daemon's HTTP server. Mutating calls need the bearer token (``token`` or ``token_file``)."""
+
+    host: str = Field(default="127.0.0.1", description="Listen address (0.0.0.0 in a pod).")
+    port: int = Field(default=8080, ge=1, le=65535, description="Listen port.")
+    token: str | None = Field(default=None, repr=False, description="Bearer token for mutating calls.")
+    token_file: Path | None = Field(default=None, description="File holding the token (a mounted secret).")
+
+
+class DaemonConfig(StrictModel):
+    """How ``onnxmon serve`` runs checks and shares work with other replicas."""
+
+    mode: Literal["single", "daemonset", "sharded"] = Field(
+        default="single", description="single process, one pod per GPU node, or replicas sharing the models."
+    )
+    baseline_scope: Literal["shared", "pool", "node"] = Field(
+        default="shared", description="Baselines shared by all nodes, per GPU model (pool), or per node."
+    )
+    pool: str | None = Field(
+        default=None, description="Pool name for baseline_scope 'pool' (default: the GPU model, else 'cpu')."
+    )
+    auto_capture_baseline: bool = Field(
+        default=False, description="Capture a first baseline for a model that has none (never replaces one)."
+    )
+    max_backoff: Duration = Field(
+        default=3600.0, description="Longest wait between runs of a model that keeps crashing."
+    )
+    workers: int = Field(default=4, ge=1, le=64, description="Checks that may run at once (GPU checks serialize).")
+    startup_spread: Duration = Field(
+        default=10.0, description="First runs after a start are spread over this long (not in sharded mode)."
+    )
+    memory_limit_mb: int | None = Field(default=None, ge=64, description="Address-space cap of each check child.")

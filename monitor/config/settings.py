@@ -1,0 +1,303 @@
+"""The onnxmon configuration: one YAML file plus ``ONNXMON_*`` environment overrides.
+
+``load(path)`` reads the file, applies env overrides (``ONNXMON_STORE__URL=...``;
+``__`` nests, a number indexes a list: ``ONNXMON_MODELS__0__REPEATS=3``), validates
+everything with pydantic and reports *every* problem at once with its path, e.g.
+``models[2].tolerance.outputs.logits.atol: must be >= 0``. Relative paths are resolved
+against the directory of the config file, so a config works from any working directory.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import (
+    Field,
+    ValidationError,
+    model_validator,
+)
+
+from monitor.config.schema import (
+    ApiConfig,
+    BenchsetConfig,
+    DaemonConfig,
+    Defaults,
+    Duration,
+    GenerateSpec,
+    GraphOptLevel,
+    ModelConfig,
+    ModelTolerance,
+    ProviderSpec,
+    Schedule,
+    SessionConfig,
+    StoreConfig,
+    StrictModel,
+    Tolerance,
+    TopK,
+    parse_duration,
+)
+from monitor.errors import ConfigError
+from monitor.results import AppliedTolerance
+
+DEFAULT_CONFIG = "onnxmon.yaml"
+ENV_PREFIX = "ONNXMON_"
+
+__all__ = [
+    "DEFAULT_CONFIG",
+    "ENV_PREFIX",
+    "ApiConfig",
+    "BenchsetConfig",
+    "DaemonConfig",
+    "Defaults",
+    "Duration",
+    "GenerateSpec",
+    "GraphOptLevel",
+    "ModelConfig",
+    "ModelTolerance",
+    "ProviderSpec",
+    "Schedule",
+    "SessionConfig",
+    "Settings",
+    "StoreConfig",
+    "Tolerance",
+    "TopK",
+    "apply_env_overrides",
+    "config_path",
+    "format_error",
+    "from_mapping",
+    "load",
+    "mask_url",
+    "parse_duration",
+]
+
+
+class Settings(StrictModel):
+    """The whole configuration file."""
+
+    store: StoreConfig = StoreConfig()
+    api: ApiConfig = ApiConfig()
+    daemon: DaemonConfig = DaemonConfig()
+    defaults: Defaults = Defaults()
+    benchsets: list[BenchsetConfig] = Field(default=[], description="Declared benchmark sets.")
+    models: list[ModelConfig] = Field(default=[], description="Models to monitor.")
+    source: Path | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> Settings:
+        for kind, items in (("model", self.models), ("benchset", self.benchsets)):
+            seen: set[str] = set()
+            for item in items:
+                if item.name in seen:
+                    raise ValueError(f"{kind} name {item.name!r} is used twice")
+                seen.add(item.name)
+        for model in self.models:
+            schedule = self.schedule_for(model)
+            timeout = self.timeout_for(model)
+            if schedule.interval is not None and timeout >= schedule.interval:
+                raise ValueError(
+                    f"model {model.name!r}: timeout {timeout:g}s must be shorter than its schedule interval"
+                    f" {schedule.interval:g}s, or runs would pile up"
+                )
+        declared = {b.name for b in self.benchsets}
+        for model in self.models:
+            if model.benchset not in declared:
+                raise ValueError(
+                    f"model {model.name!r} uses benchset {model.benchset!r}, which is not declared;"
+                    f" declared: {sorted(declared)}"
+                )
+        return self
+
+    def redacted(self) -> dict[str, Any]:
+        """The settings as JSON-safe data with secrets masked: for ``config show``, logs and pages."""
+        data = self.model_dump(mode="json")
+        data["store"]["url"] = mask_url(self.store.url)
+        if data["api"].get("token"):
+            data["api"]["token"] = "***"
+        return data
+
+    def model(self, name: str) -> ModelConfig:
+        for model in self.models:
+            if model.name == name:
+                return model
+        raise ConfigError(f"no model {name!r} in config; models are {[m.name for m in self.models]}")
+
+    def benchset(self, name: str) -> BenchsetConfig:
+        for benchset in self.benchsets:
+            if benchset.name == name:
+                return benchset
+        raise ConfigError(f"no benchset {name!r} in config; benchsets are {[b.name for b in self.benchsets]}")
+
+    def tolerance_for(self, model: ModelConfig, output: str) -> AppliedTolerance:
+        """Per-output override over the model default over the global default."""
+        merged = model.tolerance.default.over(self.defaults.tolerance)
+        if output in model.tolerance.outputs:
+            merged = model.tolerance.outputs[output].over(merged)
+        return merged.applied()
+
+    def repeats_for(self, model: ModelConfig) -> int:
+        return model.repeats if model.repeats is not None else self.defaults.repeats
+
+    def timeout_for(self, model: ModelConfig) -> float:
+        return model.timeout if model.timeout is not None else self.defaults.timeout
+
+    def schedule_for(self, model: ModelConfig) -> Schedule:
+        return model.schedule if model.schedule is not None else self.defaults.schedule
+
+
+def mask_url(url: str) -> str:
+    """``postgresql://user:***@host/db``: a URL with its password replaced, anything else unchanged."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def config_path(explicit: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Path:
+    """The config to read: ``-c`` beats ``ONNXMON_CONFIG`` beats ``./onnxmon.yaml``."""
+    env = os.environ if environ is None else environ
+    return Path(explicit or env.get("ONNXMON_CONFIG") or DEFAULT_CONFIG)
+
+
+def load(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Read, override from the environment, validate, and resolve paths; raises ``ConfigError``."""
+    env = os.environ if environ is None else environ
+    file = config_path(path, env)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {file} not found (pass -c PATH or set ONNXMON_CONFIG)") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {file} cannot be read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {file} is not UTF-8 text (byte {exc.start}): is it the right file?") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{file}:{where} is not valid YAML: {problem}") from None
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{file}: expected a mapping at the top level, got {type(raw).__name__}")
+    return from_mapping(apply_env_overrides(raw, env), origin=file)
+
+
+def from_mapping(raw: Mapping[str, Any], origin: Path | None = None) -> Settings:
+    """Validate an already-parsed mapping; paths resolve against ``origin``'s directory."""
+    try:
+        settings = Settings.model_validate(dict(raw))
+    except ValidationError as exc:
+        where = f"{origin}: " if origin else ""
+        problems = "\n".join(f"  {format_error(e)}" for e in exc.errors())
+        raise ConfigError(f"{where}{exc.error_count()} problem(s) in config:\n{problems}") from None
+    base = origin.resolve().parent if origin else Path.cwd()
+    return _resolve_paths(settings, base, origin)
+
+
+def format_error(error: Mapping[str, Any]) -> str:
+    """``models[2].tolerance.outputs.logits.atol: must be >= 0`` from a pydantic error."""
+    path = ""
+    for part in error.get("loc", ()):
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in ("function-before[_provider_list(), list[ProviderSpec]]",):
+            continue
+        else:
+            path += f".{part}" if path else str(part)
+    message = str(error.get("msg", "invalid"))
+    message = message.removeprefix("Value error, ")
+    message = message.replace("Input should be greater than or equal to", "must be >=")
+    message = message.replace("Input should be less than or equal to", "must be <=")
+    message = message.replace("Extra inputs are not permitted", "unknown key")
+    return f"{path or '(top level)'}: {message}"
+
+
+def apply_env_overrides(raw: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """Return ``raw`` with every ``ONNXMON_A__B__0__C=value`` applied (values parsed as YAML)."""
+    result: dict[str, Any] = dict(raw)
+    for key in sorted(environ):
+        if not key.startswith(ENV_PREFIX) or key == "ONNXMON_CONFIG" or ("__" not in key and not _is_top(key)):
+            continue
+        parts = [p.lower() for p in key[len(ENV_PREFIX) :].split("__")]
+        try:
+            value = yaml.safe_load(environ[key])
+        except yaml.YAMLError:
+            value = environ[key]
+        _set_path(result, parts, value, key)
+    return result
+
+
+def _is_top(key: str) -> bool:
+    return key[len(ENV_PREFIX) :].lower() in Settings.model_fields
+
+
+def _set_path(node: Any, parts: list[str], value: Any, key: str) -> None:
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ConfigError(f"env {key}: '{part}' is not an index of a list of {len(node)} item(s)")
+            if last:
+                node[int(part)] = value
+            else:
+                node[int(part)] = _copy(node[int(part)])
+                node = node[int(part)]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                node[part] = _copy(node.get(part, {}))
+                node = node[part]
+        else:
+            raise ConfigError(f"env {key}: cannot descend into a {type(node).__name__} at '{part}'")
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list):
+        return list(value)
+    return value
+
+
+def _resolve_paths(settings: Settings, base: Path, origin: Path | None) -> Settings:
+    def rel(path: Path) -> Path:
+        return path if path.is_absolute() else (base / path)
+
+    store = settings.store.model_copy(
+        update={
+            "baselines_dir": rel(settings.store.baselines_dir),
+            "benchsets_dir": rel(settings.store.benchsets_dir),
+            "spool_dir": rel(settings.store.spool_dir) if settings.store.spool_dir else None,
+        }
+    )
+    if store.url.startswith("sqlite:///") and not store.url.startswith("sqlite:////"):
+        db = store.url.removeprefix("sqlite:///")
+        if db and db != ":memory:":
+            store = store.model_copy(update={"url": f"sqlite:///{rel(Path(db))}"})
+    benchsets = []
+    for b in settings.benchsets:
+        update: dict[str, Any] = {}
+        if b.generate:
+            update["generate"] = b.generate.model_copy(update={"model": rel(b.generate.model)})
+        if b.npz:
+            update["npz"] = [rel(p) for p in b.npz]
+        if b.onnx_test_data:
+            update["onnx_test_data"] = rel(b.onnx_test_data)
+        if b.polygraphy_json:
+            update["polygraphy_json"] = rel(b.polygraphy_json)
+        benchsets.append(b.model_copy(update=update))
+    models = [m.model_copy(update={"path": rel(m.path)}) for m in settings.models]
+    api = settings.api
+    if api.token_file is not None:
+        api = api.model_copy(update={"token_file": rel(api.token_file)})
+    return settings.model_copy(
+        update={"store": store, "api": api, "benchsets": benchsets, "models": models, "source": origin}
+    )

@@ -1,0 +1,1 @@
+"""The long-running process: composition root, scheduler, isolated check children."""

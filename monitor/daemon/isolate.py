@@ -1,0 +1,160 @@
+"""Run one check in a child process with a hard timeout, so nothing a model does can hurt the daemon.
+
+The child is forked from a *forkserver* that has already imported onnxmon and ONNX Runtime
+(cheap children, no per-check interpreter start), and the first thing it does is move into
+its own process group. On timeout the whole group is killed with SIGKILL — grandchildren
+included — and the outcome is ``timeout``. A child that dies without answering (segfault,
+OOM kill, ``os._exit``) is a ``crash`` with the signal or exit status named. Either way the
+caller gets a value, never an exception.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import multiprocessing.connection
+import os
+import resource
+import signal
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+ChildFunction = Callable[..., Mapping[str, Any]]
+Kind = Literal["ok", "timeout", "crash"]
+
+_PRELOAD = ["monitor.check", "monitor.runtime.session", "numpy", "onnxruntime"]
+_context: multiprocessing.context.BaseContext | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of the child: its returned value, or why there is none."""
+
+    kind: Kind
+    value: Mapping[str, Any] | None
+    detail: str
+    seconds: float
+    exit_code: int | None = None
+
+
+def context() -> multiprocessing.context.BaseContext:
+    """The shared forkserver context (created lazily: importing this module starts nothing)."""
+    global _context
+    if _context is None:
+        ctx: multiprocessing.context.BaseContext
+        try:
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload(_PRELOAD)
+        except ValueError:  # platforms without fork: a fresh interpreter per check
+            ctx = multiprocessing.get_context("spawn")
+        _context = ctx
+    return _context
+
+
+def run(
+    function: ChildFunction,
+    *args: Any,
+    timeout_s: float,
+    memory_limit_bytes: int | None = None,
+) -> Outcome:
+    """Call ``function(*args)`` in a child; kill its process group after ``timeout_s``.
+
+    ``function`` must be importable (module-level) and return a JSON-like mapping.
+    ``memory_limit_bytes`` caps the child's address space (RLIMIT_AS), turning a leak into
+    a clean crash instead of an OOM kill that may take the node's other pods with it.
+    """
+    ctx = context()
+    receiver, sender = ctx.Pipe(duplex=False)
+    process = ctx.Process(  # type: ignore[attr-defined]
+        target=_child, args=(sender, function, args, memory_limit_bytes), daemon=True
+    )
+    began = time.monotonic()
+    process.start()
+    sender.close()  # the child holds the only writer: EOF on the reader means it died
+    try:
+        return _await(process, receiver, began, timeout_s)
+    finally:
+        receiver.close()
+        process.join(timeout=5)
+        with contextlib.suppress(Exception):
+            process.close()
+
+
+def _await(process: Any, receiver: multiprocessing.connection.Connection, began: float, timeout_s: float) -> Outcome:
+    deadline = began + timeout_s
+    message: tuple[str, Any] | None = None
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            _kill_group(process)
+            return Outcome("timeout", None, f"check exceeded its timeout of {timeout_s:g}s; killed", timeout_s)
+        if receiver.poll(min(left, 0.5)):
+            try:
+                message = receiver.recv()
+            except (EOFError, OSError):
+                message = None
+            break
+        if not process.is_alive():
+            # The child may have answered and exited between poll() and here: drain before
+            # concluding it died without a result.
+            if receiver.poll(0):
+                continue
+            break
+    elapsed = time.monotonic() - began
+    if message is None:
+        process.join(timeout=5)
+        return Outcome("crash", None, _describe_exit(process.exitcode), elapsed, process.exitcode)
+    status, payload = message
+    process.join(timeout=max(1.0, deadline - time.monotonic()))
+    if process.is_alive():  # answered but hangs on exit (a stuck ORT thread pool): reap it
+        _kill_group(process)
+    if status == "ok":
+        return Outcome("ok", payload, "", elapsed, process.exitcode)
+    return Outcome("crash", None, f"child raised {payload}", elapsed, process.exitcode)
+
+
+def _child(
+    sender: multiprocessing.connection.Connection,
+    function: ChildFunction,
+    args: tuple[Any, ...],
+    memory_limit_bytes: int | None,
+) -> None:
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)  # own process group: the parent kills us and our children together
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    if memory_limit_bytes:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
+    try:
+        result = function(*args)
+        sender.send(("ok", dict(result)))
+    except BaseException as exc:  # report, then die: the parent records a crash
+        with contextlib.suppress(Exception):
+            sender.send(("raised", f"{type(exc).__name__}: {exc}"[:1000]))
+    finally:
+        sender.close()
+
+
+def _kill_group(process: Any) -> None:
+    pid = process.pid
+    if pid is None:
+        return
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        # Not yet (or no longer) a group leader: kill the child itself.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    process.join(timeout=5)
+
+
+def _describe_exit(exit_code: int | None) -> str:
+    if exit_code is None:
+        return "child vanished without an exit status"
+    if exit_code < 0:
+        name = signal.Signals(-exit_code).name
+        hint = " (out-of-memory killer?)" if name == "SIGKILL" else ""
+        return f"child killed by {name}{hint}"
+    return f"child exited with status {exit_code} without a result"

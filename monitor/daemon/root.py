@@ -1,0 +1,297 @@
+"""The composition root: the only place that wires config, store, metrics, sinks and scheduler.
+
+``Daemon`` owns one process's parts (injected, never global) and runs each check through
+``isolate`` so that no model can hang or crash it. A model that keeps failing to *run*
+(timeout, crash, unloadable model) is backed off exponentially instead of retried in a
+tight loop. Signals: SIGTERM stops scheduling, lets the running check finish or hit its
+timeout, flushes and exits 0; SIGHUP re-reads the config, and a bad config keeps the last
+good one (``onnxmon_config_last_reload_successful 0``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from monitor.config import scope
+from monitor.config import settings as config
+from monitor.daemon import child as worker
+from monitor.daemon import isolate, scheduler
+from monitor.errors import MonitorError
+from monitor.files import baselines
+from monitor.results import CheckResult, Verdict, error_result
+from monitor.sinks import Sink
+from monitor.sinks.database import DatabaseSink
+
+log = logging.getLogger("onnxmon.daemon")
+
+# Reasons that mean "the check could not run at all": these back a model off.
+_RUN_FAILURES = frozenset({"timeout", "crash", "model_error", "run_error", "internal_error"})
+_GRACE_S = 10.0  # the child's own deadline fires first; the hard kill comes this much later
+
+
+@dataclass
+class _Backoff:
+    failures: int = 0
+    not_before: float = 0.0
+
+
+class Daemon:
+    """One onnxmon process: scheduled, isolated checks whose results go to every sink."""
+
+    def __init__(
+        self,
+        settings: config.Settings,
+        *,
+        config_path: Path | None = None,
+        store: Any | None = None,
+        registry: Any | None = None,
+        clock: Callable[[], float] = time.time,
+        node: str | None = None,
+        pod: str | None = None,
+    ) -> None:
+        from monitor.store import Store
+
+        self._settings = settings
+        self.config_path = config_path or settings.source
+        self.store = store if store is not None else Store(settings.store.url)
+        self.clock = clock
+        self.node = node if node is not None else (os.environ.get("ONNXMON_NODE_NAME") or os.environ.get("NODE_NAME"))
+        self.pod = pod if pod is not None else os.environ.get("POD_NAME")
+        self.registry, self.metrics = _metrics(registry, self)
+        self.database_sink = _database_sink(self)
+        self.sinks: list[Sink] = _sinks(self)
+        self.devices = scheduler.DeviceLocks()
+        self._backoff: dict[str, _Backoff] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._scheduler = scheduler.build(
+            settings,
+            self.scheduled_check,
+            on_missed=self.metrics.record_missed,
+            on_skipped=self.metrics.record_skipped,
+            first_run_within=settings.daemon.startup_spread,
+        )
+        self.started_at = clock()
+
+    # --- state the API reads --------------------------------------------------------------
+
+    @property
+    def settings(self) -> config.Settings:
+        return self._settings
+
+    def readiness(self) -> dict[str, bool]:
+        from monitor.sinks.database import DatabaseSink
+
+        spool = next((s.spool for s in self.sinks if isinstance(s, DatabaseSink) and s.spool is not None), None)
+        return {
+            "config_loaded": bool(self._settings.models) or self._settings.source is not None,
+            "store_reachable": self._store_ok(),
+            "scheduler_running": bool(self._scheduler.running) and not self._stopping.is_set(),
+            # a full result spool means a long outage is now dropping the oldest results
+            "spool_has_room": spool is None or not spool.full,
+        }
+
+    def readiness_info(self) -> dict[str, int]:
+        """Numbers beside the readiness checks: results waiting in the spool, and dropped ones."""
+        sink = self.database_sink
+        return {"spooled": sink.spooled, "dropped": sink.spool.dropped if sink.spool else 0}
+
+    def _store_ok(self) -> bool:
+        try:
+            return bool(self.store.ping())
+        except Exception:
+            return False
+
+    # --- running checks -------------------------------------------------------------------
+
+    def scheduled_check(self, model: str) -> None:
+        """The job APScheduler calls: honours back-off and shutdown, never raises."""
+        if self._stopping.is_set():
+            return
+        state = self._backoff.get(model)
+        if state and self.clock() < state.not_before:
+            log.info("skipping %s: backed off after %d failed runs", model, state.failures)
+            self.metrics.record_skipped(model)
+            return
+        started = self.clock()
+        try:
+            if not self._my_turn(model):
+                return
+            self.run_now(model)
+        except Exception as exc:  # never let a job die: record what happened, the next tick retries
+            log.exception("check of %s failed outside the child", model)
+            detail = f"{type(exc).__name__}: {exc}"
+            self.dispatch(error_result(model, "internal_error", detail, started, self.clock()))
+
+    def _my_turn(self, model: str) -> bool:
+        """In sharded mode, only the replica that wins this slot's lease runs the check."""
+        settings = self._settings
+        if settings.daemon.mode != "sharded":
+            return True
+        slot = scheduler.slot_of(settings, settings.model(model), self.clock())
+        won = bool(self.store.claim(model, slot, self.holder))
+        if not won:
+            log.debug("%s slot %d is another replica's", model, slot)
+        return won
+
+    @property
+    def holder(self) -> str:
+        """This replica's name in leases: the pod, else the node, else host and pid."""
+        return self.pod or self.node or f"{socket.gethostname()}:{os.getpid()}"
+
+    def run_now(self, model: str) -> CheckResult:
+        """Run one isolated check of ``model`` now, dispatch its result and return it."""
+        settings = self._settings
+        model_cfg = settings.model(model)
+        timeout = settings.timeout_for(model_cfg)
+        memory = settings.daemon.memory_limit_mb
+        with self.devices.hold(scheduler.device_key(model_cfg)):
+            started = self.clock()
+            outcome = isolate.run(
+                worker.check_job,
+                settings.model_dump(mode="json"),
+                model,
+                timeout_s=timeout + _GRACE_S,
+                memory_limit_bytes=memory * 1024 * 1024 if memory else None,
+            )
+        if outcome.kind == "ok" and outcome.value is not None:
+            result = CheckResult.from_dict(outcome.value["result"])
+            captured = outcome.value.get("captured_baseline")
+            if captured and "error" not in captured:
+                self._record_captured(captured)
+        else:
+            code = "timeout" if outcome.kind == "timeout" else "crash"
+            result = error_result(model, code, outcome.detail, started, self.clock())
+        self._update_backoff(model, result, settings)
+        self.dispatch(result)
+        return result
+
+    def dispatch(self, result: CheckResult) -> None:
+        """Give ``result`` to every sink; a failing sink is logged and never stops the others."""
+        for sink in self.sinks:
+            try:
+                sink.write(result)
+            except Exception:
+                log.exception("sink %s failed for %s", type(sink).__name__, result.model)
+
+    def _update_backoff(self, model: str, result: CheckResult, settings: config.Settings) -> None:
+        codes = {r.code for r in result.reasons}
+        if result.verdict is Verdict.ERROR and codes & _RUN_FAILURES:
+            state = self._backoff.setdefault(model, _Backoff())
+            state.failures += 1
+            interval = settings.schedule_for(settings.model(model)).interval or 60.0
+            delay = min(interval * 2 ** (state.failures - 1), settings.daemon.max_backoff)
+            state.not_before = self.clock() + delay if state.failures > 1 else 0.0
+        else:
+            self._backoff.pop(model, None)
+
+    def _record_captured(self, meta: dict[str, Any]) -> None:
+        try:
+            record = baselines.BaselineMeta.from_dict(meta, where=f"auto-captured baseline {meta.get('id')}")
+            self.store.record_baseline(record.store_record(path=meta.get("path"), active=bool(meta.get("active"))))
+            if meta.get("active"):
+                self.store.record_promotion(meta["model"], meta["id"], by="auto-capture (first baseline)")
+                self.metrics.baseline_promoted(meta["model"], meta["id"])
+        except Exception:
+            log.exception("could not record auto-captured baseline %s", meta.get("id"))
+
+    # --- control ----------------------------------------------------------------------------
+
+    def promote(self, baseline_id: str, by: str) -> str:
+        baseline = baselines.promote(self._settings.store.baselines_dir, baseline_id, by=by)
+        self.store.record_promotion(baseline.meta.model, baseline.id, by=by)
+        self.metrics.baseline_promoted(baseline.meta.model, baseline.id)
+        return baseline.meta.model
+
+    def reload(self) -> bool:
+        """Re-read the config file; on any problem keep the last good config and say so."""
+        try:
+            if self.config_path is None:
+                raise MonitorError("no config file to reload from")
+            fresh = scope.apply(config.load(self.config_path))
+            scheduler.install_jobs(
+                self._scheduler, fresh, self.scheduled_check, first_run_within=fresh.daemon.startup_spread
+            )
+        except (MonitorError, OSError) as exc:
+            log.error("config reload failed, keeping the last good config: %s", exc)
+            self.metrics.config_reloaded(False)
+            return False
+        self._settings = fresh
+        self.metrics.declare(fresh)
+        self.metrics.config_reloaded(True)
+        log.info("config reloaded: %d model(s)", len(fresh.models))
+        return True
+
+    def start(self) -> None:
+        self._scheduler.start()
+        self.metrics.config_reloaded(True)
+        log.info("scheduler started: %d model(s)", len(self._settings.models))
+
+    def stop(self) -> None:
+        """Stop scheduling; wait for the running checks (each bounded by its timeout)."""
+        self._stopping.set()
+        if self._scheduler.running:
+            self._scheduler.shutdown(wait=True)
+        log.info("scheduler stopped; results flushed")
+
+    def serve(self, *, install_signals: bool = True) -> int:
+        """Run the scheduler and the HTTP server until SIGTERM/SIGINT; returns the exit code."""
+        from monitor.api import server as httpserver
+
+        server = httpserver.start(self, self._settings.api.host, self._settings.api.port)
+        self.start()
+        if install_signals:
+            signal.signal(signal.SIGTERM, lambda *_: self._stopping.set())
+            signal.signal(signal.SIGINT, lambda *_: self._stopping.set())
+            signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=self.reload, daemon=True).start())
+        log.info("serving on http://%s:%d", self._settings.api.host, self._settings.api.port)
+        while not self._stopping.wait(0.5):
+            pass
+        self.stop()
+        server.stop()
+        self.store.close()
+        return 0
+
+
+def _metrics(registry: Any | None, daemon: Daemon) -> tuple[Any, Any]:
+    from monitor.runtime import envsnap
+    from monitor.sinks.prometheus import collector
+
+    metrics = collector.install(
+        registry,
+        daemon.store,
+        daemon.settings,
+        node=daemon.node,
+        startup_environment=envsnap.capture(load_cuda_libs=False).to_dict(),
+        clock=daemon.clock,
+    )
+    return metrics.registry, metrics
+
+
+def _database_sink(daemon: Daemon) -> DatabaseSink:
+    """The history sink; results measured while the database is down wait in a bounded on-disk spool."""
+    from monitor.sinks.spool import Spool, default_directory
+
+    store_cfg = daemon.settings.store
+    spool_dir = store_cfg.spool_dir or default_directory(store_cfg.url, store_cfg.baselines_dir)
+    spool = Spool(Path(spool_dir), max_results=store_cfg.spool_max_results)
+    sink = DatabaseSink(daemon.store, node=daemon.node, pod=daemon.pod, spool=spool)
+    daemon.metrics.spooled.set_function(lambda: float(sink.spooled))
+    return sink
+
+
+def _sinks(daemon: Daemon) -> list[Sink]:
+    """Every sink a result goes to, the database first (a failing sink never stops the others)."""
+    from monitor.sinks.log import LogSink
+    from monitor.sinks.prometheus.sink import PrometheusSink
+
+    return [daemon.database_sink, PrometheusSink(daemon.metrics), LogSink(logging.getLogger("onnxmon.results"))]

@@ -1,0 +1,1 @@
+"""What lives on disk: tensors, model identity, signatures, benchmark sets and baselines."""

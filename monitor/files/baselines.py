@@ -1,0 +1,355 @@
+"""Baselines: the stored outputs of one model on one benchmark set, with their provenance.
+
+Layout (``root`` is ``store.baselines_dir``)::
+
+    <root>/<model>/<baseline_id>/baseline.json      metadata + sha256 of every tensor file
+    <root>/<model>/<baseline_id>/outputs/sNNNN_oKK.npy
+    <root>/<model>/<baseline_id>/intermediates/...  optional, for layer-by-layer localization
+    <root>/<model>/ACTIVE                           the active baseline id (one per model)
+    <root>/<model>/promotions.jsonl                 who promoted what, when (append-only)
+
+A baseline is written into a temporary directory next to its final place and renamed
+into place only when every file is on disk and fsynced, so a crash or a full disk never
+leaves a half-written baseline, and nothing half-written ever becomes active. Every
+tensor is checksummed and verified when loaded.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from monitor.errors import BaselineError
+from monitor.files import tensors as tensorio
+
+Source = Literal["captured", "imported", "reference"]
+META_FILE = "baseline.json"
+ACTIVE_FILE = "ACTIVE"
+PROMOTIONS_FILE = "promotions.jsonl"
+
+
+@dataclass(frozen=True)
+class BaselineMeta:
+    """Everything needed to trust a baseline: what produced it, on what, from which inputs."""
+
+    id: str
+    model: str
+    created_at: str
+    source: Source
+    model_sha256: str
+    model_md5: str = ""
+    external_data: Mapping[str, str] = field(default_factory=dict)
+    benchset: str = ""
+    benchset_version: int = 0
+    benchset_sha256: str = ""
+    sample_count: int = 0
+    outputs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # name -> {dtype, index}
+    files: Mapping[str, str] = field(default_factory=dict)  # relative path -> sha256
+    session: Mapping[str, Any] = field(default_factory=dict)  # providers asked/effective, options
+    environment: Mapping[str, Any] = field(default_factory=dict)
+    intermediates: Mapping[str, Any] = field(default_factory=dict)  # {samples: [...], tensors: {...}}
+    note: str = ""
+
+    @property
+    def environment_fingerprint(self) -> str | None:
+        value = self.environment.get("fingerprint")
+        return str(value) if value else None
+
+    def store_record(self, *, path: Path | str | None, active: bool) -> dict[str, Any]:
+        """The metadata the history store mirrors (``Store.record_baseline``); tensors stay on disk."""
+        return {
+            "baseline_id": self.id,
+            "model": self.model,
+            "created_at": self.created_at,
+            "source": self.source,
+            "model_sha256": self.model_sha256,
+            "benchset": self.benchset,
+            "benchset_sha256": self.benchset_sha256,
+            "environment": dict(self.environment) or None,
+            "path": str(path) if path is not None else None,
+            "active": active,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "model": self.model,
+            "created_at": self.created_at,
+            "source": self.source,
+            "model_sha256": self.model_sha256,
+            "model_md5": self.model_md5,
+            "external_data": dict(self.external_data),
+            "benchset": self.benchset,
+            "benchset_version": self.benchset_version,
+            "benchset_sha256": self.benchset_sha256,
+            "sample_count": self.sample_count,
+            "outputs": {k: dict(v) for k, v in self.outputs.items()},
+            "files": dict(self.files),
+            "session": dict(self.session),
+            "environment": dict(self.environment),
+            "intermediates": dict(self.intermediates),
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, where: str) -> BaselineMeta:
+        try:
+            return cls(**{k: data[k] for k in data if k in cls.__dataclass_fields__})
+        except TypeError as exc:
+            raise BaselineError(f"{where}: malformed baseline metadata: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A baseline on disk; tensors load lazily and are verified against their sha256."""
+
+    meta: BaselineMeta
+    directory: Path
+
+    @property
+    def id(self) -> str:
+        return self.meta.id
+
+    def sample_outputs(self, index: int) -> dict[str, np.ndarray]:
+        """The expected outputs of sample ``index``, verified."""
+        result = {}
+        for name, spec in self.meta.outputs.items():
+            rel = _output_file(index, int(spec["index"]))
+            result[name] = self._load(rel)
+        return result
+
+    def outputs(self) -> dict[str, list[np.ndarray]]:
+        """Every output over all samples: ``{name: [sample0, sample1, ...]}``."""
+        per_output: dict[str, list[np.ndarray]] = {name: [] for name in self.meta.outputs}
+        for index in range(self.meta.sample_count):
+            for name, array in self.sample_outputs(index).items():
+                per_output[name].append(array)
+        return per_output
+
+    def intermediates(self, sample: int) -> dict[str, np.ndarray]:
+        """Intermediate tensors stored for ``sample`` at baseline time (compressed npz)."""
+        files = self.meta.intermediates.get("files", {})
+        rel = files.get(str(sample))
+        if rel is None:
+            stored = sorted(int(k) for k in files)
+            raise BaselineError(f"baseline {self.id} has no intermediates for sample {sample}; stored: {stored}")
+        path = self._path(rel)
+        _verify_sha(path, self.meta.files.get(rel), self.id)
+        arrays = tensorio.load_npz(path, error=BaselineError)
+        return {_unescape(k): v for k, v in arrays.items()}
+
+    def verify(self) -> list[str]:
+        """Re-hash every file; a list of problems (empty when intact)."""
+        problems = []
+        for rel, expected in self.meta.files.items():
+            path = self.directory / rel
+            if not path.is_file():
+                problems.append(f"{path}: missing")
+            elif tensorio.sha256_file(path) != expected:
+                problems.append(f"{path}: sha256 does not match baseline.json")
+        return problems
+
+    def _path(self, rel: str) -> Path:
+        path = (self.directory / rel).resolve()
+        if not path.is_relative_to(self.directory.resolve()):
+            raise BaselineError(f"baseline {self.id}: file {rel!r} escapes the baseline directory")
+        return path
+
+    def _load(self, rel: str) -> np.ndarray:
+        expected = self.meta.files.get(rel)
+        if expected is None:
+            raise BaselineError(f"baseline {self.id}: {rel} is not listed in {META_FILE}")
+        return tensorio.load_npy(self._path(rel), expect_sha256=expected, error=BaselineError)
+
+
+def new_id(model: str, outputs_digest: str, now: dt.datetime | None = None) -> str:
+    """Sortable, unique id: UTC time of capture plus a short digest of the outputs."""
+    moment = (now or dt.datetime.now(dt.UTC)).strftime("%Y%m%dT%H%M%S%fZ")
+    return f"{model}-{moment}-{outputs_digest[:8]}"
+
+
+def write_baseline(
+    root: Path,
+    meta: BaselineMeta,
+    samples: Sequence[Mapping[str, np.ndarray]],
+    intermediates: Mapping[int, Mapping[str, np.ndarray]] | None = None,
+) -> Baseline:
+    """Write ``samples`` (outputs per sample) atomically; ``meta.id`` may be empty (then generated).
+
+    The output set and dtypes must be the same in every sample.
+    """
+    if not samples:
+        raise BaselineError(f"baseline for {meta.model!r}: no samples to store")
+    names = list(samples[0])
+    model_dir = Path(root) / meta.model
+    model_dir.mkdir(parents=True, exist_ok=True)
+    temp = model_dir / f".tmp-{os.getpid()}-{os.urandom(4).hex()}"
+    temp.mkdir()
+    try:
+        files: dict[str, str] = {}
+        digest = hashlib.sha256()
+        (temp / "outputs").mkdir()
+        for index, sample in enumerate(samples):
+            if list(sample) != names:
+                raise BaselineError(f"baseline for {meta.model!r}: sample {index} outputs {list(sample)} != {names}")
+            for k, name in enumerate(names):
+                rel = _output_file(index, k)
+                files[rel] = tensorio.save_npy(temp / rel, np.asarray(sample[name]), error=BaselineError)
+                digest.update(files[rel].encode())
+        inter_meta: dict[str, Any] = {}
+        if intermediates:
+            (temp / "intermediates").mkdir()
+            inter_files = {}
+            for index, tensors in intermediates.items():
+                rel = f"intermediates/s{index:04d}.npz"
+                arrays: dict[str, Any] = {_escape(k): np.asarray(v) for k, v in tensors.items()}
+                np.savez_compressed(temp / rel, **arrays)
+                files[rel] = tensorio.sha256_file(temp / rel)
+                inter_files[str(index)] = rel
+            inter_meta = {"samples": sorted(intermediates), "files": inter_files}
+        baseline_id = meta.id or new_id(meta.model, digest.hexdigest())
+        outputs = {name: {"index": k, "dtype": str(np.asarray(samples[0][name]).dtype)} for k, name in enumerate(names)}
+        final_meta = BaselineMeta(
+            **(
+                meta.to_dict()
+                | {
+                    "id": baseline_id,
+                    "sample_count": len(samples),
+                    "outputs": outputs,
+                    "files": files,
+                    "intermediates": inter_meta,
+                }
+            )
+        )
+        _write_json(temp / META_FILE, final_meta.to_dict())
+        tensorio.fsync_dir(temp)
+        final = model_dir / baseline_id
+        if final.exists():
+            raise BaselineError(f"baseline {baseline_id} already exists at {final}")
+        temp.rename(final)
+        tensorio.fsync_dir(model_dir)
+    except OSError as exc:  # a full disk, a read-only volume: nothing half-written stays behind
+        shutil.rmtree(temp, ignore_errors=True)
+        raise BaselineError(
+            f"cannot write a baseline for {meta.model!r} under {model_dir}: {exc.strerror or exc}"
+        ) from exc
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    return Baseline(final_meta, final)
+
+
+def get(root: Path, baseline_id: str) -> Baseline:
+    """Find a baseline by id under any model; ``BaselineError`` naming what exists otherwise."""
+    for model_dir in _model_dirs(root):
+        candidate = model_dir / baseline_id
+        if (candidate / META_FILE).is_file():
+            return _open(candidate)
+    raise BaselineError(f"no baseline {baseline_id!r} under {root}")
+
+
+def list_baselines(root: Path, model: str) -> list[Baseline]:
+    """Every complete baseline of ``model``, oldest first."""
+    model_dir = Path(root) / model
+    if not model_dir.is_dir():
+        return []
+    found = [_open(d) for d in sorted(model_dir.iterdir()) if (d / META_FILE).is_file() and not d.name.startswith(".")]
+    return sorted(found, key=lambda b: b.meta.created_at)
+
+
+def active_id(root: Path, model: str) -> str | None:
+    path = Path(root) / model / ACTIVE_FILE
+    if not path.is_file():
+        return None
+    return path.read_text(encoding="utf-8").strip() or None
+
+
+def active(root: Path, model: str) -> Baseline | None:
+    """The active baseline of ``model``, or None when there is none."""
+    baseline_id = active_id(root, model)
+    if baseline_id is None:
+        return None
+    directory = Path(root) / model / baseline_id
+    if not (directory / META_FILE).is_file():
+        raise BaselineError(f"{Path(root) / model / ACTIVE_FILE} names {baseline_id!r}, which does not exist")
+    return _open(directory)
+
+
+def promote(root: Path, baseline_id: str, *, by: str = "cli", now: dt.datetime | None = None) -> Baseline:
+    """Make ``baseline_id`` the active baseline of its model (atomic rename of the ACTIVE file)."""
+    baseline = get(root, baseline_id)
+    model_dir = baseline.directory.parent
+    previous = active_id(root, baseline.meta.model)
+    temp = model_dir / f".{ACTIVE_FILE}.{os.getpid()}.tmp"
+    temp.write_text(baseline_id + "\n", encoding="utf-8")
+    with temp.open("rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(temp, model_dir / ACTIVE_FILE)
+    tensorio.fsync_dir(model_dir)
+    record = {
+        "at": (now or dt.datetime.now(dt.UTC)).isoformat(),
+        "baseline_id": baseline_id,
+        "previous": previous,
+        "by": by,
+    }
+    with (model_dir / PROMOTIONS_FILE).open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record) + "\n")
+    return baseline
+
+
+def promotions(root: Path, model: str) -> list[dict[str, Any]]:
+    """The promotion log of ``model``, oldest first."""
+    path = Path(root) / model / PROMOTIONS_FILE
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _open(directory: Path) -> Baseline:
+    meta_path = directory / META_FILE
+    try:
+        data = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BaselineError(f"{meta_path}: cannot read baseline metadata: {exc}") from None
+    if not isinstance(data, dict):
+        raise BaselineError(f"{meta_path}: expected a JSON object")
+    return Baseline(BaselineMeta.from_dict(data, where=str(meta_path)), directory)
+
+
+def _model_dirs(root: Path) -> Iterator[Path]:
+    if Path(root).is_dir():
+        yield from (d for d in sorted(Path(root).iterdir()) if d.is_dir())
+
+
+def _output_file(sample: int, output_index: int) -> str:
+    return f"outputs/s{sample:04d}_o{output_index:02d}.npy"
+
+
+def _verify_sha(path: Path, expected: str | None, baseline_id: str) -> None:
+    if expected is None or tensorio.sha256_file(path) != expected:
+        raise BaselineError(f"baseline {baseline_id}: {path} does not match its sha256 in {META_FILE}")
+
+
+def _escape(name: str) -> str:
+    # npz member names become file names inside the zip; keep tensor names reversible.
+    return name.replace("%", "%25").replace("/", "%2F")
+
+
+def _unescape(name: str) -> str:
+    return name.replace("%2F", "/").replace("%25", "%")
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    with path.open("w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2, sort_keys=True, default=str)
+        handle.flush()
+        os.fsync(handle.fileno())

@@ -1,0 +1,341 @@
+"""Where benchmark-set samples come from, and whether they fit a model.
+
+Each source turns a declaration into a list of samples (``{input name: array}``) and a
+*declaration* mapping whose hash decides whether a set must be re-materialized:
+
+- ``generate``: seeded draws from the model's input signature, read with the ``onnx``
+  package. Floats are uniform in ``[low, high)`` (default ``[0, 1)``); integers uniform in
+  ``[low, high]`` inclusive (default ``[0, 9]``); bools fair coin flips. Dynamic dims are
+  fixed by ``dims``, keyed by the dim's name (``batch``) or by ``input:axis`` (``x:0``).
+  ``edge_cases`` appends five samples: ``zeros``, ``low``, ``high``, ``large`` (±7e4, beyond
+  fp16's 65504) and ``denormal`` (±smallest_normal/100, 1.2e-40 for float32); in the last
+  two, non-float inputs take their range's low value. The declaration holds the spec and
+  the model's *input signature*, not its weights: retraining a model does not fork its set.
+- ``npz``: one ``.npz`` file per sample, keys are input names, read without pickles.
+- ``onnx_test_data``: ONNX backend test data, ``test_data_set_N/input_K.pb`` TensorProtos;
+  an unnamed tensor takes the name of the K-th input of the ``.onnx`` model beside the sets.
+- ``polygraphy_json``: the file ``polygraphy run --save-inputs`` writes: a JSON list of
+  ``{input name: array}`` where an array is ``{"array": base64(np.save bytes),
+  "polygraphy_class": "ndarray"}`` (older files: the ``__polygraphy_encoded_ndarray`` key,
+  latin-1 text instead of base64, or a one-array npz inside).
+
+For file sources the declaration holds the sha256 of every file read, in order.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from monitor.config.settings import BenchsetConfig, GenerateSpec
+from monitor.errors import BenchsetError
+from monitor.files.signature import InputSpec, model_signature
+from monitor.files.tensors import is_plain_dtype, load_npy_bytes, load_npz, sha256_bytes, sha256_file
+
+Sample = dict[str, np.ndarray[Any, Any]]
+GENERATOR_VERSION = 1  # bump when the drawing algorithm changes, so declared sets fork
+EDGE_CASES = ("zeros", "low", "high", "large", "denormal")
+LARGE_MAGNITUDE = 7e4  # above float16's max (65504): shows fp16 overflow
+DEFAULT_FLOAT_RANGE = (0.0, 1.0)
+DEFAULT_INT_RANGE = (0.0, 9.0)
+
+
+def declaration(cfg: BenchsetConfig) -> dict[str, Any]:
+    """What determines the set's content; its hash decides whether a new version is needed."""
+    if cfg.generate is not None:
+        spec = cfg.generate
+        return {
+            "source": "generate",
+            "generator_version": GENERATOR_VERSION,
+            "signature": [
+                [s.name, s.dtype.name if s.dtype is not None else None, list(s.shape)]
+                for s in model_signature(spec.model)
+            ],
+            **spec.model_dump(mode="json", exclude={"model"}),
+        }
+    if cfg.npz is not None:
+        return {"source": "npz", "files": [_file_hash(path, "npz") for path in cfg.npz]}
+    if cfg.onnx_test_data is not None:
+        sets = _test_data_sets(cfg.onnx_test_data)
+        files = [_file_hash(pb, "onnx_test_data") for d in sets for pb in _numbered(d, "input")]
+        model = _test_data_model(cfg.onnx_test_data)
+        names = [s.name for s in model_signature(model)] if model else None
+        return {"source": "onnx_test_data", "files": files, "model_inputs": names}
+    if cfg.polygraphy_json is not None:
+        return {"source": "polygraphy_json", "files": [_file_hash(cfg.polygraphy_json, "polygraphy_json")]}
+    raise AssertionError("BenchsetConfig is validated to have one source")
+
+
+def build(cfg: BenchsetConfig) -> tuple[list[Sample], list[str]]:
+    """The samples of a declared set and a label for each (``random``/an edge case/the file)."""
+    if cfg.generate is not None:
+        return generate(cfg.generate, where=f"benchset {cfg.name!r}")
+    if cfg.npz is not None:
+        samples = [read_npz_sample(path) for path in cfg.npz]
+        first = set(samples[0]) if samples else set()
+        for path, sample in zip(cfg.npz, samples, strict=True):
+            if set(sample) != first:
+                raise BenchsetError(f"npz file {path} has keys {sorted(sample)}, the first file has {sorted(first)}")
+        return samples, [path.name for path in cfg.npz]
+    if cfg.onnx_test_data is not None:
+        sets = _test_data_sets(cfg.onnx_test_data)
+        return read_onnx_test_inputs(cfg.onnx_test_data), [d.name for d in sets]
+    if cfg.polygraphy_json is not None:
+        samples = read_polygraphy_json(cfg.polygraphy_json)
+        return samples, [f"iteration {i}" for i in range(len(samples))]
+    raise AssertionError("BenchsetConfig is validated to have one source")
+
+
+# --- generate ---------------------------------------------------------------------------
+
+
+def generate(spec: GenerateSpec, *, where: str) -> tuple[list[Sample], list[str]]:
+    """``spec.count`` seeded random samples, plus the edge cases if asked."""
+    signature = model_signature(spec.model)
+    unknown = sorted(set(spec.ranges) - {s.name for s in signature})
+    if unknown:
+        raise BenchsetError(f"{where}: generate.ranges names input(s) {unknown}; model inputs are {_names(signature)}")
+    shapes = {s.name: _fixed_shape(s, spec.dims, where) for s in signature}
+    dtypes = {s.name: _drawable(s, where) for s in signature}
+    ranges = {s.name: _range(s.name, dtypes[s.name], spec.ranges.get(s.name), where) for s in signature}
+    rng = np.random.default_rng(spec.seed)
+    samples = [
+        {s.name: _draw(rng, dtypes[s.name], shapes[s.name], ranges[s.name]) for s in signature}
+        for _ in range(spec.count)
+    ]
+    labels = ["random"] * spec.count
+    if spec.edge_cases:
+        for case in EDGE_CASES:
+            samples.append({s.name: _edge(case, dtypes[s.name], shapes[s.name], ranges[s.name]) for s in signature})
+            labels.append(case)
+    return samples, labels
+
+
+def _fixed_shape(spec: InputSpec, dims: Mapping[str, int], where: str) -> tuple[int, ...]:
+    shape = []
+    for axis, dim in enumerate(spec.shape):
+        by_axis = dims.get(f"{spec.name}:{axis}")
+        if by_axis is not None:
+            shape.append(by_axis)
+        elif isinstance(dim, int):
+            shape.append(dim)
+        elif dim != "?" and dim in dims:
+            shape.append(dims[dim])
+        elif dim == "?":
+            raise BenchsetError(
+                f"{where}: input {spec.name!r} axis {axis} is dynamic and unnamed;"
+                f" set generate.dims['{spec.name}:{axis}']"
+            )
+        else:
+            raise BenchsetError(
+                f"{where}: input {spec.name!r} has dynamic dim {dim!r} (axis {axis}) with no value;"
+                f" set generate.dims.{dim} (given dims: {sorted(dims)})"
+            )
+    return tuple(shape)
+
+
+def _drawable(spec: InputSpec, where: str) -> np.dtype[Any]:
+    if spec.dtype is None or not is_plain_dtype(spec.dtype):
+        raise BenchsetError(f"{where}: input {spec.name!r} has type {spec.dtype}, which generate cannot draw")
+    return spec.dtype
+
+
+def _range(name: str, dtype: np.dtype[Any], declared: tuple[float, float] | None, where: str) -> tuple[float, float]:
+    if dtype.kind == "b":
+        return (0.0, 1.0)
+    if dtype.kind in "iu":
+        low, high = declared if declared is not None else DEFAULT_INT_RANGE
+        info = np.iinfo(dtype)
+        if low < info.min or high > info.max or low != int(low) or high != int(high):
+            raise BenchsetError(
+                f"{where}: range [{low}, {high}] for input {name!r} must be whole numbers within"
+                f" {dtype.name} [{info.min}, {info.max}]"
+            )
+        return (low, high)
+    return declared if declared is not None else DEFAULT_FLOAT_RANGE
+
+
+def _draw(rng: np.random.Generator, dtype: np.dtype[Any], shape: tuple[int, ...], span: tuple[float, float]) -> Any:
+    low, high = span
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        return rng.integers(int(low), int(high), size=shape, endpoint=True).astype(dtype)
+    if dtype.kind == "c":
+        return (rng.uniform(low, high, shape) + 1j * rng.uniform(low, high, shape)).astype(dtype)
+    return rng.uniform(low, high, shape).astype(dtype)
+
+
+def _edge(case: str, dtype: np.dtype[Any], shape: tuple[int, ...], span: tuple[float, float]) -> Any:
+    low, high = span
+    if case == "zeros":
+        return np.zeros(shape, dtype)
+    if case == "high":
+        return np.full(shape, high).astype(dtype)
+    if case == "low" or dtype.kind not in "fc":
+        return np.full(shape, low).astype(dtype)
+    info = np.finfo(dtype)
+    magnitude = min(LARGE_MAGNITUDE, float(info.max)) if case == "large" else float(info.smallest_normal) / 100
+    signs = np.where(np.arange(int(np.prod(shape))) % 2 == 0, 1.0, -1.0).reshape(shape)
+    return (signs * magnitude).astype(dtype)
+
+
+# --- file sources -----------------------------------------------------------------------
+
+
+def read_npz_sample(path: Path) -> Sample:
+    """One sample from an ``.npz`` file (keys = input names); no pickles."""
+    if not path.is_file():
+        raise BenchsetError(f"npz file {path} not found")
+    sample = load_npz(path)
+    if not sample:
+        raise BenchsetError(f"npz file {path} holds no arrays")
+    return sample
+
+
+def read_onnx_test_inputs(directory: Path, *, input_names: Sequence[str] | None = None) -> list[Sample]:
+    """``input_K.pb`` of every ``test_data_set_N`` under ``directory``, in N order.
+
+    An unnamed tensor K takes ``input_names[K]``, else the K-th input of the model beside the data.
+    """
+    return _read_test_data(directory, "input", input_names)
+
+
+def read_onnx_test_outputs(directory: Path, *, output_names: Sequence[str] | None = None) -> list[Sample]:
+    """``output_K.pb`` of every ``test_data_set_N`` under ``directory`` (for importing baselines).
+
+    An unnamed tensor K takes ``output_names[K]``, else the K-th output of the model beside the data.
+    """
+    return _read_test_data(directory, "output", output_names)
+
+
+def _read_test_data(directory: Path, prefix: str, given: Sequence[str] | None) -> list[Sample]:
+    model = _test_data_model(directory) if given is None else None
+    names = list(given) if given is not None else None
+    if model is not None:
+        names = [s.name for s in model_signature(model, outputs=prefix == "output")]
+    samples = []
+    for set_dir in _test_data_sets(directory):
+        sample: Sample = {}
+        for index, pb in enumerate(_numbered(set_dir, prefix)):
+            name, array = _read_tensor_proto(pb)
+            if not name:
+                if names is None or index >= len(names):
+                    raise BenchsetError(
+                        f"tensor file {pb} has no name and there is no model beside the test data to name it"
+                    )
+                name = names[index]
+            if name in sample:
+                raise BenchsetError(f"tensor file {pb}: name {name!r} appears twice in {set_dir}")
+            sample[name] = array
+        samples.append(sample)
+    return samples
+
+
+def _read_tensor_proto(path: Path) -> tuple[str, np.ndarray[Any, Any]]:
+    tensor = onnx.TensorProto()
+    try:
+        tensor.ParseFromString(path.read_bytes())
+    except Exception as exc:  # protobuf's DecodeError and friends
+        raise BenchsetError(f"tensor file {path} is not a TensorProto: {exc}") from None
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        raise BenchsetError(f"tensor file {path} keeps its data externally; only inline tensors are read")
+    try:
+        array = np.array(numpy_helper.to_array(tensor))
+    except Exception as exc:  # a dims/data mismatch, an unknown type
+        raise BenchsetError(f"tensor file {path} cannot be decoded: {exc}") from None
+    if not is_plain_dtype(array.dtype):
+        raise BenchsetError(f"tensor file {path} holds dtype {array.dtype}; only plain numeric/bool tensors")
+    return tensor.name, array
+
+
+def _test_data_sets(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        raise BenchsetError(f"onnx test data directory {directory} not found")
+    if _numbered(directory, "input") or _numbered(directory, "output"):
+        return [directory]
+    sets = [d for d in directory.iterdir() if d.is_dir() and re.fullmatch(r"test_data_set_\d+", d.name)]
+    if not sets:
+        raise BenchsetError(f"onnx test data directory {directory} has no test_data_set_N directories")
+    return sorted(sets, key=lambda d: int(d.name.rsplit("_", 1)[1]))
+
+
+def _numbered(directory: Path, prefix: str) -> list[Path]:
+    files = [p for p in directory.iterdir() if re.fullmatch(rf"{prefix}_\d+\.pb", p.name)]
+    return sorted(files, key=lambda p: int(p.stem.rsplit("_", 1)[1]))
+
+
+def _test_data_model(directory: Path) -> Path | None:
+    for place in (directory, directory.parent):
+        models = sorted(place.glob("*.onnx"))
+        if len(models) == 1:
+            return models[0]
+        if (place / "model.onnx").is_file():
+            return place / "model.onnx"
+    return None
+
+
+def read_polygraphy_json(path: Path) -> list[Sample]:
+    """Decode Polygraphy's ``--save-inputs`` JSON without importing polygraphy."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BenchsetError(f"polygraphy JSON file {path} not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BenchsetError(f"polygraphy JSON file {path} cannot be read: {exc}") from None
+    if isinstance(data, dict):
+        data = [data]
+    if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
+        raise BenchsetError(f"polygraphy JSON file {path}: expected a list of {{input name: array}} objects")
+    return [
+        {
+            name: _decode_polygraphy_array(value, f"polygraphy JSON file {path} [{i}] {name!r}")
+            for name, value in item.items()
+        }
+        for i, item in enumerate(data)
+    ]
+
+
+def _decode_polygraphy_array(value: Any, where: str) -> np.ndarray[Any, Any]:
+    is_array = isinstance(value, dict) and isinstance(value.get("array"), str)
+    if not is_array or (value.get("polygraphy_class") != "ndarray" and "__polygraphy_encoded_ndarray" not in value):
+        raise BenchsetError(f"{where}: expected an encoded ndarray {{'array': ..., 'polygraphy_class': 'ndarray'}}")
+    text: str = value["array"]
+    try:
+        blob = base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError):
+        try:
+            blob = text.encode("latin-1")  # Polygraphy's older encoding
+        except UnicodeEncodeError:
+            raise BenchsetError(f"{where}: array is neither base64 nor latin-1 text") from None
+    if blob.startswith(b"PK"):  # an npz of one array, also an older encoding
+        arrays = load_npz(io.BytesIO(blob), label=where)
+        if len(arrays) != 1:
+            raise BenchsetError(f"{where}: embedded npz holds {len(arrays)} arrays, expected 1")
+        return next(iter(arrays.values()))
+    return load_npy_bytes(blob, where=where)
+
+
+def _file_hash(path: Path, source: str) -> str:
+    if not path.is_file():
+        raise BenchsetError(f"{source} file {path} not found")
+    return sha256_file(path)
+
+
+def _names(signature: Sequence[InputSpec]) -> list[str]:
+    return [s.name for s in signature]
+
+
+def declaration_sha256(decl: Mapping[str, Any]) -> str:
+    """Hash of the canonical JSON of a declaration."""
+    return sha256_bytes(json.dumps(decl, sort_keys=True, separators=(",", ":")).encode())

@@ -1,0 +1,98 @@
+"""A model's input signature, and whether a sample fits it — written once, used everywhere.
+
+``model_signature`` reads it with the ``onnx`` package (no session needed: benchmark sets are
+generated from it); ``runner.Session`` builds the same ``InputSpec``s from ONNX Runtime.
+``check_inputs_fit`` then says exactly how a sample does not fit: missing or extra inputs,
+dtype, rank, fixed dims, and a named dim (``batch``) that differs between inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from monitor.errors import ModelError
+from monitor.files.tensors import format_shape
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One model input: name, numpy dtype (None: not a numpy type) and shape (int, dim name or ``"?"``)."""
+
+    name: str
+    dtype: np.dtype[Any] | None
+    shape: tuple[int | str, ...]
+
+
+def model_signature(model_path: Path, *, outputs: bool = False) -> list[InputSpec]:
+    """The graph inputs (or outputs) of an ONNX model, initializers excluded, in graph order."""
+    model = _load_model(model_path)
+    initializers = {init.name for init in model.graph.initializer}
+    values = model.graph.output if outputs else [v for v in model.graph.input if v.name not in initializers]
+    specs = []
+    for value in values:
+        if not value.type.HasField("tensor_type"):
+            raise ModelError(f"model {model_path}: {value.name!r} is not a tensor; only tensor inputs are supported")
+        tensor = value.type.tensor_type
+        try:
+            dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type))
+        except (KeyError, TypeError, ValueError):
+            raise ModelError(
+                f"model {model_path}: {value.name!r} has unsupported element type {tensor.elem_type}"
+            ) from None
+        shape: list[int | str] = []
+        for dim in tensor.shape.dim:
+            if dim.HasField("dim_value"):
+                shape.append(int(dim.dim_value))
+            else:
+                shape.append(dim.dim_param or "?")
+        specs.append(InputSpec(value.name, dtype, tuple(shape)))
+    return specs
+
+
+def check_inputs_fit(sample: Mapping[str, np.ndarray[Any, Any]], signature: Sequence[InputSpec], *, where: str) -> None:
+    """Raise ``ModelError`` saying exactly how ``sample`` does not fit the model's inputs."""
+    wanted = [spec.name for spec in signature]
+    missing = [name for name in wanted if name not in sample]
+    extra = sorted(name for name in sample if name not in wanted)
+    if missing or extra:
+        parts = ([f"lacks input(s) {missing}"] if missing else []) + (
+            [f"has input(s) {extra} the model does not take"] if extra else []
+        )
+        raise ModelError(f"{where} {' and '.join(parts)}; model inputs are {wanted}")
+    named_dims: dict[str, tuple[int, str]] = {}
+    for spec in signature:
+        array = sample[spec.name]
+        if spec.dtype is not None and array.dtype != spec.dtype:
+            raise ModelError(f"{where} input {spec.name!r} has dtype {array.dtype.name}, model wants {spec.dtype.name}")
+        fits = array.ndim == len(spec.shape) and all(
+            isinstance(want, str) or want == got for got, want in zip(array.shape, spec.shape, strict=False)
+        )
+        if not fits:
+            raise ModelError(
+                f"{where} input {spec.name!r} has shape {format_shape(array.shape)},"
+                f" model wants {format_shape(spec.shape)}"
+            )
+        for got, want in zip(array.shape, spec.shape, strict=True):
+            if isinstance(want, str) and want != "?":
+                seen = named_dims.setdefault(want, (got, spec.name))
+                if seen[0] != got:
+                    raise ModelError(
+                        f"{where} input {spec.name!r} has dim {want!r} = {got},"
+                        f" but input {seen[1]!r} has {want!r} = {seen[0]}"
+                    )
+
+
+def _load_model(model_path: Path) -> onnx.ModelProto:
+    if not model_path.is_file():
+        raise ModelError(f"model file {model_path} not found")
+    try:
+        return onnx.load(str(model_path), load_external_data=False)
+    except Exception as exc:  # protobuf decode errors have no common base worth naming
+        raise ModelError(f"model file {model_path} cannot be parsed as ONNX: {exc}") from None

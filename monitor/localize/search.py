@@ -1,0 +1,267 @@
+"""Finding the first divergent node: an exhaustive chunked scan and a bisection over the graph.
+
+Both searches measure tensors through two sources with a ``fetch(names)`` method (an
+``ExposingRunner`` or ``StoredTensors``): the *subject* and the *reference*. Only per-tensor
+statistics are kept; the arrays of a chunk are dropped before the next one, so peak memory
+is bounded by ``chunk_size`` tensors, not by the model.
+
+``all`` measures every tensor both sides produce, in topological order.
+
+``bisect`` assumes a divergence *persists downstream*: once a tensor moved, the change
+reaches the final outputs through the data flow. The predicate at position ``p`` is the
+*cut* after node ``p`` (every tensor produced at or before ``p`` that is still consumed
+after it, or is a graph output), which is monotone under that assumption even across
+parallel branches. Since one run costs a full inference whatever it exposes, each round
+probes as many evenly spaced cuts as fit in ``chunk_size`` tensors (a k-ary search; with
+``chunk_size=1`` it is a plain binary search). The last round measures the remaining
+bracket, the few nodes before it (a short linear scan that confirms the answer and catches
+a divergence that faded out) and a sample of downstream nodes for the error-growth profile.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from monitor.localize.graph import GraphNode
+from monitor.localize.report import NodeDivergence, TensorError, tensor_error
+
+CONFIRM_BEFORE = 3
+GROWTH_SAMPLES = 16
+# Prefixes ORT's optimizers put on tensors they re-create; stripping one finds the original name
+# (e.g. an fp16 model on CPU runs in fp32 with ``InsertedPrecisionFreeCast_act0`` for ``act0``).
+GENERATED_PREFIXES = ("InsertedPrecisionFreeCast_",)
+
+
+class TensorSource(Protocol):
+    producible: frozenset[str]
+    runs: int
+    skipped: dict[str, str]
+
+    def fetch(self, names: Iterable[str]) -> dict[str, np.ndarray]: ...
+
+
+class ObserverEffect(Exception):
+    """The subject's final outputs changed when intermediates were exposed."""
+
+
+class OutOfTime(Exception):
+    """The time budget ran out; the search reports what it measured so far."""
+
+
+@dataclass
+class Budget:
+    started: float
+    seconds: float | None
+
+    def check(self) -> None:
+        if self.seconds is not None and time.perf_counter() - self.started > self.seconds:
+            raise OutOfTime
+
+
+@dataclass
+class SearchResult:
+    profile: list[NodeDivergence]
+    first: NodeDivergence | None
+    complete: bool
+    skipped: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+class Search:
+    """Measures tensors on demand (each at most once) and turns them into per-node results."""
+
+    def __init__(
+        self,
+        nodes: Sequence[GraphNode],
+        final_outputs: Sequence[str],
+        subject: TensorSource,
+        reference: TensorSource,
+        *,
+        chunk_size: int,
+        rel_threshold: float,
+        abs_floor: float,
+        budget: Budget,
+        stop_on_observer: bool,
+    ) -> None:
+        self.nodes = [n for n in nodes if n.op_type != "Constant"]
+        self.subject, self.reference = subject, reference
+        self.chunk_size = chunk_size
+        self.rel_threshold, self.abs_floor = rel_threshold, abs_floor
+        self.budget = budget
+        self.stop_on_observer = stop_on_observer
+        self.alias = _aliases(subject.producible, reference.producible)
+        self.matchable = frozenset(self.alias)
+        self.candidates = [n for n in self.nodes if any(o in self.matchable for o in n.outputs)]
+        self.errors: dict[str, TensorError] = {}
+        self.skipped: dict[str, str] = {}
+        self._producer = {out: n for n in nodes for out in n.outputs}
+        end = len(nodes)
+        self._last_use: dict[str, int] = {name: end for name in final_outputs}
+        for n in nodes:
+            for name in n.inputs:
+                self._last_use[name] = max(self._last_use.get(name, -1), n.index)
+
+    # -- measuring ---------------------------------------------------------------------------
+
+    def measure(self, names: Iterable[str]) -> None:
+        todo = [n for n in dict.fromkeys(names) if n in self.matchable and n not in self.errors]
+        todo = [n for n in todo if n not in self.skipped]
+        for start in range(0, len(todo), self.chunk_size):
+            self.budget.check()
+            chunk = todo[start : start + self.chunk_size]
+            got = self.subject.fetch(chunk)
+            if self.stop_on_observer and getattr(self.subject, "observer_mismatch", None):
+                raise ObserverEffect
+            want = self.reference.fetch(self.alias[name] for name in chunk)
+            for name in chunk:
+                reference = want.get(self.alias[name])
+                if name not in got or reference is None:
+                    self.skipped[name] = "not produced by both sides"
+                    continue
+                error = tensor_error(got[name], reference, rel_threshold=self.rel_threshold, abs_floor=self.abs_floor)
+                if error is None:
+                    self.skipped[name] = f"shape {got[name].shape} vs reference {reference.shape}"
+                else:
+                    self.errors[name] = error
+            del got, want
+
+    def taint(self) -> dict[str, bool]:
+        """Per tensor: measured ones by the rule; an unmeasured one is diverged if its producer read one.
+
+        Graph inputs and initializers are clean: the same feeds go to both sides.
+        """
+        diverged: dict[str, bool] = {}
+        for node in self.nodes:
+            upstream = any(diverged.get(i, False) for i in node.inputs)
+            for out in node.outputs:
+                diverged[out] = self.errors[out].diverged if out in self.errors else upstream
+        return diverged
+
+    def node_result(self, node: GraphNode, taint: dict[str, bool]) -> NodeDivergence | None:
+        measured = [self.errors[o] for o in node.outputs if o in self.errors]
+        if not measured:
+            return None
+        worst = max(measured, key=lambda e: (e.rel_error, e.max_abs_error))
+        return NodeDivergence(
+            index=node.index,
+            name=node.name,
+            op_type=node.op_type,
+            outputs=node.outputs,
+            max_abs_error=worst.max_abs_error,
+            rel_error=worst.rel_error,
+            threshold=worst.threshold,
+            diverged=any(e.diverged for e in measured),
+            inputs_diverged=any(taint.get(i, False) for i in node.inputs),
+        )
+
+    def profile(self) -> list[NodeDivergence]:
+        taint = self.taint()
+        return [r for r in (self.node_result(n, taint) for n in self.nodes) if r is not None]
+
+    def _cut(self, node: GraphNode) -> list[str]:
+        live = [
+            name
+            for name, producer in self._producer.items()
+            if name in self.matchable and producer.index <= node.index < self._last_use.get(name, -1)
+        ]
+        return [*live, *(o for o in node.outputs if o in self.matchable)]
+
+    # -- searches ----------------------------------------------------------------------------
+
+    def run_all(self) -> SearchResult:
+        complete = True
+        try:
+            self.measure(name for node in self.candidates for name in node.outputs)
+        except OutOfTime:
+            complete = False
+        return self._result(complete, [])
+
+    def run_bisect(self) -> SearchResult:
+        notes: list[str] = []
+        if not self.candidates:
+            return self._result(True, notes)
+        try:
+            self._bisect(notes)
+        except OutOfTime:
+            notes.append("time budget exhausted: the first divergent node is an upper bound")
+            return self._result(False, notes)
+        return self._result(True, notes)
+
+    def _diverged_at(self, position: int) -> bool:
+        return any(self.errors[n].diverged for n in self._cut(self.candidates[position]) if n in self.errors)
+
+    def _bisect(self, notes: list[str]) -> None:
+        """K-ary search: each round measures the cuts at evenly spaced positions (as many as fit in
+        ``chunk_size`` tensors), because one run costs a full inference whatever it exposes. When the
+        remaining bracket, the nodes just before it and the growth samples fit in one chunk, a last
+        round measures them all and the first divergent node is read off directly."""
+        low, high, high_known = -1, len(self.candidates) - 1, False
+        while True:
+            span = list(range(low + 1, high + (0 if high_known else 1)))
+            final = self._final_round(low, high, span) if high_known else None
+            if final is not None:
+                self.measure(final)
+                break
+            positions = self._spread(span, include_end=not high_known)
+            self.measure(name for p in positions for name in self._cut(self.candidates[p]))
+            for position in positions:
+                if self._diverged_at(position):
+                    high, high_known = position, True
+                    break
+                low = position
+            if not high_known:
+                return  # the last cut is clean: nothing diverged (under the persistence assumption)
+        bisected = next((p for p in range(low + 1, high + 1) if self._diverged_at(p)), high)
+        first = next((r for r in self.profile() if r.diverged), None)
+        if first is not None and first.index < self.candidates[bisected].index:
+            notes.append(
+                f"the search narrowed to {self.candidates[bisected].name!r} but the earlier node {first.name!r}"
+                " already diverged (the divergence did not persist downstream)"
+            )
+
+    def _final_round(self, low: int, high: int, span: list[int]) -> list[str] | None:
+        """Every tensor that settles the answer, if they fit in one chunk: the bracket's node outputs and
+        inputs, the ``CONFIRM_BEFORE`` nodes before it, and a growth sample after it."""
+        window = self.candidates[max(0, low + 1 - CONFIRM_BEFORE) : high + 1]
+        after = self.candidates[high + 1 :]
+        samples: list[float] = (
+            np.linspace(0, len(after) - 1, min(GROWTH_SAMPLES, len(after))).round().tolist() if after else []
+        )
+        names = [name for node in window for name in (*node.inputs, *node.outputs)]
+        names += [name for i in sorted({int(i) for i in samples}) for name in after[i].outputs]
+        todo = {n for n in names if n in self.matchable and n not in self.errors}
+        return names if len(todo) <= self.chunk_size or len(span) <= 1 else None
+
+    def _spread(self, span: list[int], *, include_end: bool) -> list[int]:
+        """Evenly spaced positions of ``span`` whose cuts together fit in ``chunk_size`` tensors (at least one)."""
+        count = min(len(span), self.chunk_size)
+        while True:
+            picks = sorted({span[int(i)] for i in np.linspace(0, len(span) - 1, count).round()})
+            if include_end and span[-1] not in picks:
+                picks.append(span[-1])
+            tensors = {n for p in picks for n in self._cut(self.candidates[p]) if n not in self.errors}
+            if len(tensors) <= self.chunk_size or count == 1:
+                return picks
+            count = max(1, count // 2)
+
+    def _result(self, complete: bool, notes: list[str]) -> SearchResult:
+        profile = self.profile()
+        first = next((r for r in profile if r.diverged), None)
+        skipped = {**self.skipped, **self.subject.skipped, **self.reference.skipped}
+        return SearchResult(profile=profile, first=first, complete=complete, skipped=skipped, notes=notes)
+
+
+def _aliases(subject: frozenset[str], reference: frozenset[str]) -> dict[str, str]:
+    """Subject tensor name -> reference tensor name: equal names, else the name without an ORT prefix."""
+    alias = {name: name for name in subject & reference}
+    for name in subject - reference:
+        for prefix in GENERATED_PREFIXES:
+            original = name.removeprefix(prefix)
+            if original != name and original in reference and original not in subject:
+                alias[name] = original
+    return alias

@@ -1,0 +1,1 @@
+"""The onnxruntime boundary: sessions built exactly as configured, environment snapshots."""

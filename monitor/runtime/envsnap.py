@@ -1,0 +1,344 @@
+"""Environment snapshots: what produced the numbers, a stable fingerprint of it, and diffs.
+
+A snapshot is a flat ``{dotted name: Field(value, stable)}`` map. *Stable* fields are the
+ones that can change numbers: library versions (ONNX Runtime, its package and compiled-in
+providers, CUDA runtime, cuDNN, cuBLAS, TensorRT, numpy, onnx, Python, glibc), the kind of
+GPU (name, compute capability, memory, driver, ECC, MIG), the CPU model and the ISA flags
+that select kernels, the core count and cgroup CPU quota (they set thread counts, hence
+reduction order), and the environment variables that change numerics. *Volatile* fields
+are recorded but never fingerprinted: clocks, temperature, power, clock-event (throttle)
+reasons, load, host name, kernel release, pod/node/namespace/image digest, library paths,
+the GPU's UUID, and every ``<part>.error``.
+
+Two choices worth knowing:
+
+* The GPU UUID and the node name are volatile. A pod restarted onto another node with an
+  identical board must not count as an environment change; a different *kind* of board
+  (name, capability, memory, driver) does. The UUID is still recorded, so ``diff`` shows
+  a board swap as a volatile change, useful when one faulty board drifts.
+* The kernel release is volatile: numerics run in the container's user space (glibc,
+  libm, the libraries above), and node kernel updates would otherwise flip the fingerprint.
+
+Kubernetes identity comes from the downward API when present: ``ONNXMON_NODE_NAME`` (or
+``NODE_NAME``), ``POD_NAME``, ``POD_NAMESPACE`` and ``ONNXMON_IMAGE_DIGEST``.
+
+CUDA libraries are only reported when already loaded in this process and cuDNN loads
+lazily, so capture after the first inference (the check engine does). Any exception while
+probing a part is recorded as ``<part>.error`` instead of raised. This module imports only
+the standard library at import time (ONNX Runtime lazily), so it runs without pydantic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import functools
+import hashlib
+import json
+import os
+import platform
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from monitor.runtime.cpu import cpu_entries
+from monitor.runtime.gpu import Entries, JsonValue, NvmlLike, cuda_entries, default_nvml, describe, nvml_entries
+
+__all__ = [
+    "EnvSnapshot",
+    "Field",
+    "FieldChange",
+    "NvmlLike",
+    "capture",
+    "diff",
+    "format_table",
+    "short",
+    "summary",
+]
+
+SCHEMA_VERSION = 1
+
+# Environment variables that change numerics: exact names and prefixes. Values are recorded verbatim.
+NUMERIC_ENV_NAMES = frozenset(
+    {
+        "NVIDIA_TF32_OVERRIDE",
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+        "CUBLAS_WORKSPACE_CONFIG",
+        "OMP_NUM_THREADS",
+        "TF_ENABLE_ONEDNN_OPTS",
+    }
+)
+NUMERIC_ENV_PREFIXES = ("CUDNN_", "CUBLASLT_", "ORT_", "MKL_", "OPENBLAS_", "KMP_", "DNNL_", "ONEDNN_")
+
+# Kubernetes downward API (set by the Helm chart) -> field; all volatile.
+K8S_ENV = (
+    ("k8s.node", ("ONNXMON_NODE_NAME", "NODE_NAME")),
+    ("k8s.pod", ("POD_NAME",)),
+    ("k8s.namespace", ("POD_NAMESPACE",)),
+    ("k8s.image_digest", ("ONNXMON_IMAGE_DIGEST",)),
+)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One recorded fact; ``stable`` ones go into the fingerprint."""
+
+    value: JsonValue
+    stable: bool
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """A field whose value differs between two snapshots (``None`` also means absent)."""
+
+    field: str
+    old: JsonValue
+    new: JsonValue
+    stable: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"field": self.field, "old": self.old, "new": self.new, "stable": self.stable}
+
+
+@dataclass(frozen=True)
+class EnvSnapshot:
+    """The environment of one process at one moment; ``fingerprint`` covers the stable fields only."""
+
+    fields: Mapping[str, Field]
+    captured_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fields", dict(sorted(self.fields.items())))
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """sha256 (hex) of the canonical JSON of the stable fields: identical machines share it."""
+        stable = {name: f.value for name, f in self.fields.items() if f.stable}
+        canonical = json.dumps(stable, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def get(self, name: str, default: JsonValue = None) -> JsonValue:
+        field = self.fields.get(name)
+        return default if field is None else field.value
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form; the top-level ``fingerprint`` is what the store deduplicates on."""
+        return {
+            "fingerprint": self.fingerprint,
+            "schema": SCHEMA_VERSION,
+            "captured_at": self.captured_at,
+            "fields": {name: {"value": f.value, "stable": f.stable} for name, f in self.fields.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EnvSnapshot:
+        """Rebuild from :meth:`to_dict`.
+
+        The fingerprint is always recomputed from the fields (it is a function of them); a stored
+        one that disagrees, from a hand-edited file, is ignored rather than trusted.
+        """
+        fields = {name: Field(_json_value(f["value"]), bool(f["stable"])) for name, f in data["fields"].items()}
+        return cls(fields=fields, captured_at=float(data.get("captured_at", 0.0)))
+
+
+def _json_value(value: Any) -> JsonValue:
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    raise ValueError(f"snapshot field value must be a JSON scalar or list of strings, got {value!r}")
+
+
+def short(fingerprint: str) -> str:
+    """The first 16 hex characters, enough to tell environments apart on screen."""
+    return fingerprint[:16]
+
+
+def diff(a: EnvSnapshot, b: EnvSnapshot) -> list[FieldChange]:
+    """Fields that differ from ``a`` to ``b`` (added or removed ones included), stable ones first."""
+    changes = []
+    for name in sorted(a.fields.keys() | b.fields.keys()):
+        old, new = a.fields.get(name), b.fields.get(name)
+        if old != new:
+            stable = any(f.stable for f in (old, new) if f is not None)
+            changes.append(FieldChange(name, old.value if old else None, new.value if new else None, stable))
+    return sorted(changes, key=lambda c: (not c.stable, c.field))
+
+
+_LABELS = {"cuda.runtime": "cuda runtime", "nvml.driver_version": "driver", "nvml.cuda_driver_version": "driver cuda"}
+
+
+def _label(name: str) -> str:
+    name = name.removesuffix(".version")
+    if name in _LABELS:
+        return _LABELS[name]
+    return name.removeprefix("cuda.")
+
+
+def render(value: JsonValue) -> str:
+    """A field value as short human text."""
+    if value is None:
+        return "none"
+    if isinstance(value, list):
+        return ",".join(value) if value else "[]"
+    return str(value)
+
+
+def summary(changes: Sequence[FieldChange], *, include_volatile: bool = False) -> str:
+    """One line such as ``onnxruntime 1.17.0 → 1.18.0, cudnn 9.1.0 → 9.3.0``; stable changes only by default."""
+    shown = [c for c in changes if c.stable or include_volatile]
+    if not shown:
+        return "no environment change"
+    return ", ".join(f"{_label(c.field)} {render(c.old)} → {render(c.new)}" for c in shown)
+
+
+_SECTIONS = {"numpy": "python", "onnx": "python", "onnxmon": "python", "nvml": "gpu", "k8s": "host"}
+
+
+def _section(name: str) -> str:
+    head = name.split(".", 1)[0]
+    return _SECTIONS.get(head, head)
+
+
+def format_table(snapshot: EnvSnapshot) -> str:
+    """A readable table grouped by section, each field marked stable or volatile."""
+    width = max((len(name) for name in snapshot.fields), default=0)
+    lines = [f"fingerprint {short(snapshot.fingerprint)}  (sha256 {snapshot.fingerprint})"]
+    section = None
+    for name, field in sorted(snapshot.fields.items(), key=lambda item: (_section(item[0]), item[0])):
+        if _section(name) != section:
+            section = _section(name)
+            lines.append(f"[{section}]")
+        lines.append(f"  {name:<{width}}  {'stable  ' if field.stable else 'volatile'}  {render(field.value)}")
+    return "\n".join(lines)
+
+
+# --- capture ---------------------------------------------------------------------------------
+
+
+class _Default(enum.Enum):
+    AUTO = "auto"
+
+
+def capture(
+    *,
+    proc_root: Path = Path("/proc"),
+    sys_root: Path = Path("/sys"),
+    environ: Mapping[str, str] | None = None,
+    nvml: NvmlLike | _Default | None = _Default.AUTO,
+    load_cuda_libs: bool = True,
+) -> EnvSnapshot:
+    """Snapshot this process's environment; never raises (a failing part becomes ``<part>.error``).
+
+    ``nvml`` defaults to the real ``pynvml`` when importable, else a ctypes adapter over
+    ``libnvidia-ml.so.1``; ``None`` skips GPUs. ``load_cuda_libs=False`` records which CUDA
+    libraries are mapped without calling into them; either way none is ever loaded here.
+    """
+    env = os.environ if environ is None else environ
+    entries: Entries = {}
+    parts: list[tuple[str, Callable[[], Entries]]] = [
+        ("onnxruntime", _onnxruntime_entries),
+        ("python", _python_entries),
+        ("os", _os_entries),
+        ("host", _host_entries),
+        ("cpu", lambda: cpu_entries(proc_root, sys_root)),
+        ("env", lambda: _env_entries(env)),
+        ("cuda", lambda: cuda_entries(proc_root, query_versions=load_cuda_libs)),
+    ]
+    if nvml is not None:
+        nvml_api = default_nvml() if isinstance(nvml, _Default) else nvml
+        parts.append(("nvml", lambda: nvml_entries(nvml_api)))
+    for part, probe in parts:
+        try:
+            entries.update(probe())
+        except Exception as exc:  # one broken probe must not cost the rest of the snapshot
+            entries[f"{part}.error"] = (describe(exc), False)
+    fields = {name: Field(value, stable) for name, (value, stable) in entries.items()}
+    return EnvSnapshot(fields=fields, captured_at=time.time())
+
+
+def _distribution_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@functools.cache
+def _onnxruntime_distributions() -> tuple[str, ...]:
+    # More than one distribution providing `onnxruntime` (e.g. onnxruntime + onnxruntime-gpu) is a
+    # classic way to get the CPU build by accident, so all are recorded. Every check child is a
+    # fresh fork, so this runs once per check: match distribution *names* first (reading each
+    # METADATA header, ~15 ms) rather than every package's file list (packages_distributions,
+    # ~60-240 ms), then confirm a candidate really installs the `onnxruntime` package.
+    found = set()
+    for dist in metadata.distributions():
+        name = str(dist.metadata["Name"] or "")
+        if not name.lower().replace("_", "-").startswith(("onnxruntime", "ort-nightly")):
+            continue
+        top_level = (dist.read_text("top_level.txt") or "").split()
+        if "onnxruntime" in top_level or any(str(f).startswith("onnxruntime/") for f in dist.files or ()):
+            found.add(name)
+    return tuple(sorted(found))
+
+
+def _onnxruntime_entries() -> Entries:
+    import onnxruntime
+
+    packages = _onnxruntime_distributions()
+    get_build_info = getattr(onnxruntime, "get_build_info", None)
+    return {
+        "onnxruntime.version": (str(onnxruntime.__version__), True),
+        "onnxruntime.package": (", ".join(packages) or None, True),
+        "onnxruntime.build_info": (str(get_build_info()) if get_build_info else None, True),
+        # Compiled in, not necessarily working: only session.get_providers() tells what runs.
+        "onnxruntime.providers": (list(onnxruntime.get_available_providers()), True),
+    }
+
+
+def _python_entries() -> Entries:
+    from monitor import __version__
+
+    return {
+        "python.version": (platform.python_version(), True),
+        "python.implementation": (platform.python_implementation(), True),
+        "numpy.version": (_distribution_version("numpy"), True),
+        "onnx.version": (_distribution_version("onnx"), True),
+        "onnxmon.version": (__version__, False),
+    }
+
+
+def _os_entries() -> Entries:
+    libc, libc_version = platform.libc_ver()
+    entries: Entries = {
+        "os.system": (platform.system(), True),
+        "os.libc": (f"{libc} {libc_version}".strip() or None, True),
+        "os.kernel": (platform.release(), False),
+        "os.platform": (platform.platform(), False),
+    }
+    with contextlib.suppress(OSError):  # no /etc/os-release
+        entries["os.distribution"] = (platform.freedesktop_os_release().get("PRETTY_NAME"), True)
+    return entries
+
+
+def _host_entries() -> Entries:
+    entries: Entries = {"host.name": (platform.node(), False)}
+    if hasattr(os, "getloadavg"):
+        entries["host.load1"] = (round(os.getloadavg()[0], 2), False)
+    return entries
+
+
+def _env_entries(environ: Mapping[str, str]) -> Entries:
+    entries: Entries = {}
+    for name, value in environ.items():
+        if name in NUMERIC_ENV_NAMES or name.startswith(NUMERIC_ENV_PREFIXES):
+            entries[f"env.{name}"] = (value, True)
+    for field, names in K8S_ENV:
+        identity = next((environ[n] for n in names if environ.get(n)), None)
+        if identity is not None:
+            entries[field] = (identity, False)
+    return entries

@@ -1,0 +1,268 @@
+"""ONNX Runtime sessions built exactly as production configures them, verified and timed.
+
+``Session`` creates an ``InferenceSession`` from a ``ModelConfig``-style description
+(providers with options, graph optimization level, threads, deterministic compute,
+session config entries) and then *verifies* it: ``get_available_providers()`` lists what
+was compiled in, not what works, and a CUDA provider whose libraries fail to load falls
+back to CPU with only a log line. Only ``session.get_providers()`` tells the truth, so a
+requested provider missing from it is reported in ``SessionInfo.fallback``.
+
+``run()`` validates inputs against the model signature once (the public method
+validates, the private one works) and enforces a timeout with ``RunOptions.terminate``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from monitor.config.settings import ProviderSpec, SessionConfig
+from monitor.errors import ModelError
+from monitor.files.signature import InputSpec, check_inputs_fit
+
+_OPT_LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "layout": getattr(ort.GraphOptimizationLevel, "ORT_ENABLE_LAYOUT", ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED),
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+# ONNX Runtime's tensor type strings -> numpy dtypes (inputs we can feed from numpy).
+_ORT_TYPES = {
+    "tensor(float)": np.float32,
+    "tensor(double)": np.float64,
+    "tensor(float16)": np.float16,
+    "tensor(int8)": np.int8,
+    "tensor(int16)": np.int16,
+    "tensor(int32)": np.int32,
+    "tensor(int64)": np.int64,
+    "tensor(uint8)": np.uint8,
+    "tensor(uint16)": np.uint16,
+    "tensor(uint32)": np.uint32,
+    "tensor(uint64)": np.uint64,
+    "tensor(bool)": np.bool_,
+}
+
+_PLACEMENT_KEY = "session.record_ep_graph_assignment_info"
+
+
+class RunTimeout(Exception):
+    """``Session.run`` exceeded its timeout and ONNX Runtime terminated it."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One model input or output: name, numpy dtype (None if not numpy-representable), shape."""
+
+    name: str
+    type: str
+    shape: tuple[int | str | None, ...]
+
+    @property
+    def dtype(self) -> np.dtype[Any] | None:
+        numpy_type = _ORT_TYPES.get(self.type)
+        return np.dtype(numpy_type) if numpy_type is not None else None
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """What the session really is, as opposed to what was asked for."""
+
+    requested: tuple[str, ...]
+    effective: tuple[str, ...]
+    fallback: tuple[str, ...]
+    provider_options: Mapping[str, Mapping[str, str]]
+    placement: Mapping[str, int] = field(default_factory=dict)
+    inputs: tuple[TensorSpec, ...] = ()
+    outputs: tuple[TensorSpec, ...] = ()
+    load_seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "requested": list(self.requested),
+            "effective": list(self.effective),
+            "fallback": list(self.fallback),
+            "provider_options": {k: dict(v) for k, v in self.provider_options.items()},
+            "placement": dict(self.placement),
+            "load_seconds": self.load_seconds,
+        }
+
+
+def session_options(cfg: SessionConfig, *, record_placement: bool = True) -> ort.SessionOptions:
+    """``SessionOptions`` from config; ``deterministic_compute`` is the attribute, not a config key."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = _OPT_LEVELS[cfg.graph_optimization_level]
+    options.intra_op_num_threads = cfg.intra_op_num_threads
+    options.inter_op_num_threads = cfg.inter_op_num_threads
+    options.execution_mode = (
+        ort.ExecutionMode.ORT_PARALLEL if cfg.execution_mode == "parallel" else ort.ExecutionMode.ORT_SEQUENTIAL
+    )
+    # The string key "session.use_deterministic_compute" does nothing; the attribute does.
+    options.use_deterministic_compute = cfg.deterministic_compute
+    options.log_severity_level = 3
+    for key, value in cfg.config_entries.items():
+        options.add_session_config_entry(key, value)
+    if record_placement and _PLACEMENT_KEY not in cfg.config_entries:
+        options.add_session_config_entry(_PLACEMENT_KEY, "1")
+    return options
+
+
+def provider_arguments(specs: Sequence[ProviderSpec]) -> tuple[list[str], list[dict[str, str]]]:
+    """Provider names and their options as ONNX Runtime wants them (option values as strings)."""
+    names = [spec.name for spec in specs]
+    options = [{key: _option_text(value) for key, value in spec.options.items()} for spec in specs]
+    return names, options
+
+
+def _option_text(value: object) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+class Session:
+    """A verified ``InferenceSession``; ``info`` says which providers really run the model."""
+
+    def __init__(
+        self,
+        model_path: Path,
+        providers: Sequence[ProviderSpec],
+        session: SessionConfig | None = None,
+        *,
+        optimized_model_path: Path | None = None,
+    ) -> None:
+        self.model_path = Path(model_path)
+        cfg = session or SessionConfig()
+        if not self.model_path.is_file():
+            raise ModelError(f"model file {self.model_path} not found")
+        options = session_options(cfg)
+        if optimized_model_path is not None:
+            options.optimized_model_filepath = str(optimized_model_path)
+        names, provider_options = provider_arguments(providers)
+        started = time.perf_counter()
+        try:
+            with warnings.catch_warnings():
+                # "provider not in available provider names": we report it ourselves as a fallback.
+                warnings.simplefilter("ignore", UserWarning)
+                self._session = ort.InferenceSession(
+                    str(self.model_path), sess_options=options, providers=names, provider_options=provider_options
+                )
+        except Exception as exc:  # ORT raises several pybind types (InvalidProtobuf, Fail, ...)
+            reason = _first_line(exc)
+            raise ModelError(f"model file {self.model_path} cannot be loaded by ONNX Runtime: {reason}") from None
+        load_seconds = time.perf_counter() - started
+        effective = tuple(self._session.get_providers())
+        self.info = SessionInfo(
+            requested=tuple(names),
+            effective=effective,
+            fallback=tuple(n for n in names if n not in effective),
+            provider_options=self._session.get_provider_options(),
+            placement=self._placement(),
+            inputs=tuple(_spec(i) for i in self._session.get_inputs()),
+            outputs=tuple(_spec(o) for o in self._session.get_outputs()),
+            load_seconds=load_seconds,
+        )
+        self._signature = [
+            InputSpec(
+                spec.name,
+                spec.dtype,
+                tuple("?" if d is None or (isinstance(d, int) and d < 0) else d for d in spec.shape),
+            )
+            for spec in self.info.inputs
+        ]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [o.name for o in self.info.outputs]
+
+    def _placement(self) -> dict[str, int]:
+        """Node count per execution provider, where this ORT version can tell."""
+        getter = getattr(self._session, "get_provider_graph_assignment_info", None)
+        if getter is None:
+            return {}
+        counts: dict[str, int] = {}
+        with contextlib.suppress(Exception):
+            for subgraph in getter():
+                counts[subgraph.ep_name] = counts.get(subgraph.ep_name, 0) + len(subgraph.get_nodes())
+        return counts
+
+    def check_inputs(self, feeds: Mapping[str, np.ndarray], *, where: str = "inputs") -> None:
+        """Raise ``ModelError`` naming the input and the expectation if ``feeds`` do not fit."""
+        check_inputs_fit(feeds, self._signature, where=where)
+
+    def run(
+        self,
+        feeds: Mapping[str, np.ndarray],
+        *,
+        timeout_s: float | None = None,
+        guard: Deadline | None = None,
+        where: str = "inputs",
+    ) -> dict[str, np.ndarray]:
+        """Validate ``feeds`` against the signature, then run.
+
+        ``guard`` shares one watchdog across many runs (a whole replay); ``timeout_s`` makes
+        a watchdog for this run alone.
+        """
+        self.check_inputs(feeds, where=where)
+        if guard is not None:
+            return self._run(feeds, guard)
+        with Deadline(timeout_s) as own:
+            return self._run(feeds, own)
+
+    def _run(self, feeds: Mapping[str, np.ndarray], guard: Deadline) -> dict[str, np.ndarray]:
+        try:
+            values = self._session.run(None, dict(feeds), guard.run_options)
+        except Exception:
+            if guard.fired.is_set():
+                raise RunTimeout(f"inference exceeded {guard.timeout_s:g}s and was terminated") from None
+            raise
+        return dict(zip(self.output_names, (np.asarray(v) for v in values), strict=True))
+
+
+class Deadline:
+    """A watchdog: after ``timeout_s`` it sets ``RunOptions.terminate``, ending the run in progress
+    and every later run that uses the same options. ``None`` or ``<= 0`` means no limit.
+
+    One ``Deadline`` per replay, not per run, keeps the per-inference overhead to nothing.
+    """
+
+    def __init__(self, timeout_s: float | None) -> None:
+        self.timeout_s = timeout_s or 0.0
+        self.run_options = ort.RunOptions()
+        self.fired = threading.Event()
+        self._timer: threading.Timer | None = None
+        if timeout_s is not None and timeout_s > 0:
+            self._timer = threading.Timer(timeout_s, self._terminate)
+            self._timer.daemon = True
+
+    def _terminate(self) -> None:
+        self.fired.set()
+        self.run_options.terminate = True
+
+    def __enter__(self) -> Deadline:
+        if self._timer is not None:
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+def _spec(node_arg: Any) -> TensorSpec:
+    return TensorSpec(name=node_arg.name, type=node_arg.type, shape=tuple(node_arg.shape))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[-1][:500] if text else type(exc).__name__

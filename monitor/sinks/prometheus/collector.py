@@ -1,0 +1,211 @@
+"""``StoreCollector``: the last-run gauges of ``docs/metrics.md``, computed at scrape time.
+
+Each scrape reads the store once (``Store.latest_per_model``), the current config and the active
+baselines on disk, so the gauges survive a restart and never drift from the history. A store that
+fails costs these gauges, not the scrape: ``onnxmon_store_up`` turns 0 and the counters of
+``monitor.sinks.prometheus.counters.Metrics`` are still served. ``install`` wires both halves into a registry.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import prometheus_client
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from monitor.config.settings import ModelConfig, Settings
+from monitor.results import AppliedTolerance, Verdict
+from monitor.sinks.prometheus import labels as values
+from monitor.sinks.prometheus.counters import VERDICTS, Clock, Metrics, ModelState, pick_latest
+from monitor.store import RunRecord, Store
+
+log = logging.getLogger(__name__)
+
+
+class StoreCollector(Collector):
+    """Latest-value gauges, computed at scrape time from one store read plus config and disk."""
+
+    def __init__(self, metrics: Metrics, store: Store) -> None:
+        self.metrics = metrics
+        self.store = store
+        self._tolerances: tuple[Settings | None, dict[tuple[str, str], AppliedTolerance]] = (None, {})
+
+    def describe(self) -> Iterable[Metric]:
+        # Describing without samples keeps registration from querying the store.
+        return list(_Families().all())
+
+    def collect(self) -> Iterable[Metric]:
+        families = _Families()
+        try:
+            latest: dict[str, RunRecord] | None = pick_latest(self.store.latest_per_model(), self.metrics.node)
+            families.store_up.add_metric([], 1.0)
+        except Exception as exc:  # never fail a scrape for the store: say so and serve the rest
+            log.warning("store unreachable at scrape time: %s", exc)
+            latest = None
+            families.store_up.add_metric([], 0.0)
+        settings = self.metrics.settings
+        if settings is not None:
+            states = self.metrics.states()
+            env_fingerprint = values.fingerprint_of(self.metrics.environment)
+            runtime = values.runtime_labels(self.metrics.environment)
+            families.runtime_info.add_metric([runtime[k] for k in values.RUNTIME_LABELS], 1.0)
+            for model in settings.models:
+                state = states.get(model.name)
+                if state is not None:
+                    self._model(families, settings, model, state, latest, env_fingerprint)
+        return list(families.all())
+
+    def _tolerance(self, settings: Settings, model: ModelConfig, output: str) -> AppliedTolerance:
+        """``settings.tolerance_for`` (pydantic merges, ~0.1 ms each) computed once per config."""
+        if self._tolerances[0] is not settings:
+            self._tolerances = (settings, {})
+        key = (model.name, output)
+        cache = self._tolerances[1]
+        if key not in cache:
+            cache[key] = settings.tolerance_for(model, output)
+        return cache[key]
+
+    def _model(
+        self,
+        f: _Families,
+        settings: Settings,
+        model: ModelConfig,
+        state: ModelState,
+        latest: dict[str, RunRecord] | None,
+        env_fingerprint: str | None,
+    ) -> None:
+        name = model.name
+        meta = self.metrics.active_baseline(settings.store.baselines_dir, name)
+        f.model_info.add_metric([name, state.facts.sha256, state.facts.opset], 1.0)
+        baseline_labels = (
+            [name, meta.id, values.baseline_source_label(meta.source), (meta.environment_fingerprint or "")[:16]]
+            if meta
+            else [name, "", "none", ""]
+        )
+        f.baseline_info.add_metric(baseline_labels, 1.0)
+        f.interval.add_metric([name], state.interval)
+        for output in state.outputs:
+            tolerance = self._tolerance(settings, model, output)
+            f.atol.add_metric([name, output], tolerance.atol)
+            f.rtol.add_metric([name, output], tolerance.rtol)
+            f.max_mismatch.add_metric([name, output], tolerance.max_mismatch_ratio)
+        if latest is None:
+            return  # store down: no last-run values rather than wrong ones
+        last = latest.get(name)
+        f.last_run.add_metric([name], last.finished_at.timestamp() if last is not None else self.metrics.started_at)
+        success = state.last_success
+        if last is not None and last.verdict is Verdict.PASS:
+            success = max(success, last.finished_at.timestamp())
+        f.last_success.add_metric([name], success)
+        f.last_success_flag.add_metric([name], 1.0 if last is not None and last.verdict is Verdict.PASS else 0.0)
+        for verdict in VERDICTS:
+            f.last_verdict.add_metric([name, verdict], 1.0 if last is not None and last.verdict == verdict else 0.0)
+        fallback = (
+            values.provider_fallback(last.providers_requested, last.providers_effective, last.reasons)
+            if last is not None
+            else None
+        )
+        f.fallback.add_metric([name], state.fallback if fallback is None else fallback)
+        run_fingerprint = (last.environment_fingerprint if last is not None else None) or env_fingerprint
+        matches = meta is not None and run_fingerprint is not None and run_fingerprint == meta.environment_fingerprint
+        f.env_matches.add_metric([name], 1.0 if matches else 0.0)
+        measured = {o.name: o for o in last.outputs} if last is not None and last.verdict is not Verdict.ERROR else {}
+        for output in state.outputs:
+            stats = measured.get(output)
+            labels = [name, output]
+            if stats is None or not values.is_measured(stats):
+                for family in f.per_output_values():
+                    family.add_metric(labels, math.nan)
+                continue
+            m = stats.metrics
+            f.max_abs.add_metric(labels, m.max_abs_error)
+            f.max_rel.add_metric(labels, m.max_rel_error)
+            f.rms.add_metric(labels, m.rms_error)
+            f.cosine.add_metric(labels, m.cosine_similarity)
+            f.mismatch.add_metric(labels, m.mismatch_ratio)
+            f.nondeterministic.add_metric(labels, values.nondeterministic(stats))
+            f.error_ratio.add_metric(labels, values.error_ratio(stats))
+
+
+class _Families:
+    """One empty metric family per collector-made series, per scrape."""
+
+    def __init__(self) -> None:
+        def gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, doc, labels=labels or [])
+
+        model, output = ["model"], ["model", "output"]
+        self.store_up = gauge("onnxmon_store_up", "1 when the history store answered this scrape.")
+        self.runtime_info = gauge(
+            "onnxmon_runtime_info",
+            "Always 1; the stack checks run on.",
+            list(values.RUNTIME_LABELS),
+        )
+        self.model_info = gauge(
+            "onnxmon_model_info", "Always 1; the model file checked.", ["model", "model_sha256", "opset"]
+        )
+        self.baseline_info = gauge(
+            "onnxmon_baseline_info", "Always 1; the active baseline.", ["model", "baseline_id", "source", "environment"]
+        )
+        self.interval = gauge("onnxmon_schedule_interval_seconds", "Longest time between two scheduled starts.", model)
+        self.last_run = gauge("onnxmon_last_run_timestamp_seconds", "Unix time the last run finished.", model)
+        self.last_success = gauge("onnxmon_last_success_timestamp_seconds", "Unix time of the last pass.", model)
+        self.last_success_flag = gauge("onnxmon_last_run_success", "1 when the last run passed.", model)
+        self.last_verdict = gauge("onnxmon_last_run_verdict", "1 on the last run's verdict.", ["model", "verdict"])
+        self.fallback = gauge("onnxmon_provider_fallback", "1 when a requested provider is not in use.", model)
+        self.env_matches = gauge(
+            "onnxmon_environment_matches_baseline", "1 when the environment equals the baseline's.", model
+        )
+        self.max_abs = gauge("onnxmon_output_max_abs_error", "max |a-b|.", output)
+        self.max_rel = gauge("onnxmon_output_max_rel_error", "max |a-b| / max(|b|, floor).", output)
+        self.rms = gauge("onnxmon_output_rms_error", "sqrt(mean((a-b)^2)).", output)
+        self.cosine = gauge("onnxmon_output_cosine_similarity", "Cosine similarity to the baseline.", output)
+        self.mismatch = gauge("onnxmon_output_mismatch_ratio", "Share of elements breaking the rule.", output)
+        self.nondeterministic = gauge("onnxmon_output_nondeterministic", "1 when repeats disagreed.", output)
+        self.error_ratio = gauge("onnxmon_output_error_ratio", "Worst error / tolerance; 1.0 is the line.", output)
+        self.atol = gauge("onnxmon_output_tolerance_atol", "Applied atol.", output)
+        self.rtol = gauge("onnxmon_output_tolerance_rtol", "Applied rtol.", output)
+        self.max_mismatch = gauge("onnxmon_output_tolerance_max_mismatch_ratio", "Applied max_mismatch_ratio.", output)
+
+    def per_output_values(self) -> tuple[GaugeMetricFamily, ...]:
+        return (
+            self.max_abs,
+            self.max_rel,
+            self.rms,
+            self.cosine,
+            self.mismatch,
+            self.nondeterministic,
+            self.error_ratio,
+        )
+
+    def all(self) -> Iterator[GaugeMetricFamily]:
+        yield from (v for v in vars(self).values() if isinstance(v, GaugeMetricFamily))
+
+
+def install(
+    registry: CollectorRegistry | None,
+    store: Store,
+    settings: Settings,
+    *,
+    node: str | None = None,
+    startup_environment: Mapping[str, Any] | None = None,
+    clock: Clock = time.time,
+) -> Metrics:
+    """Wire the counters and the store collector into ``registry`` and declare ``settings``' series.
+
+    ``registry=None`` makes a fresh one (never the process-global default registry); it is
+    ``metrics.registry`` afterwards.
+    """
+    registry = registry if registry is not None else CollectorRegistry()
+    # `<name>_created` doubles every counter/histogram child and nothing reads it (process-wide switch).
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+    metrics = Metrics(registry, store=store, node=node, clock=clock, startup_environment=startup_environment)
+    metrics.declare(settings)
+    registry.register(StoreCollector(metrics, store))
+    return metrics

@@ -1,0 +1,341 @@
+"""The Prometheus series of ``docs/metrics.md``: counters kept in memory, last-run gauges read from the store.
+
+Two halves, both living in one injected ``CollectorRegistry`` (never the global one):
+
+* ``Metrics`` owns what only this process can count (runs, failures by reason, durations, output
+  checks, environment changes, promotions, missed/skipped runs, config reloads, build info).
+  ``declare(settings)`` creates every labelled child when the config loads, so every series
+  exists from the first scrape at 0; ``observe(result)`` moves them after each check.
+* ``StoreCollector`` (``monitor/sinks/prometheus/collector.py``) answers each scrape from the store's
+  latest run per model (one query), the current config and the files on disk, so the last-run
+  gauges survive a restart and never drift from the history. A store that fails at scrape time
+  costs those gauges, not the scrape: ``onnxmon_store_up`` turns 0 and the counters are served.
+
+Outputs of a model become labels from: the config's per-output tolerance overrides, the active
+baseline's outputs (or the model graph's when there is no baseline), and the store's last run of
+the model. An output none of those names appears once a run has seen it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from monitor import __version__
+from monitor.config.settings import ModelConfig, Settings
+from monitor.files import baselines
+from monitor.results import CheckResult, Verdict
+from monitor.sinks.prometheus import labels as values
+from monitor.store import RunRecord, Store
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+DURATION_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
+VERDICTS = tuple(v.value for v in Verdict)
+
+
+@dataclass
+class ModelState:
+    """What the process remembers of one configured model between scrapes (guarded by ``Metrics._lock``)."""
+
+    outputs: list[str] = field(default_factory=list)
+    interval: float = math.nan
+    facts: values.ModelFacts = field(default_factory=values.ModelFacts)
+    facts_signature: tuple[int, int] | None = None
+    last_success: float = 0.0
+    fallback: float = 0.0
+    fingerprint: str | None = None
+    baseline_id: str | None = None
+    reasons_seen: set[str] = field(default_factory=set)
+
+
+class Metrics:
+    """Counters of runs and their outcomes, and the per-model state the collector needs."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        store: Store | None = None,
+        node: str | None = None,
+        clock: Clock = time.time,
+        version: str = __version__,
+        startup_environment: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.registry = registry
+        self.store = store
+        self.node = node
+        self.clock = clock
+        self.started_at = clock()
+        self.settings: Settings | None = None
+        self.environment: Mapping[str, Any] = dict(startup_environment or {})
+        self._states: dict[str, ModelState] = {}
+        self._lock = threading.RLock()
+        self._baseline_meta: dict[str, baselines.BaselineMeta] = {}
+        r = registry
+        self.runs = Counter("onnxmon_runs", "Runs finished, any verdict.", ["model"], registry=r)
+        self.run_failures = Counter(
+            "onnxmon_run_failures", "Runs not passing, by primary reason.", ["model", "reason"], registry=r
+        )
+        self.run_errors = Counter(
+            "onnxmon_run_errors", "Runs that ended in error: precision was not measured.", ["model"], registry=r
+        )
+        self.run_duration = Histogram(
+            "onnxmon_run_duration_seconds", "Wall time of a run.", ["model"], buckets=DURATION_BUCKETS, registry=r
+        )
+        self.out_of_tolerance = Counter(
+            "onnxmon_output_out_of_tolerance", "Runs in which the output failed.", ["model", "output"], registry=r
+        )
+        self.output_checks = Counter(
+            "onnxmon_output_checks", "Runs in which the output was compared.", ["model", "output"], registry=r
+        )
+        self.environment_changes = Counter(
+            "onnxmon_environment_changes",
+            "Runs whose environment differs from the previous run.",
+            ["model"],
+            registry=r,
+        )
+        self.baseline_promotions = Counter(
+            "onnxmon_baseline_promotions", "New active baselines seen for the model.", ["model"], registry=r
+        )
+        self.missed_runs = Counter(
+            "onnxmon_scheduler_missed_runs",
+            "Runs not started: start time passed the grace time.",
+            ["model"],
+            registry=r,
+        )
+        self.skipped_runs = Counter(
+            "onnxmon_scheduler_skipped_runs",
+            "Runs not started: the previous one was still going.",
+            ["model"],
+            registry=r,
+        )
+        self.reload_ok = Gauge(
+            "onnxmon_config_last_reload_successful", "1 when the last config (re)load succeeded.", registry=r
+        )
+        self.reload_timestamp = Gauge(
+            "onnxmon_config_last_reload_success_timestamp_seconds", "Unix time of the last good (re)load.", registry=r
+        )
+        self.spooled = Gauge("onnxmon_results_spooled", "Results waiting on disk for the history database.", registry=r)
+        Gauge("onnxmon_build_info", "Always 1; the onnxmon version.", ["version"], registry=r).labels(version).set(1)
+        self.reload_ok.set(1)
+        self.reload_timestamp.set(self.started_at)
+
+    # --- configuration -------------------------------------------------------------------------
+
+    def declare(self, settings: Settings) -> None:
+        """Create the children of every configured model/output/reason; drop those of models that left."""
+        latest = pick_latest(self._latest_runs(), self.node)
+        with self._lock:
+            first = self.settings is None
+            for model in settings.models:
+                self._declare_model(settings, model, latest.get(model.name), first)
+            for gone in set(self._states) - {m.name for m in settings.models}:
+                self._forget(gone)
+            self.settings = settings
+
+    def _declare_model(self, settings: Settings, model: ModelConfig, last: RunRecord | None, first: bool) -> None:
+        state = self._states.get(model.name)
+        new = state is None
+        state = state or ModelState()
+        self._states[model.name] = state
+        signature = values.file_signature(model.path)
+        if new or signature != state.facts_signature:
+            state.facts, state.facts_signature = values.read_model_facts(model.path), signature
+        meta = self._active_baseline(settings.store.baselines_dir, model.name)
+        active = meta.id if meta else None
+        if not new and not first and active and active != state.baseline_id:
+            self.baseline_promotions.labels(model.name).inc()
+        state.baseline_id = active or state.baseline_id
+        wanted = list(model.tolerance.outputs)
+        wanted += list(meta.outputs) if meta else list(state.facts.outputs)
+        wanted += [o.name for o in last.outputs] if last is not None else []
+        outputs = list(dict.fromkeys(wanted))
+        for gone in set(state.outputs) - set(outputs):
+            self._remove_output(model.name, gone)
+        state.outputs = outputs
+        state.interval = values.schedule_interval_seconds(settings.schedule_for(model))
+        if new and last is not None:
+            state.fingerprint = last.environment_fingerprint
+            state.baseline_id = state.baseline_id or last.baseline_id
+            fallback = values.provider_fallback(last.providers_requested, last.providers_effective, last.reasons)
+            state.fallback = fallback if fallback is not None else 0.0
+            state.last_success = self._last_success_from_store(model.name, last)
+        name = model.name
+        for counter in (self.runs, self.run_errors, self.environment_changes, self.baseline_promotions):
+            counter.labels(name)
+        self.missed_runs.labels(name)
+        self.skipped_runs.labels(name)
+        self.run_duration.labels(name)
+        # run_failures{reason} children appear with their first run: 23 reasons x every model
+        # pre-declared were 30 % of a 200-model scrape. Alerts use the pre-declared run_errors.
+        for output in outputs:
+            self.out_of_tolerance.labels(name, output)
+            self.output_checks.labels(name, output)
+
+    def _forget(self, model: str) -> None:
+        state = self._states.pop(model)
+        for output in state.outputs:
+            self._remove_output(model, output)
+        for per_model in (self.runs, self.run_errors, self.environment_changes, self.baseline_promotions):
+            _remove(per_model, model)
+        _remove(self.missed_runs, model)
+        _remove(self.skipped_runs, model)
+        _remove(self.run_duration, model)
+        for reason in state.reasons_seen:
+            _remove(self.run_failures, model, reason)
+
+    def _remove_output(self, model: str, output: str) -> None:
+        _remove(self.out_of_tolerance, model, output)
+        _remove(self.output_checks, model, output)
+
+    def config_reloaded(self, ok: bool) -> None:
+        """Record a config (re)load; a failed one keeps the previous config and its series."""
+        self.reload_ok.set(1 if ok else 0)
+        if ok:
+            self.reload_timestamp.set(self.clock())
+
+    # --- events ----------------------------------------------------------------------------------
+
+    def observe(self, result: CheckResult) -> None:
+        """Move the counters for one finished run; a model not in the config is ignored (bounded labels)."""
+        with self._lock:
+            state = self._states.get(result.model)
+            if state is None:
+                log.warning("result for model %r, which is not in the config: not exported", result.model)
+                return
+            name = result.model
+            self.runs.labels(name).inc()
+            self.run_duration.labels(name).observe(max(0.0, result.duration_s))
+            if result.verdict is Verdict.ERROR:
+                self.run_errors.labels(name).inc()
+            if result.verdict is not Verdict.PASS:
+                reason = values.primary_reason(result)
+                state.reasons_seen.add(reason)
+                self.run_failures.labels(name, reason).inc()
+            else:
+                state.last_success = max(state.last_success, result.finished_at)
+            if result.verdict is not Verdict.ERROR:
+                for output in result.outputs:
+                    if output.name not in state.outputs:
+                        state.outputs.append(output.name)
+                    if values.is_measured(output):
+                        self.output_checks.labels(name, output.name).inc()
+                    if output.verdict is Verdict.FAIL:
+                        self.out_of_tolerance.labels(name, output.name).inc()
+            fingerprint = values.fingerprint_of(result.environment)
+            if fingerprint:
+                if state.fingerprint and fingerprint != state.fingerprint:
+                    self.environment_changes.labels(name).inc()
+                state.fingerprint = fingerprint
+                self.environment = dict(result.environment)
+            if result.baseline_id:
+                if state.baseline_id and result.baseline_id != state.baseline_id:
+                    self.baseline_promotions.labels(name).inc()
+                state.baseline_id = result.baseline_id
+            fallback = values.provider_fallback(
+                result.providers_requested, result.providers_effective, result.all_reasons()
+            )
+            if fallback is not None:
+                state.fallback = fallback
+            identity = result.details.get("model")
+            if isinstance(identity, Mapping) and identity.get("sha256"):
+                opset = identity.get("opset")
+                state.facts = replace(
+                    state.facts, sha256=str(identity["sha256"]), opset="" if opset is None else str(opset)
+                )
+
+    def record_missed(self, model: str) -> None:
+        """A scheduled run was not started because its start time passed beyond the grace time."""
+        if model in self._states:
+            self.missed_runs.labels(model).inc()
+
+    def record_skipped(self, model: str) -> None:
+        """A scheduled run was not started because the previous run of the model was still going."""
+        if model in self._states:
+            self.skipped_runs.labels(model).inc()
+
+    def baseline_promoted(self, model: str, baseline_id: str | None = None) -> None:
+        """Count a promotion now; with ``baseline_id`` the next run on it is not counted a second time."""
+        with self._lock:
+            state = self._states.get(model)
+            if state is None or (baseline_id is not None and baseline_id == state.baseline_id):
+                return
+            self.baseline_promotions.labels(model).inc()
+            if baseline_id is not None:
+                state.baseline_id = baseline_id
+
+    # --- reads for the collector ---------------------------------------------------------------
+
+    def states(self) -> dict[str, ModelState]:
+        """A copy of every configured model's state, in config order."""
+        with self._lock:
+            return {name: replace(state, outputs=list(state.outputs)) for name, state in self._states.items()}
+
+    def active_baseline(self, root: Path, model: str) -> baselines.BaselineMeta | None:
+        """The active baseline's metadata (ACTIVE re-read each time; metadata cached, baselines are write-once)."""
+        return self._active_baseline(root, model)
+
+    def _active_baseline(self, root: Path, model: str) -> baselines.BaselineMeta | None:
+        try:
+            baseline_id = baselines.active_id(root, model)
+            if baseline_id is None:
+                return None
+            if baseline_id not in self._baseline_meta:
+                found = baselines.active(root, model)
+                if found is None:
+                    return None
+                self._baseline_meta[baseline_id] = found.meta
+            return self._baseline_meta[baseline_id]
+        except Exception as exc:  # a broken ACTIVE file or baseline.json: reported as "no baseline"
+            log.warning("active baseline of %r unreadable: %s", model, exc)
+            return None
+
+    def _latest_runs(self) -> list[RunRecord]:
+        if self.store is None:
+            return []
+        try:
+            return self.store.latest_per_model()
+        except Exception as exc:  # the store may be down at start-up; series still get declared
+            log.warning("store unreachable while declaring metrics: %s", exc)
+            return []
+
+    def _last_success_from_store(self, model: str, last: RunRecord) -> float:
+        if last.verdict is Verdict.PASS:
+            return last.finished_at.timestamp()
+        if self.store is None:
+            return 0.0
+        try:
+            runs = self.store.runs(model, node=self.node, limit=500)
+        except Exception:
+            return 0.0
+        return next((r.finished_at.timestamp() for r in runs if r.verdict is Verdict.PASS), 0.0)
+
+
+def _remove(metric: Counter | Histogram | Gauge, *labels: str) -> None:
+    with contextlib.suppress(KeyError):  # never declared: nothing to remove
+        metric.remove(*labels)
+
+
+def pick_latest(records: Iterable[RunRecord], node: str | None) -> dict[str, RunRecord]:
+    """Newest run per model; this process's own node wins when it has one (daemonset mode)."""
+    chosen: dict[str, RunRecord] = {}
+    for record in records:
+        current = chosen.get(record.model)
+        if current is None:
+            chosen[record.model] = record
+            continue
+        own_new, own_cur = (node is not None and r.node == node for r in (record, current))
+        if (own_new, record.finished_at) > (own_cur, current.finished_at):
+            chosen[record.model] = record
+    return chosen
