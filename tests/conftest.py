@@ -57,3 +57,30 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh working directory for tests that write relative paths."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+# --- the source tree is read-only to tests ---------------------------------------------------------
+
+_SOURCE = Path(__file__).resolve().parents[1] / "monitor"
+_source_files: set[str] = set()
+
+
+def _source_listing() -> set[str]:
+    return {
+        str(path.relative_to(_SOURCE))
+        for path in _SOURCE.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
+    }
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _source_files.update(_source_listing())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when a test left files in (or took files from) ``monitor/``: tests write to tmp only."""
+    now = _source_listing()
+    added, removed = sorted(now - _source_files), sorted(_source_files - now)
+    if added or removed:
+        print(f"\nthe test run changed the source tree monitor/: added {added}, removed {removed}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -390,7 +390,7 @@ def test_metrics_never_touch_the_global_registry(scenario: Scenario, store: Stor
     ],
 )
 def test_schedule_interval_is_the_longest_gap_between_starts(schedule: Schedule, seconds: float) -> None:
-    assert values.schedule_interval_seconds(schedule, now=dt.datetime(2025, 3, 5, tzinfo=dt.UTC)) == seconds
+    assert schedule.longest_gap_seconds(now=dt.datetime(2025, 3, 5, tzinfo=dt.UTC)) == seconds
 
 
 def stats(dtype: str = "float32", atol: float = 1e-3, rtol: float = 0.0, **metrics: Any) -> OutputStats:

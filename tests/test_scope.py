@@ -38,8 +38,8 @@ def test_with_per_node_scope_each_node_is_held_to_its_own_baseline(tmp_path: Pat
     ws = Workspace(tmp_path)
     ws.add_model("clf", modelzoo.classifier())
     ws.extra["daemon"] = {"baseline_scope": "node"}
-    node_a = scope.apply(ws.settings(), environ={"ONNXMON_NODE_NAME": "node-a"})
-    node_b = scope.apply(ws.settings(), environ={"ONNXMON_NODE_NAME": "node-b"})
+    node_a = scope.apply(ws.settings(), environ={"ONNXMON_NODE_NAME": "node-a"}, gpu_name=lambda: None)
+    node_b = scope.apply(ws.settings(), environ={"ONNXMON_NODE_NAME": "node-b"}, gpu_name=lambda: None)
     baseline = capture.capture_baseline(node_a, "clf")
     assert baseline.directory.parent == tmp_path / "baselines" / "nodes" / "node-a" / "clf"
     assert run_check(node_a, "clf").verdict is Verdict.PASS
@@ -50,4 +50,4 @@ def test_with_per_node_scope_each_node_is_held_to_its_own_baseline(tmp_path: Pat
 def test_a_shared_scope_leaves_the_configured_directory_alone(tmp_path: Path) -> None:
     ws = Workspace(tmp_path)
     settings = ws.settings()
-    assert scope.apply(settings, environ={"ONNXMON_NODE_NAME": "x"}) is settings
+    assert scope.apply(settings, environ={"ONNXMON_NODE_NAME": "x"}, gpu_name=lambda: None) is settings

@@ -19,13 +19,12 @@ import hmac
 import logging
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from monitor import __version__
@@ -34,12 +33,11 @@ from monitor.api import schemas as out
 from monitor.api import web
 from monitor.api.environments import HEX_PREFIX, NAME
 from monitor.api.guard import ErrorGuard, internal_error
+from monitor.api.handle import DaemonHandle
 from monitor.config.settings import Settings
 from monitor.errors import MonitorError
 from monitor.files import baselines
-from monitor.results import CheckResult
 from monitor.sinks.prometheus.counters import pick_latest
-from monitor.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -50,39 +48,6 @@ Since = Annotated[datetime | None, Query(description="ISO 8601; without a zone i
 _bearer = HTTPBearer(auto_error=False, description="api.token or the content of api.token_file")
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": out.Problem}}
 _METRICS_TYPES: dict[str, Any] = {"text/plain": {}, "application/openmetrics-text": {}}
-
-
-class DaemonHandle(Protocol):
-    """What the API needs from the daemon (tests implement it over a real store and registry)."""
-
-    @property
-    def settings(self) -> Settings:
-        """The current (last good) config."""
-        ...
-
-    @property
-    def store(self) -> Store: ...
-
-    @property
-    def registry(self) -> CollectorRegistry:
-        """The registry the metrics live in."""
-        ...
-
-    def readiness(self) -> dict[str, bool]:
-        """``{"config_loaded": ..., "store_reachable": ..., "scheduler_running": ...}``."""
-        ...
-
-    def run_now(self, model: str) -> CheckResult:
-        """Run one check synchronously (isolated) and record it."""
-        ...
-
-    def reload(self) -> bool:
-        """Re-read the config; False keeps the old one."""
-        ...
-
-    def promote(self, baseline_id: str, by: str) -> str:
-        """Make ``baseline_id`` active, record the promotion; returns the model name."""
-        ...
 
 
 def create_app(handle: DaemonHandle) -> FastAPI:

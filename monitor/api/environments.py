@@ -19,7 +19,7 @@ from monitor.runtime import envsnap
 from monitor.store import EnvironmentRecord, RunRecord
 
 if TYPE_CHECKING:
-    from monitor.api.app import DaemonHandle
+    from monitor.api.handle import DaemonHandle
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 HEX_PREFIX = r"^[0-9a-fA-F]{4,64}$"

@@ -14,7 +14,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 if TYPE_CHECKING:
-    from monitor.api.app import DaemonHandle
+    from monitor.api.handle import DaemonHandle
 
 log = logging.getLogger("monitor.api.app")
 

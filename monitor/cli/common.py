@@ -28,8 +28,9 @@ def console() -> Console:
 def settings(path: str | None) -> config.Settings:
     """The config, with baselines scoped to this node or pool (``daemon.baseline_scope``)."""
     from monitor.config import scope
+    from monitor.runtime import envsnap  # NVML is probed only for the pool scope
 
-    return scope.apply(config.load(path))
+    return scope.apply(config.load(path), gpu_name=envsnap.first_gpu_name)
 
 
 def open_store(settings: config.Settings) -> Store:

@@ -7,6 +7,7 @@ a tolerance must not silently do nothing). ``monitor.config.settings`` assembles
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import re
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from monitor.config import cron
 from monitor.errors import ConfigError
 from monitor.results import AppliedTolerance
 
@@ -108,13 +110,22 @@ class Schedule(StrictModel):
         if self.interval is not None and self.interval <= 0:
             raise ValueError("interval must be > 0")
         if self.cron is not None:
-            from monitor.daemon.scheduler import cron_trigger  # validates the expression; imports nothing heavy
-
             try:
-                cron_trigger(self.cron)
+                cron.trigger(self.cron)
             except ConfigError as exc:
                 raise ValueError(str(exc)) from None
         return self
+
+    def longest_gap_seconds(self, *, now: dt.datetime | None = None) -> float:
+        """Longest time between two scheduled starts: interval + jitter, or the longest cron gap over a week + jitter.
+
+        A cron expression that cannot be parsed gives NaN (loading the config refuses those first).
+        """
+        if self.interval is not None:
+            return float(self.interval) + float(self.jitter)
+        assert self.cron is not None
+        start = (now or dt.datetime.now(dt.UTC)).replace(minute=0, second=0, microsecond=0)
+        return cron.longest_gap_seconds(self.cron, start.date()) + float(self.jitter)
 
 
 class StoreConfig(StrictModel):

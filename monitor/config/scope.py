@@ -29,11 +29,16 @@ from monitor.config.settings import Settings
 def apply(
     settings: Settings,
     *,
+    gpu_name: Callable[[], str | None],
     environ: Mapping[str, str] | None = None,
-    gpu_name: Callable[[], str | None] | None = None,
 ) -> Settings:
-    """``settings`` with ``store.baselines_dir`` pointing at this process's scope."""
-    directory = baselines_dir(settings, environ=environ, gpu_name=gpu_name)
+    """``settings`` with ``store.baselines_dir`` pointing at this process's scope.
+
+    ``gpu_name`` names this machine's accelerator (``runtime.envsnap.first_gpu_name`` in the daemon
+    and the CLI); it is asked only for the pool scope without ``daemon.pool``. Passing it in keeps
+    the config layer free of the runtime probes.
+    """
+    directory = baselines_dir(settings, gpu_name=gpu_name, environ=environ)
     if directory == settings.store.baselines_dir:
         return settings
     store = settings.store.model_copy(update={"baselines_dir": directory})
@@ -43,14 +48,14 @@ def apply(
 def baselines_dir(
     settings: Settings,
     *,
+    gpu_name: Callable[[], str | None],
     environ: Mapping[str, str] | None = None,
-    gpu_name: Callable[[], str | None] | None = None,
 ) -> Path:
     env = os.environ if environ is None else environ
     root = settings.store.baselines_dir
     scope = settings.daemon.baseline_scope
     if scope == "pool":
-        pool = settings.daemon.pool or (gpu_name or _first_gpu_name)() or "cpu"
+        pool = settings.daemon.pool or gpu_name() or "cpu"
         return root / "pools" / slug(pool)
     if scope == "node":
         node = env.get("ONNXMON_NODE_NAME") or env.get("NODE_NAME") or socket.gethostname()
@@ -62,14 +67,3 @@ def slug(text: str) -> str:
     """A directory name from a GPU model or node name: ``NVIDIA H100 80GB HBM3`` -> ``nvidia-h100-80gb-hbm3``."""
     cleaned = re.sub(r"[^a-z0-9._-]+", "-", text.strip().lower()).strip("-.")
     return cleaned or "unnamed"
-
-
-def _first_gpu_name() -> str | None:
-    from monitor.runtime import envsnap  # NVML only when the pool scope needs it
-
-    snapshot = envsnap.capture(load_cuda_libs=False)
-    for key in sorted(snapshot.fields):
-        if key.startswith("gpu.") and key.endswith(".name"):
-            value = snapshot.fields[key].value
-            return str(value) if value else None
-    return None

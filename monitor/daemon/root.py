@@ -28,6 +28,7 @@ from monitor.daemon import isolate, scheduler
 from monitor.errors import MonitorError
 from monitor.files import baselines
 from monitor.results import CheckResult, Verdict, error_result
+from monitor.runtime import envsnap
 from monitor.sinks import Sink
 from monitor.sinks.database import DatabaseSink
 
@@ -217,7 +218,7 @@ class Daemon:
         try:
             if self.config_path is None:
                 raise MonitorError("no config file to reload from")
-            fresh = scope.apply(config.load(self.config_path))
+            fresh = scope.apply(config.load(self.config_path), gpu_name=envsnap.first_gpu_name)
             scheduler.install_jobs(
                 self._scheduler, fresh, self.scheduled_check, first_run_within=fresh.daemon.startup_spread
             )
@@ -263,7 +264,6 @@ class Daemon:
 
 
 def _metrics(registry: Any | None, daemon: Daemon) -> tuple[Any, Any]:
-    from monitor.runtime import envsnap
     from monitor.sinks.prometheus import collector
 
     metrics = collector.install(

@@ -24,11 +24,10 @@ from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobEve
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.base import BaseTrigger
-from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from monitor.config import cron
 from monitor.config.settings import ModelConfig, Settings
-from monitor.errors import ConfigError
 
 JOB_PREFIX = "check:"
 EPOCH = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
@@ -78,7 +77,7 @@ def trigger_for(settings: Settings, model: ModelConfig) -> BaseTrigger:
     schedule = settings.schedule_for(model)
     jitter = int(schedule.jitter) or None
     if schedule.cron is not None:
-        return cron_trigger(schedule.cron, jitter=jitter, where=f"model {model.name!r}")
+        return cron.trigger(schedule.cron, jitter=jitter, where=f"model {model.name!r}")
     assert schedule.interval is not None  # validated: exactly one of interval/cron
     # Aligned to a fixed epoch, so that every replica computes the same fire times: sharded
     # replicas then race for the same (model, slot) lease instead of running out of phase.
@@ -93,20 +92,6 @@ def slot_of(settings: Settings, model: ModelConfig, at: float) -> int:
     """
     period = settings.schedule_for(model).interval or 60.0
     return math.floor((at - EPOCH.timestamp()) / period)
-
-
-def cron_trigger(expression: str, *, jitter: int | None = None, where: str = "schedule") -> CronTrigger:
-    """A UTC ``CronTrigger`` from ``m h dom mon dow``; ``ConfigError`` naming the problem otherwise."""
-    fields = expression.split()
-    if len(fields) != 5:
-        raise ConfigError(f"{where}: cron {expression!r} must have 5 fields (minute hour day month weekday)")
-    minute, hour, day, month, day_of_week = fields
-    try:
-        return CronTrigger(
-            minute=minute, hour=hour, day=day, month=month, day_of_week=day_of_week, timezone=dt.UTC, jitter=jitter
-        )
-    except ValueError as exc:
-        raise ConfigError(f"{where}: cron {expression!r} is invalid: {exc}") from None
 
 
 def build(

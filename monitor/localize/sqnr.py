@@ -15,7 +15,7 @@ evaluated as written (simulated quantization), and exposing tensors cannot chang
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,8 +99,3 @@ def _partner(tensor: str, available: frozenset[str]) -> str | None:
     if tensor + DEQUANTIZED_SUFFIX in available:
         return tensor + DEQUANTIZED_SUFFIX
     return tensor if tensor in available else None
-
-
-def worst_layers(layers: Sequence[LayerSQNR], count: int = 10) -> tuple[LayerSQNR, ...]:
-    """The ``count`` layers with the lowest SQNR (most quantization noise) first."""
-    return tuple(sorted(layers, key=lambda layer: layer.sqnr_db)[:count])

@@ -342,3 +342,16 @@ def _env_entries(environ: Mapping[str, str]) -> Entries:
         if identity is not None:
             entries[field] = (identity, False)
     return entries
+
+
+def first_gpu_name() -> str | None:
+    """The first GPU's model name as NVML reports it (``NVIDIA H100 80GB HBM3``), or None without one.
+
+    Used to scope baselines per GPU pool (``config.scope``); CUDA libraries are not loaded for it.
+    """
+    snapshot = capture(load_cuda_libs=False)
+    for key in sorted(snapshot.fields):
+        if key.startswith("gpu.") and key.endswith(".name"):
+            value = snapshot.fields[key].value
+            return str(value) if value else None
+    return None

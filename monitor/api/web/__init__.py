@@ -29,7 +29,7 @@ from monitor.api.web.html import CONTENT_SECURITY_POLICY
 from monitor.api.web.lookup import error_page
 
 if TYPE_CHECKING:
-    from monitor.api.app import DaemonHandle
+    from monitor.api.handle import DaemonHandle
 
 __all__ = ["mount"]
 

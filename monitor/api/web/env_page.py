@@ -21,7 +21,7 @@ from monitor.api.web.html import badge, esc, facts, fingerprint_link, page, sect
 from monitor.runtime import envsnap
 
 if TYPE_CHECKING:
-    from monitor.api.app import DaemonHandle
+    from monitor.api.handle import DaemonHandle
 
 # Same grouping as ``envsnap.format_table``: python packages under python, NVML under gpu, k8s under host.
 _SECTIONS = {"numpy": "python", "onnx": "python", "onnxmon": "python", "nvml": "gpu", "k8s": "host"}

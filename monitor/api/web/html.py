@@ -66,16 +66,6 @@ def num(value: Any, digits: int = 3) -> str:
     return f"{number:.{digits}g}".replace("-", "−")
 
 
-def as_float(value: Any) -> float | None:
-    """A float from a number or its JSON encoding; ``None`` when there is none."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def duration(seconds: float) -> str:
     """``90`` → ``1.5 min``: the largest unit that keeps the number readable."""
     for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):

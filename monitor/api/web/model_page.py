@@ -34,7 +34,7 @@ from monitor.api.web.svg import MARKER_COLORS, Marker, history_chart
 from monitor.store import BaselineRecord, EventRecord, RunRecord
 
 if TYPE_CHECKING:
-    from monitor.api.app import DaemonHandle
+    from monitor.api.handle import DaemonHandle
     from monitor.files.baselines import BaselineMeta
 
 CHART_RUNS = 100

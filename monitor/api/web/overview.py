@@ -20,7 +20,7 @@ from monitor.runtime import envsnap
 from monitor.store import RunRecord
 
 if TYPE_CHECKING:
-    from monitor.api.app import DaemonHandle
+    from monitor.api.handle import DaemonHandle
 
 SPARK_RUNS = 30
 RECENT_EVENTS = 12

@@ -31,7 +31,7 @@ from monitor.sinks.prometheus.labels import error_ratio
 from monitor.store import OutputRecord, RunRecord
 
 if TYPE_CHECKING:
-    from monitor.api.app import DaemonHandle
+    from monitor.api.handle import DaemonHandle
 
 MAX_ID = 2**63 - 1
 # (label, OutputMetrics field) of the main table; every metric is in "all metrics" below it.

@@ -164,7 +164,7 @@ class Metrics:
         for gone in set(state.outputs) - set(outputs):
             self._remove_output(model.name, gone)
         state.outputs = outputs
-        state.interval = values.schedule_interval_seconds(settings.schedule_for(model))
+        state.interval = settings.schedule_for(model).longest_gap_seconds()
         if new and last is not None:
             state.fingerprint = last.environment_fingerprint
             state.baseline_id = state.baseline_id or last.baseline_id

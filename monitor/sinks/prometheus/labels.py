@@ -7,8 +7,6 @@ sink and the API) without a registry. ``docs/metrics.md`` is the contract they i
 
 from __future__ import annotations
 
-import datetime as dt
-import functools
 import math
 import os
 import platform
@@ -17,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from monitor.config.settings import Schedule
 from monitor.results import AppliedTolerance, CheckResult, OutputMetrics, Reason, Verdict
 
 NAN = math.nan
@@ -123,43 +120,6 @@ def finite_or_nan(value: float | None) -> float:
 
 
 # --- configuration --------------------------------------------------------------------------------
-
-
-def schedule_interval_seconds(schedule: Schedule, *, now: dt.datetime | None = None) -> float:
-    """Longest time between two scheduled starts: interval + jitter, or the longest cron gap over 7 days + jitter.
-
-    A cron expression APScheduler cannot parse gives NaN (the config loader rejects those first).
-    """
-    if schedule.interval is not None:
-        return float(schedule.interval) + float(schedule.jitter)
-    assert schedule.cron is not None
-    start = (now or dt.datetime.now(dt.UTC)).replace(minute=0, second=0, microsecond=0)
-    return _longest_cron_gap(schedule.cron, start.date()) + float(schedule.jitter)
-
-
-@functools.lru_cache(maxsize=256)
-def _longest_cron_gap(expression: str, day: dt.date) -> float:
-    """Cached per day: a minutely cron walks ~10k fire times, which is worth doing once, not per scrape."""
-    from apscheduler.triggers.cron import CronTrigger
-
-    start = dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
-    try:
-        trigger = CronTrigger.from_crontab(expression, timezone=dt.UTC)
-    except ValueError:
-        return NAN
-    end = start + dt.timedelta(days=7)
-    previous: dt.datetime | None = None
-    current = trigger.get_next_fire_time(None, start)
-    longest = 0.0
-    # The first fire after the window closes the last gap; a yearly cron has a single fire (or none).
-    while current is not None:
-        if previous is not None:
-            longest = max(longest, (current - previous).total_seconds())
-        if current > end:
-            break
-        previous = current
-        current = trigger.get_next_fire_time(current, current + dt.timedelta(seconds=1))
-    return longest if longest > 0 else NAN
 
 
 # --- files on disk --------------------------------------------------------------------------------
