@@ -9,7 +9,7 @@ float64 scratch buffers, while numpy releases the GIL inside its loops.
 Why the result never depends on the thread count or timing: the floating-point sums (squares,
 dot product, absolute errors) are kept per chunk and folded in chunk order at the end, so they
 are bit-identical to a single-threaded run; counts and maxima are exact in any order; the p99 is
-an exact order statistic of the union of the workers' candidates (see ``compare_p99``).
+an exact order statistic of the union of the workers' candidates (see ``p99.py``).
 
 Costs measured in ``bench/bench_compare.py``:
 

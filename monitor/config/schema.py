@@ -43,6 +43,18 @@ def parse_duration(value: Any) -> float:
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 
+# Upper bounds that keep every duration computable: APScheduler, datetime and setrlimit overflow
+# (OverflowError in the scheduler thread) long before a finite float does. "Passes validation"
+# must mean "can be scheduled".
+DAY = 86400.0
+MAX_INTERVAL = 366 * DAY  # a yearly check is the longest schedule anyone needs
+MAX_SHORT = DAY  # jitter, startup spread, a check's timeout
+MAX_BACKOFF = 7 * DAY
+MAX_RETENTION = 100 * 365 * DAY
+MAX_REPEATS = 1000
+MAX_MEMORY_MB = 16 * 1024 * 1024  # 16 TiB: beyond any node, still a valid RLIMIT_AS
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
 
 class StrictModel(BaseModel):
     """Unknown keys are errors: a typo in a tolerance must not silently do nothing."""
@@ -60,12 +72,18 @@ class TopK(StrictModel):
 class Tolerance(StrictModel):
     """Thresholds for one output; unset fields inherit from the level above."""
 
-    atol: float | None = Field(default=None, ge=0.0, description="Absolute tolerance in |a-b| <= atol + rtol*|b|.")
-    rtol: float | None = Field(default=None, ge=0.0, description="Relative tolerance in |a-b| <= atol + rtol*|b|.")
+    atol: float | None = Field(
+        default=None, ge=0.0, allow_inf_nan=False, description="Absolute tolerance in |a-b| <= atol + rtol*|b|."
+    )
+    rtol: float | None = Field(
+        default=None, ge=0.0, allow_inf_nan=False, description="Relative tolerance in |a-b| <= atol + rtol*|b|."
+    )
     cosine_min: float | None = Field(
         default=None, ge=-1.0, le=1.0, description="Fail when the cosine similarity falls below this."
     )
-    snr_min_db: float | None = Field(default=None, description="Fail when the signal-to-noise ratio (dB) is lower.")
+    snr_min_db: float | None = Field(
+        default=None, allow_inf_nan=False, description="Fail when the signal-to-noise ratio (dB) is lower."
+    )
     max_mismatch_ratio: float | None = Field(
         default=None, ge=0.0, le=1.0, description="Fraction of elements allowed outside atol/rtol (default 0)."
     )
@@ -99,9 +117,9 @@ class ModelTolerance(StrictModel):
 class Schedule(StrictModel):
     """When the daemon runs a model: a fixed ``interval`` or a ``cron`` expression."""
 
-    interval: Duration | None = Field(default=None, description="Run every this long (e.g. 15m).")
+    interval: Duration | None = Field(default=None, le=MAX_INTERVAL, description="Run every this long (e.g. 15m).")
     cron: str | None = Field(default=None, description="5-field cron expression in UTC (e.g. '*/15 * * * *').")
-    jitter: Duration = Field(default=0.0, description="Random delay up to this long, to spread load.")
+    jitter: Duration = Field(default=0.0, le=MAX_SHORT, description="Random delay up to this long, to spread load.")
 
     @model_validator(mode="after")
     def _one_trigger(self) -> Schedule:
@@ -144,18 +162,31 @@ class StoreConfig(StrictModel):
         " else beside baselines_dir).",
     )
     spool_max_results: int = Field(default=10_000, ge=1, description="Most results kept in the spool; oldest dropped.")
-    retention_passing: Duration = Field(default=30 * 86400.0, description="Prune passing runs older than this.")
-    retention_failures: Duration = Field(
-        default=365 * 86400.0, description="Prune failing/error runs older than this (events are kept)."
+    retention_passing: Duration = Field(
+        default=30 * 86400.0, le=MAX_RETENTION, description="Prune passing runs older than this."
     )
+    retention_failures: Duration = Field(
+        default=365 * 86400.0,
+        le=MAX_RETENTION,
+        description="Prune failing/error runs older than this (events are kept).",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _url_shape(cls, url: str) -> str:
+        if not _URL.match(url):
+            raise ValueError("expected a SQLAlchemy URL like 'sqlite:///onnxmon.db' or 'postgresql+psycopg://host/db'")
+        return url
 
 
 class Defaults(StrictModel):
     """Values every model inherits unless it sets its own."""
 
     tolerance: Tolerance = Field(default=Tolerance(atol=1e-5, rtol=1e-4), description="Default tolerance.")
-    repeats: int = Field(default=1, ge=1, description="Runs per sample; >1 detects nondeterminism.")
-    timeout: Duration = Field(default=600.0, description="Hard limit for one check (must be < the interval).")
+    repeats: int = Field(default=1, ge=1, le=MAX_REPEATS, description="Runs per sample; >1 detects nondeterminism.")
+    timeout: Duration = Field(
+        default=600.0, gt=0, le=MAX_SHORT, description="Hard limit for one check (must be < the interval)."
+    )
     schedule: Schedule = Field(default=Schedule(interval=900.0), description="Default schedule of the daemon.")
 
 
@@ -164,7 +195,7 @@ class GenerateSpec(StrictModel):
 
     model: Path = Field(description="Model whose input signature the samples follow.")
     count: int = Field(default=8, ge=1, le=100_000, description="Number of random samples.")
-    seed: int = Field(default=0, description="Seed of the random generator (same seed, same set).")
+    seed: int = Field(default=0, ge=0, lt=2**63, description="Seed of the random generator (same seed, same set).")
     ranges: dict[str, tuple[float, float]] = Field(default={}, description="Per-input [low, high] value range.")
     dims: dict[str, int] = Field(
         default={}, description="Values of dynamic dims, by dim name or 'input:axis' for unnamed ones."
@@ -173,10 +204,20 @@ class GenerateSpec(StrictModel):
         default=False, description="Add zeros, range extremes, fp16-overflowing and denormal samples."
     )
 
+    @field_validator("dims")
+    @classmethod
+    def _positive_dims(cls, dims: dict[str, int]) -> dict[str, int]:
+        for name, value in dims.items():
+            if not 1 <= value <= 2**31 - 1:
+                raise ValueError(f"dim {name!r} must be between 1 and 2**31-1, got {value}")
+        return dims
+
     @field_validator("ranges")
     @classmethod
     def _ordered(cls, ranges: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
         for name, (low, high) in ranges.items():
+            if not (math.isfinite(low) and math.isfinite(high)):
+                raise ValueError(f"range for input {name!r} must be finite, got [{low}, {high}]")
             if low > high:
                 raise ValueError(f"range for input {name!r} has low {low} > high {high}")
         return ranges
@@ -251,8 +292,8 @@ class ModelConfig(StrictModel):
         description="Execution providers in priority order; a missing one at run time is a provider_fallback.",
     )
     session: SessionConfig = Field(default=SessionConfig(), description="Session options.")
-    repeats: int | None = Field(default=None, ge=1, description="Overrides defaults.repeats.")
-    timeout: Duration | None = Field(default=None, description="Overrides defaults.timeout.")
+    repeats: int | None = Field(default=None, ge=1, le=MAX_REPEATS, description="Overrides defaults.repeats.")
+    timeout: Duration | None = Field(default=None, gt=0, le=MAX_SHORT, description="Overrides defaults.timeout.")
     tolerance: ModelTolerance = Field(default=ModelTolerance(), description="Tolerances of this model.")
     schedule: Schedule | None = Field(default=None, description="Overrides defaults.schedule.")
     localize_on_fail: bool = Field(
@@ -295,10 +336,14 @@ class DaemonConfig(StrictModel):
         default=False, description="Capture a first baseline for a model that has none (never replaces one)."
     )
     max_backoff: Duration = Field(
-        default=3600.0, description="Longest wait between runs of a model that keeps crashing."
+        default=3600.0, le=MAX_BACKOFF, description="Longest wait between runs of a model that keeps crashing."
     )
     workers: int = Field(default=4, ge=1, le=64, description="Checks that may run at once (GPU checks serialize).")
     startup_spread: Duration = Field(
-        default=10.0, description="First runs after a start are spread over this long (not in sharded mode)."
+        default=10.0,
+        le=MAX_SHORT,
+        description="First runs after a start are spread over this long (not in sharded mode).",
     )
-    memory_limit_mb: int | None = Field(default=None, ge=64, description="Address-space cap of each check child.")
+    memory_limit_mb: int | None = Field(
+        default=None, ge=64, le=MAX_MEMORY_MB, description="Address-space cap of each check child."
+    )

@@ -226,6 +226,10 @@ class Daemon:
             log.error("config reload failed, keeping the last good config: %s", exc)
             self.metrics.config_reloaded(False)
             return False
+        except Exception:  # whatever went wrong, the old jobs keep running and the metric says so
+            log.exception("config reload failed unexpectedly, keeping the last good config")
+            self.metrics.config_reloaded(False)
+            return False
         self._settings = fresh
         self.metrics.declare(fresh)
         self.metrics.config_reloaded(True)

@@ -19,6 +19,7 @@ import random
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobEvent
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -28,6 +29,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from monitor.config import cron
 from monitor.config.settings import ModelConfig, Settings
+from monitor.errors import ConfigError
 
 JOB_PREFIX = "check:"
 EPOCH = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
@@ -130,22 +132,51 @@ def build(
 def install_jobs(
     scheduler: BackgroundScheduler, settings: Settings, job: Callable[[str], None], *, first_run_within: float = 10.0
 ) -> None:
-    """Replace every check job with the ones ``settings`` describe (used at start and on reload)."""
-    for existing in scheduler.get_jobs():
-        if existing.id.startswith(JOB_PREFIX):
-            existing.remove()
+    """Replace every check job with the ones ``settings`` describe (used at start and on reload).
+
+    The new jobs are built and their first fire times computed before any old job is removed, so
+    a schedule APScheduler cannot compute (an overflowing interval or jitter) raises ``ConfigError``
+    with the old jobs still in place; should adding the new set fail half-way, the old set is put back.
+    """
+    planned = _planned_jobs(settings, first_run_within)
+    previous = [existing for existing in scheduler.get_jobs() if existing.id.startswith(JOB_PREFIX)]
+    for existing in previous:
+        existing.remove()
+    try:
+        for model, trigger, first in planned:
+            scheduler.add_job(
+                job,
+                trigger,
+                args=[model],
+                id=job_id(model),
+                name=f"check {model}",
+                replace_existing=True,
+                **first,
+            )
+    except Exception:
+        for existing in scheduler.get_jobs():
+            if existing.id.startswith(JOB_PREFIX):
+                existing.remove()
+        for old in previous:
+            scheduler.add_job(
+                old.func, old.trigger, args=old.args, id=old.id, name=old.name, next_run_time=old.next_run_time
+            )
+        raise
+
+
+def _planned_jobs(settings: Settings, first_run_within: float) -> list[tuple[str, BaseTrigger, dict[str, Any]]]:
+    """(model, trigger, first-run keywords) per model, each trigger proven able to compute its next fire."""
     now = dt.datetime.now(dt.UTC)
     sharded = settings.daemon.mode == "sharded"
+    planned: list[tuple[str, BaseTrigger, dict[str, Any]]] = []
     for model in settings.models:
-        delay = random.uniform(0, first_run_within) if first_run_within > 0 else 0.0
-        # Sharded replicas keep the aligned fire times (no early first run) so their slots agree.
-        first = {} if sharded else {"next_run_time": now + dt.timedelta(seconds=delay)}
-        scheduler.add_job(
-            job,
-            trigger_for(settings, model),
-            args=[model.name],
-            id=job_id(model.name),
-            name=f"check {model.name}",
-            replace_existing=True,
-            **first,
-        )
+        try:
+            trigger = trigger_for(settings, model)
+            trigger.get_next_fire_time(None, now)
+            delay = random.uniform(0, first_run_within) if first_run_within > 0 else 0.0
+            # Sharded replicas keep the aligned fire times (no early first run) so their slots agree.
+            first: dict[str, Any] = {} if sharded else {"next_run_time": now + dt.timedelta(seconds=delay)}
+        except (OverflowError, ValueError) as exc:
+            raise ConfigError(f"model {model.name!r}: its schedule cannot be computed: {exc}") from None
+        planned.append((model.name, trigger, first))
+    return planned

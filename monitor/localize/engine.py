@@ -5,8 +5,8 @@ configuration: same providers, same session options) and either a *reference* (C
 execution provider with graph optimizations disabled, on the same model or on
 ``reference_model_path``, e.g. the fp32 model of an fp16 or QDQ subject) or a *baseline*
 (intermediates stored by ``capture_intermediates`` when the baseline was taken). The
-divergence rule is in ``localize_report``; the searches (``all``, ``bisect``) in
-``localize_search``.
+divergence rule is in ``report``; the searches (``all``, ``bisect``) in
+``search``.
 
 Observer effect: exposing a tensor as a graph output can stop ONNX Runtime's fusions and
 change the numbers. Every exposed subject run's final outputs are checked bitwise against
