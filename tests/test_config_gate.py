@@ -126,3 +126,26 @@ def test_jobs_whose_trigger_cannot_compute_a_fire_time_never_replace_the_running
     assert {job.id: job.trigger for job in instance._scheduler.get_jobs()} == before
     assert all(job.next_run_time is not None for job in instance._scheduler.get_jobs())
     assert min(job.next_run_time for job in instance._scheduler.get_jobs()) > dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql+psycopg://u:hunter2@db/x", "postgresql+psycopg://u:***@db/x"),
+        ("postgresql+psycopg://u@db/x?password=hunter2&sslmode=require", "postgresql+psycopg://u@db/x?password=***&sslmode=require"),
+        ("postgresql+psycopg://db/x?sslpassword=hunter2&sslkey=/etc/key.pem", "postgresql+psycopg://db/x?sslpassword=***&sslkey=/etc/key.pem"),
+    ],
+)  # fmt: skip
+def test_config_show_and_store_messages_mask_passwords_wherever_the_url_carries_them(
+    tmp_path: Path, url: str, shown: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "onnxmon.yaml"
+    path.write_text(yaml.safe_dump(config_with(store={"url": url})), encoding="utf-8")
+    assert main(["config", "show", "-c", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert shown in out and "hunter2" not in out
+    store = Store(url)  # the engine connects lazily: nothing is dialled here
+    try:
+        assert "hunter2" not in store.display_url and "=***" in store.display_url or ":***@" in store.display_url
+    finally:
+        store.close()

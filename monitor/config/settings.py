@@ -10,6 +10,7 @@ against the directory of the config file, so a config works from any working dir
 from __future__ import annotations
 
 import os
+import re
 import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
@@ -149,13 +150,33 @@ class Settings(StrictModel):
         return model.schedule if model.schedule is not None else self.defaults.schedule
 
 
+# Query parameters that carry a secret in SQLAlchemy/libpq URLs (``?password=``, ``?sslpassword=``...).
+_SECRET_PARAMETER = re.compile(r"pass|pwd|secret|token|key", re.IGNORECASE)
+_SECRET_PARAMETER_EXCEPTIONS = frozenset({"sslkey", "sslrootkey"})  # paths of key files, not secrets
+
+
 def mask_url(url: str) -> str:
-    """``postgresql://user:***@host/db``: a URL with its password replaced, anything else unchanged."""
+    """``postgresql://user:***@host/db?password=***``: a URL with every password replaced, the rest unchanged.
+
+    Both places a driver reads a password from are masked: the ``user:password@`` part and query
+    parameters such as ``password``, ``sslpassword`` or ``token``.
+    """
     parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = netloc.replace(f":{parts.password}@", ":***@", 1)
+    query = parts.query
+    if query:
+        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+        masked = [
+            (key, "***" if _SECRET_PARAMETER.search(key) and key.lower() not in _SECRET_PARAMETER_EXCEPTIONS else value)
+            for key, value in pairs
+        ]
+        if masked != pairs:
+            query = urllib.parse.urlencode(masked, safe="*/")
+    if netloc == parts.netloc and query == parts.query:
         return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 def config_path(explicit: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Path:

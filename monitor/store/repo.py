@@ -21,6 +21,7 @@ from sqlalchemy import Engine, create_engine, event, make_url, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
+from monitor.config.settings import mask_url
 from monitor.errors import BaselineError
 from monitor.results import CheckResult
 from monitor.store import convert, leases, queries, retention, writes
@@ -54,8 +55,8 @@ class Store:
 
     @property
     def display_url(self) -> str:
-        """The URL with any password masked, for messages and logs."""
-        return make_url(self.url).render_as_string(hide_password=True)
+        """The URL with any password masked (``user:***@`` and ``?password=***``), for messages and logs."""
+        return mask_url(make_url(self.url).render_as_string(hide_password=True))
 
     def close(self) -> None:
         self.engine.dispose()
