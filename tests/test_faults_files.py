@@ -91,8 +91,16 @@ def huge_declared_shape(version_dir: Path, outside: Path) -> str:
     return "s00000_0.npy"
 
 
+def fifo_in_place(version_dir: Path, outside: Path) -> str:
+    """A named pipe where a tensor belongs: reading it would block until the check's hard timeout."""
+    target = version_dir / "s00000_0.npy"
+    target.unlink()
+    os.mkfifo(target)
+    return "s00000_0.npy"
+
+
 @pytest.mark.parametrize(
-    "tamper", [corrupt, truncate, pickle_bearing, escaping_path, symlink_outside, huge_declared_shape]
+    "tamper", [corrupt, truncate, pickle_bearing, escaping_path, symlink_outside, huge_declared_shape, fifo_in_place]
 )
 def test_a_tampered_benchset_is_a_benchset_error_naming_the_file_and_the_other_model_passes(
     ws: Workspace, daemon: Daemon, tamper: Callable[[Path, Path], str]
@@ -114,6 +122,11 @@ def truncated(path: Path) -> None:
     path.write_bytes(path.read_bytes()[:200])
 
 
+def fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
 def replaced(path: Path) -> None:
     modelzoo.save(modelzoo.classifier(seed=1), path)
 
@@ -123,6 +136,7 @@ def replaced(path: Path) -> None:
     [
         (missing, Verdict.ERROR, "model_error"),
         (truncated, Verdict.ERROR, "model_error"),
+        (fifo, Verdict.ERROR, "model_error"),
         (replaced, Verdict.FAIL, "model_changed"),
     ],
 )

@@ -16,6 +16,7 @@ from typing import Any
 import onnx
 
 from monitor.errors import ModelError
+from monitor.files.tensors import open_regular
 
 
 @dataclass(frozen=True)
@@ -45,9 +46,9 @@ class ModelIdentity:
 
 
 def file_digests(path: Path) -> tuple[str, str]:
-    """(sha256, md5) of a file, read once in 1 MiB blocks."""
+    """(sha256, md5) of a regular file, read once in 1 MiB blocks (a FIFO is refused, never waited on)."""
     sha, md5 = hashlib.sha256(), hashlib.md5(usedforsecurity=False)
-    with path.open("rb") as handle:
+    with open_regular(path) as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             sha.update(block)
             md5.update(block)
@@ -57,9 +58,12 @@ def file_digests(path: Path) -> tuple[str, str]:
 def identify(path: Path) -> ModelIdentity:
     """Hash ``path`` and its external data; ``ModelError`` if missing or not an ONNX model."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise ModelError(f"model file {path} not found")
-    sha256, md5 = file_digests(path)
+    try:
+        sha256, md5 = file_digests(path)
+    except OSError as exc:
+        raise ModelError(f"model file {path} cannot be read: {exc.strerror or exc}") from None
     try:
         proto = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf DecodeError and friends
@@ -69,9 +73,14 @@ def identify(path: Path) -> ModelIdentity:
     external: dict[str, str] = {}
     for location in sorted(_external_locations(proto)):
         data_file = (path.parent / location).resolve()
-        if not data_file.is_file():
+        if not data_file.exists():
             raise ModelError(f"model file {path} references external data {location!r}, which is missing")
-        external[location] = file_digests(data_file)[0]
+        try:
+            external[location] = file_digests(data_file)[0]
+        except OSError as exc:
+            raise ModelError(
+                f"external data {location!r} of model {path} cannot be read: {exc.strerror or exc}"
+            ) from None
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
     return ModelIdentity(
         path=str(path),

@@ -14,9 +14,11 @@ A caller that owns a different error type (baselines) passes ``error=BaselineErr
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import os
+import stat
 import tokenize
 import zipfile
 from collections.abc import Sequence
@@ -46,10 +48,29 @@ def is_plain_dtype(dtype: np.dtype[Any]) -> bool:
     return dtype.kind in PLAIN_KINDS and dtype.fields is None and dtype.subdtype is None and not dtype.hasobject
 
 
+def open_regular(path: Path) -> IO[bytes]:
+    """Open ``path`` for reading only if it is a regular file; ``OSError`` otherwise.
+
+    Opened non-blocking first, so a FIFO (or a device) put where a tensor or model file belongs is
+    refused at once instead of hanging the check until its hard timeout.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "not a plain file"
+            raise OSError(errno.EINVAL, f"not a regular file ({kind})", str(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file's bytes, read in chunks."""
+    """Hex sha256 of a regular file's bytes, read in chunks."""
     digest = hashlib.sha256()
-    with open(path, "rb") as fp:
+    with open_regular(path) as fp:
         while chunk := fp.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
@@ -100,7 +121,7 @@ def load_npy(
 ) -> np.ndarray[Any, Any]:
     """Read one ``.npy`` file safely; every expectation given is checked, header first."""
     try:
-        fp = open(path, "rb")  # noqa: SIM115 - closed below, after the hashing reader is done
+        fp = open_regular(path)
     except OSError as exc:
         raise error(f"tensor file {path} cannot be read: {exc.strerror}") from None
     with fp:
@@ -141,7 +162,9 @@ def load_npz(
     path = label or f"npz file {source}"
     arrays: dict[str, np.ndarray[Any, Any]] = {}
     try:
-        archive = zipfile.ZipFile(source)
+        archive = zipfile.ZipFile(open_regular(source) if isinstance(source, Path) else source)
+    except OSError as exc:
+        raise error(f"{path} cannot be read: {exc.strerror or exc}") from None
     except Exception as exc:  # zipfile raises many types on hostile input (ValueError, IndexError, ...)
         raise error(f"{path} cannot be opened as a zip archive: {exc}") from None
     with archive:
