@@ -20,6 +20,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ from monitor.files import tensors as tensorio
 Source = Literal["captured", "imported", "reference"]
 META_FILE = "baseline.json"
 ACTIVE_FILE = "ACTIVE"
+# What a baseline id may look like: one path component, never '.', '..' or hidden.
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 PROMOTIONS_FILE = "promotions.jsonl"
 
 
@@ -151,7 +154,11 @@ class Baseline:
         """Re-hash every file; a list of problems (empty when intact)."""
         problems = []
         for rel, expected in self.meta.files.items():
-            path = self.directory / rel
+            try:
+                path = self._path(rel)  # a listed file outside the directory is reported, never read
+            except BaselineError as exc:
+                problems.append(str(exc))
+                continue
             if not path.is_file():
                 problems.append(f"{path}: missing")
             elif tensorio.sha256_file(path) != expected:
@@ -248,8 +255,20 @@ def write_baseline(
     return Baseline(final_meta, final)
 
 
+def check_id(baseline_id: str, *, where: str = "baseline id") -> str:
+    """``baseline_id`` if it can only name a directory inside a model's folder; ``BaselineError`` otherwise.
+
+    Ids come from the command line, the API and ``ACTIVE`` files: ``../../elsewhere`` must never
+    become a path that onnxmon reads from or writes to.
+    """
+    if not _ID.fullmatch(baseline_id):
+        raise BaselineError(f"{where} {baseline_id!r} is not a baseline id (letters, digits, '.', '_', '-')")
+    return baseline_id
+
+
 def get(root: Path, baseline_id: str) -> Baseline:
     """Find a baseline by id under any model; ``BaselineError`` naming what exists otherwise."""
+    check_id(baseline_id)
     for model_dir in _model_dirs(root):
         candidate = model_dir / baseline_id
         if (candidate / META_FILE).is_file():
@@ -267,10 +286,15 @@ def list_baselines(root: Path, model: str) -> list[Baseline]:
 
 
 def active_id(root: Path, model: str) -> str | None:
+    """The id the model's ``ACTIVE`` file names, or None; ``BaselineError`` for an unreadable or hostile one."""
     path = Path(root) / model / ACTIVE_FILE
     if not path.is_file():
         return None
-    return path.read_text(encoding="utf-8").strip() or None
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BaselineError(f"{path}: cannot read the active baseline id: {exc}") from None
+    return check_id(text, where=f"{path} names") if text else None
 
 
 def active(root: Path, model: str) -> Baseline | None:
@@ -311,14 +335,18 @@ def promotions(root: Path, model: str) -> list[dict[str, Any]]:
     path = Path(root) / model / PROMOTIONS_FILE
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BaselineError(f"{path}: cannot read the promotion log: {exc}") from None
 
 
 def _open(directory: Path) -> Baseline:
     meta_path = directory / META_FILE
     try:
         data = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise BaselineError(f"{meta_path}: cannot read baseline metadata: {exc}") from None
     if not isinstance(data, dict):
         raise BaselineError(f"{meta_path}: expected a JSON object")
