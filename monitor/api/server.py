@@ -7,11 +7,15 @@ wait for the running check, and only then stop the HTTP server.
 
 from __future__ import annotations
 
+import errno
+import socket
 import threading
 import time
 from typing import Any
 
 import uvicorn
+
+from monitor.errors import ConfigError
 
 
 class Server:
@@ -31,17 +35,47 @@ class Server:
 
 
 def start(handle: Any, host: str, port: int, *, wait_s: float = 15.0) -> Server:
-    """Start serving ``api.create_app(handle)``; returns once the socket is listening."""
+    """Start serving ``api.create_app(handle)``; returns once the socket is listening.
+
+    The socket is bound here, before uvicorn's thread starts, so a port in use or a host that does
+    not resolve is a ``ConfigError`` naming the address (one line, exit 2) rather than a thread that
+    dies quietly and a generic "did not start".
+    """
     from monitor.api import app as api
 
+    sock = listen(host, port)
     app = api.create_app(handle)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="onnxmon-http", daemon=True)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="onnxmon-http", daemon=True)
     thread.start()
     deadline = time.monotonic() + wait_s
     while not server.started and thread.is_alive() and time.monotonic() < deadline:
         time.sleep(0.02)
     if not server.started:
-        raise OSError(f"HTTP server did not start on {host}:{port} (port in use?)")
+        server.should_exit = True
+        sock.close()
+        raise ConfigError(f"api: the HTTP server did not start on {host}:{port} within {wait_s:g}s")
     return Server(server, thread)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (IPv4 or IPv6); ``ConfigError`` saying why it cannot be had."""
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"api.port: {port} is not a TCP port (0-65535)")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ConfigError(f"api.host: {host!r} does not resolve to an address to listen on ({exc})") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        why = "the port is already in use" if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
+        raise ConfigError(f"api: cannot listen on {host}:{port}: {why}") from None
+    sock.set_inheritable(False)
+    return sock

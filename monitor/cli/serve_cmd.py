@@ -15,7 +15,7 @@ def register(app: typer.Typer) -> None:
     def serve(
         config_file: str | None = common.ConfigOption,
         host: str | None = typer.Option(None, "--host", help="Override api.host."),
-        port: int | None = typer.Option(None, "--port", help="Override api.port."),
+        port: int | None = typer.Option(None, "--port", min=1, max=65535, help="Override api.port."),
         log_level: str = typer.Option("info", "--log-level", help="debug | info | warning | error"),
     ) -> None:
         """Run checks on their schedules and serve /metrics, /healthz, /readyz and the API."""
