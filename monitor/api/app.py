@@ -38,8 +38,7 @@ from monitor.config.settings import Settings
 from monitor.errors import MonitorError
 from monitor.files import baselines
 from monitor.results import CheckResult
-from monitor.sinks.prometheus.counters import pick_latest
-from monitor.store import Store
+from monitor.store import Store, pick_latest
 
 log = logging.getLogger(__name__)
 
