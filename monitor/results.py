@@ -4,6 +4,11 @@ Everything here is a frozen dataclass built from the standard library only, so s
 the store and the API can consume results without importing numpy or ONNX Runtime.
 Values answer ``bool()``: ``if stats:`` means "within tolerance" while the numbers stay
 attached for metrics and reports (a habit borrowed from Polygraphy's compare results).
+
+``OutputStats`` is the one record of an output's comparison: a check produces it and the store
+reads it back from its rows, so the figures derived from it (``error_ratio``, ``atol_ratio``,
+``is_measured``, ``worst_output``) live here once, for the metrics, the log sink, the API and
+the pages alike.
 """
 
 from __future__ import annotations
@@ -26,8 +31,15 @@ class Verdict(enum.StrEnum):
     @staticmethod
     def worst(verdicts: Iterable[Verdict]) -> Verdict:
         """The most severe verdict (error > fail > pass); ``pass`` for an empty input."""
-        order = {Verdict.PASS: 0, Verdict.FAIL: 1, Verdict.ERROR: 2}
-        return max(verdicts, key=order.__getitem__, default=Verdict.PASS)
+        return max(verdicts, key=_SEVERITY.__getitem__, default=Verdict.PASS)
+
+    @property
+    def severity(self) -> int:
+        """0 for pass, 1 for fail, 2 for error: the order in which outputs and runs are ranked."""
+        return _SEVERITY[self]
+
+
+_SEVERITY = {Verdict.PASS: 0, Verdict.FAIL: 1, Verdict.ERROR: 2}
 
 
 # Machine-readable reason codes. The set is closed so that Prometheus labels stay bounded;
@@ -130,7 +142,11 @@ class AppliedTolerance:
 
 @dataclass(frozen=True)
 class OutputStats:
-    """Comparison of one named output with its baseline; truthy when within tolerance."""
+    """Comparison of one named output with its baseline; truthy when within tolerance.
+
+    The same value whether it comes fresh from a check or back from the store (``Store.run``,
+    ``Store.latest_per_model``), so every consumer reads one type.
+    """
 
     name: str
     verdict: Verdict
@@ -143,6 +159,53 @@ class OutputStats:
     def __bool__(self) -> bool:
         return self.verdict is Verdict.PASS
 
+    @property
+    def is_measured(self) -> bool:
+        """True when the output was compared (verdict pass or fail), so its numbers mean something."""
+        return self.verdict is not Verdict.ERROR
+
+    @property
+    def is_nondeterministic(self) -> bool:
+        """True when the check judged the repeats of a sample to disagree (reason ``nondeterministic``)."""
+        return any(r.code == "nondeterministic" for r in self.reasons)
+
+    @property
+    def error_ratio(self) -> float:
+        """Worst error ÷ tolerance: max over elements of ``|a-b| / (atol + rtol*|b|)`` (docs/metrics.md).
+
+        The exact value needs every element, so it is taken from ``OutputMetrics.error_ratio`` when
+        the comparison provides it. Without it the value is still exact in these cases: a NaN/Inf
+        position mismatch or a differing integer element (+Inf), no difference at all (0), and
+        ``rtol == 0`` (``max_abs_error / atol``). Otherwise ``max_abs_error`` alone cannot tell which
+        element had which ``|b|``, and the result is NaN rather than a guess.
+        """
+        metrics, tolerance = self.metrics, self.tolerance
+        if metrics.error_ratio is not None:
+            return float(metrics.error_ratio)
+        if not self.is_measured:
+            return math.nan
+        if metrics.nan_mismatch_count or metrics.inf_mismatch_count:
+            return math.inf
+        if self.dtype and "float" not in self.dtype:
+            return 0.0 if metrics.mismatch_count == 0 else math.inf
+        if metrics.max_abs_error == 0.0:
+            return 0.0
+        if tolerance.rtol == 0.0:
+            return metrics.max_abs_error / tolerance.atol if tolerance.atol > 0 else math.inf
+        return math.nan
+
+    @property
+    def atol_ratio(self) -> float:
+        """``max_abs_error / atol``: inf when atol is 0 and the outputs differ, nan stays nan.
+
+        How many absolute tolerances away the worst element is (``rtol`` adds headroom, so > 1
+        alone is not a failure); the store keeps it per run as ``worst_atol_ratio``.
+        """
+        error, atol = self.metrics.max_abs_error, self.tolerance.atol
+        if atol > 0:
+            return error / atol
+        return 0.0 if error == 0 else math.inf if not math.isnan(error) else math.nan
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -153,6 +216,32 @@ class OutputStats:
             "tolerance": self.tolerance.to_dict(),
             "reasons": [dataclasses.asdict(r) for r in self.reasons],
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> OutputStats:
+        """Rebuild an output from ``to_dict`` output."""
+        return cls(
+            name=data["name"],
+            verdict=Verdict(data["verdict"]),
+            dtype=data.get("dtype", ""),
+            shape=tuple(data.get("shape", ())),
+            metrics=OutputMetrics(**data["metrics"]),
+            tolerance=AppliedTolerance(**data["tolerance"]),
+            reasons=tuple(Reason(**r) for r in data.get("reasons", ())),
+        )
+
+
+def worst_output(outputs: Iterable[OutputStats]) -> OutputStats | None:
+    """The output furthest from its line: most severe verdict first, then the largest atol ratio (nan worst).
+
+    The store records this one as a run's ``worst_output`` and the log line names it.
+    """
+
+    def key(output: OutputStats) -> tuple[int, float]:
+        ratio = output.atol_ratio
+        return output.verdict.severity, math.inf if math.isnan(ratio) else ratio
+
+    return max(outputs, key=key, default=None)
 
 
 @dataclass(frozen=True)
@@ -184,6 +273,12 @@ class CheckResult:
     def duration_s(self) -> float:
         return self.finished_at - self.started_at
 
+    @property
+    def environment_fingerprint(self) -> str | None:
+        """The fingerprint of the environment snapshot, as the store records it on the run."""
+        value = self.environment.get("fingerprint")
+        return str(value) if value else None
+
     def all_reasons(self) -> tuple[Reason, ...]:
         """Check-level reasons followed by every output's reasons."""
         return self.reasons + tuple(r for o in self.outputs for r in o.reasons)
@@ -213,18 +308,7 @@ class CheckResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CheckResult:
         """Rebuild a result from ``to_dict`` output (used across the child-process boundary)."""
-        outputs = tuple(
-            OutputStats(
-                name=o["name"],
-                verdict=Verdict(o["verdict"]),
-                dtype=o.get("dtype", ""),
-                shape=tuple(o.get("shape", ())),
-                metrics=OutputMetrics(**o["metrics"]),
-                tolerance=AppliedTolerance(**o["tolerance"]),
-                reasons=tuple(Reason(**r) for r in o.get("reasons", ())),
-            )
-            for o in data.get("outputs", ())
-        )
+        outputs = tuple(OutputStats.from_dict(o) for o in data.get("outputs", ()))
         return cls(
             model=data["model"],
             verdict=Verdict(data["verdict"]),

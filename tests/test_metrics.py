@@ -6,6 +6,7 @@ store, a registry, the three sinks, ``run_check``); ``tests/test_api.py`` reuses
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -26,7 +27,15 @@ from monitor.config import settings as config
 from monitor.config.settings import Schedule, Settings
 from monitor.errors import ConfigError
 from monitor.files import baselines
-from monitor.results import REASON_CODES, AppliedTolerance, CheckResult, OutputMetrics, OutputStats, Verdict
+from monitor.results import (
+    REASON_CODES,
+    AppliedTolerance,
+    CheckResult,
+    OutputMetrics,
+    OutputStats,
+    Verdict,
+    worst_output,
+)
 from monitor.runtime import envsnap
 from monitor.sinks import Sink
 from monitor.sinks.database import DatabaseSink
@@ -411,8 +420,16 @@ def stats(dtype: str = "float32", atol: float = 1e-3, rtol: float = 0.0, **metri
     ],
 )
 def test_error_ratio_is_exact_or_nan(output: OutputStats, expected: float) -> None:
-    got = values.error_ratio(output)
+    got = output.error_ratio
     assert (math.isnan(got) and math.isnan(expected)) or got == pytest.approx(expected)
+
+
+def test_worst_output_ranks_a_nan_error_worst_whatever_the_order() -> None:
+    """The log line names the output the store records as the run's worst: NaN is never "smaller"."""
+    unknown = dataclasses.replace(stats(max_abs_error=math.nan), name="nan")
+    far = dataclasses.replace(stats(max_abs_error=5.0), name="far")
+    assert worst_output([unknown, far]) is unknown and worst_output([far, unknown]) is unknown
+    assert worst_output([]) is None
 
 
 def test_runtime_labels_come_from_the_snapshot_fields() -> None:

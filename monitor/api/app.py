@@ -37,7 +37,7 @@ from monitor.api.handle import DaemonHandle
 from monitor.config.settings import Settings
 from monitor.errors import MonitorError
 from monitor.files import baselines
-from monitor.sinks.prometheus.counters import pick_latest
+from monitor.store import pick_latest
 
 log = logging.getLogger(__name__)
 

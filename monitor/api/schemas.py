@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from monitor.results import Reason
-from monitor.store import BaselineRecord, EnvironmentRecord, EventRecord, OutputRecord, RunRecord
+from monitor.results import OutputStats, Reason
+from monitor.store import BaselineRecord, EnvironmentRecord, EventRecord, RunRecord
 
 JsonNumber = float | Literal["inf", "-inf", "nan"]
 VerdictName = Literal["pass", "fail", "error"]
@@ -169,9 +169,7 @@ class OutputOut(_Out):
     reasons: list[ReasonOut]
 
     @classmethod
-    def of(cls, output: OutputRecord) -> OutputOut:
-        from monitor.sinks.prometheus.labels import error_ratio
-
+    def of(cls, output: OutputStats) -> OutputOut:
         return cls(
             name=output.name,
             verdict=output.verdict.value,
@@ -179,7 +177,7 @@ class OutputOut(_Out):
             shape=list(output.shape),
             metrics=json_safe(output.metrics.to_dict()),
             tolerance=json_safe(output.tolerance.to_dict()),
-            error_ratio=num(error_ratio(output)),
+            error_ratio=num(output.error_ratio),
             reasons=[ReasonOut.of(r) for r in output.reasons],
         )
 

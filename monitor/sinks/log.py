@@ -13,8 +13,7 @@ import logging
 import math
 from typing import Any
 
-from monitor.results import CheckResult
-from monitor.sinks.prometheus import labels as values
+from monitor.results import CheckResult, worst_output
 
 
 class LogSink:
@@ -31,8 +30,8 @@ class LogSink:
 
 def record(result: CheckResult) -> dict[str, Any]:
     """The fields of the log line (a dict, so tests and other formatters can reuse it)."""
-    worst = values.worst_output(result.outputs)
-    fingerprint = values.fingerprint_of(result.environment)
+    worst = worst_output(result.outputs)
+    fingerprint = result.environment_fingerprint
     line: dict[str, Any] = {
         "event": "check",
         "model": result.model,
@@ -52,7 +51,7 @@ def record(result: CheckResult) -> dict[str, Any]:
             "max_rel_error": _number(worst.metrics.max_rel_error),
             "atol": _number(worst.tolerance.atol),
             "rtol": _number(worst.tolerance.rtol),
-            "error_ratio": _number(values.error_ratio(worst)),
+            "error_ratio": _number(worst.error_ratio),
         }
     return line
 

@@ -11,9 +11,9 @@ from monitor.store.records import (
     EnvironmentRecord,
     EventRecord,
     HistoryItem,
-    OutputRecord,
     PruneStats,
     RunRecord,
+    pick_latest,
 )
 from monitor.store.repo import Store
 
@@ -23,8 +23,8 @@ __all__ = [
     "EnvironmentRecord",
     "EventRecord",
     "HistoryItem",
-    "OutputRecord",
     "PruneStats",
     "RunRecord",
     "Store",
+    "pick_latest",
 ]

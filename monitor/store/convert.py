@@ -1,5 +1,7 @@
 """Conversions between ``CheckResult`` values, table rows and the store's plain records.
 
+Output rows are read back as the ``OutputStats`` they were written from.
+
 Also the JSON encoder the engine uses: PostgreSQL's JSON type rejects ``NaN``/``Infinity``
 tokens, so non-finite floats inside JSON columns are written as the strings ``"NaN"``,
 ``"Infinity"`` and ``"-Infinity"``. Metric columns are real floats and keep their values.
@@ -15,11 +17,9 @@ from datetime import UTC, datetime
 from pathlib import PurePath
 from typing import Any
 
-from monitor.results import AppliedTolerance, CheckResult, OutputMetrics, OutputStats, Reason, Verdict
+from monitor.results import AppliedTolerance, CheckResult, OutputMetrics, OutputStats, Reason, Verdict, worst_output
 from monitor.store import schema
-from monitor.store.records import BaselineRecord, EventRecord, OutputRecord, RunRecord
-
-_SEVERITY = {Verdict.PASS: 0, Verdict.FAIL: 1, Verdict.ERROR: 2}
+from monitor.store.records import BaselineRecord, EventRecord, RunRecord
 
 
 def json_dumps(value: Any) -> str:
@@ -62,31 +62,12 @@ def parse_when(value: Any, what: str) -> datetime:
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
-def atol_ratio(output: OutputStats) -> float:
-    """``max_abs_error / atol``: inf when atol is 0 and the outputs differ, nan stays nan."""
-    error, atol = output.metrics.max_abs_error, output.tolerance.atol
-    if atol > 0:
-        return error / atol
-    return 0.0 if error == 0 else math.inf if not math.isnan(error) else math.nan
-
-
-def worst_output(outputs: tuple[OutputStats, ...]) -> OutputStats | None:
-    """The output to show in one line: most severe verdict first, then the largest atol ratio (nan worst)."""
-
-    def key(o: OutputStats) -> tuple[int, float]:
-        ratio = atol_ratio(o)
-        return _SEVERITY[o.verdict], math.inf if math.isnan(ratio) else ratio
-
-    return max(outputs, key=key, default=None)
-
-
 def run_row(result: CheckResult, model_id: int, node: str | None, pod: str | None) -> schema.Run:
     worst = worst_output(result.outputs)
-    fingerprint = result.environment.get("fingerprint")
     return schema.Run(
         model_id=model_id,
         baseline_id=result.baseline_id,
-        environment_fingerprint=str(fingerprint) if fingerprint else None,
+        environment_fingerprint=result.environment_fingerprint,
         model_sha256=result.model_sha256,
         benchset=result.benchset,
         benchset_sha256=result.benchset_sha256,
@@ -105,7 +86,7 @@ def run_row(result: CheckResult, model_id: int, node: str | None, pod: str | Non
         details=dict(result.details),
         worst_output=worst.name if worst is not None else None,
         worst_max_abs_error=worst.metrics.max_abs_error if worst is not None else None,
-        worst_atol_ratio=atol_ratio(worst) if worst is not None else None,
+        worst_atol_ratio=worst.atol_ratio if worst is not None else None,
     )
 
 
@@ -125,9 +106,10 @@ def output_row(output: OutputStats, run_id: int) -> schema.OutputResult:
 _METRIC_FIELDS = tuple(f.name for f in dataclasses.fields(OutputMetrics))
 
 
-def output_record(row: schema.OutputResult) -> OutputRecord:
+def output_stats(row: schema.OutputResult) -> OutputStats:
+    """The ``OutputStats`` a stored output row was written from (``output_row`` the other way)."""
     metrics = OutputMetrics(**{name: getattr(row, name) for name in _METRIC_FIELDS})
-    return OutputRecord(
+    return OutputStats(
         name=row.name,
         verdict=Verdict(row.verdict),
         metrics=metrics,
@@ -138,7 +120,7 @@ def output_record(row: schema.OutputResult) -> OutputRecord:
     )
 
 
-def run_record(row: schema.Run, model: str, outputs: tuple[OutputRecord, ...] = ()) -> RunRecord:
+def run_record(row: schema.Run, model: str, outputs: tuple[OutputStats, ...] = ()) -> RunRecord:
     return RunRecord(
         id=row.id,
         model=model,

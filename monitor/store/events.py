@@ -58,10 +58,9 @@ class EventDraft:
 
 def state_of(result: CheckResult) -> RunState:
     """The event-relevant state of a fresh check result."""
-    fingerprint = result.environment.get("fingerprint")
     return RunState(
         verdict=result.verdict.value,
-        environment_fingerprint=str(fingerprint) if fingerprint else None,
+        environment_fingerprint=result.environment_fingerprint,
         model_sha256=result.model_sha256,
         provider_fallback=any(r.code == "provider_fallback" for r in result.all_reasons()),
         environment=result.environment,

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
+from monitor.results import OutputStats
 from monitor.store import convert
 from monitor.store import schema as s
 from monitor.store.records import BaselineRecord, EnvironmentRecord, EventRecord, HistoryItem, RunRecord
@@ -90,7 +91,7 @@ def run(session: Session, run_id: int) -> RunRecord | None:
     if row is None:
         return None
     outputs = session.scalars(select(s.OutputResult).where(s.OutputResult.run_id == run_id).order_by(s.OutputResult.id))
-    return convert.run_record(row[0], row[1], tuple(convert.output_record(o) for o in outputs))
+    return convert.run_record(row[0], row[1], tuple(convert.output_stats(o) for o in outputs))
 
 
 def latest_per_model(session: Session, known: Mapping[int, RunRecord] | None = None) -> list[RunRecord]:
@@ -115,11 +116,11 @@ def latest_per_model(session: Session, known: Mapping[int, RunRecord] | None = N
             .where(s.Run.id.in_(missing))
             .order_by(s.Run.id, s.OutputResult.id)
         ).all()
-        grouped: dict[int, tuple[s.Run, str, list[Any]]] = {}
+        grouped: dict[int, tuple[s.Run, str, list[OutputStats]]] = {}
         for run_row, name, output in rows:
             entry = grouped.setdefault(run_row.id, (run_row, name, []))
             if output is not None:
-                entry[2].append(convert.output_record(output))
+                entry[2].append(convert.output_stats(output))
         loaded = {run_id: convert.run_record(r, name, tuple(outs)) for run_id, (r, name, outs) in grouped.items()}
     records = []
     for run_id, _, _ in pointers:

@@ -1,37 +1,28 @@
 """Plain frozen values the store hands out, so that no ORM object leaves ``monitor/store/``.
 
 Callers (CLI, API, the ``/metrics`` collector) read these; only ``store`` imports SQLAlchemy.
+A run's parts are the types of ``monitor.results``: its outputs are ``OutputStats`` (with their
+``AppliedTolerance`` and ``Reason`` values), the very values a check produced, so nothing reads
+a stored output differently from a fresh one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from monitor.results import AppliedTolerance, OutputMetrics, Reason, Verdict
-
-
-@dataclass(frozen=True)
-class OutputRecord:
-    """One stored output comparison of a run."""
-
-    name: str
-    verdict: Verdict
-    metrics: OutputMetrics
-    tolerance: AppliedTolerance
-    reasons: tuple[Reason, ...] = ()
-    dtype: str = ""
-    shape: tuple[int, ...] = ()
+from monitor.results import OutputStats, Reason, Verdict
 
 
 @dataclass(frozen=True)
 class RunRecord:
     """One stored check run; ``outputs`` is filled only where asked (``Store.run``, ``latest_per_model``).
 
-    ``worst_atol_ratio`` is the worst output's ``max_abs_error / atol``: how many absolute
-    tolerances away the worst element is (``rtol`` adds headroom, so > 1 alone is not a failure).
+    The fields it shares with ``CheckResult`` mean the same; timestamps are datetimes here.
+    ``worst_*`` describe ``results.worst_output`` of the run's outputs as written, so they are
+    there without the outputs: ``worst_atol_ratio`` is its ``OutputStats.atol_ratio``.
     """
 
     id: int
@@ -57,10 +48,28 @@ class RunRecord:
     worst_output: str | None = None
     worst_max_abs_error: float | None = None
     worst_atol_ratio: float | None = None
-    outputs: tuple[OutputRecord, ...] = ()
+    outputs: tuple[OutputStats, ...] = ()
 
     def __bool__(self) -> bool:
         return self.verdict is Verdict.PASS
+
+    def all_reasons(self) -> tuple[Reason, ...]:
+        """Run-level reasons followed by every loaded output's reasons (as ``CheckResult.all_reasons``)."""
+        return self.reasons + tuple(r for o in self.outputs for r in o.reasons)
+
+
+def pick_latest(records: Iterable[RunRecord], node: str | None) -> dict[str, RunRecord]:
+    """Newest run per model; the run of ``node`` wins when it has one (daemonset mode: this process's node)."""
+    chosen: dict[str, RunRecord] = {}
+    for record in records:
+        current = chosen.get(record.model)
+        if current is None:
+            chosen[record.model] = record
+            continue
+        own_new, own_cur = (node is not None and r.node == node for r in (record, current))
+        if (own_new, record.finished_at) > (own_cur, current.finished_at):
+            chosen[record.model] = record
+    return chosen
 
 
 @dataclass(frozen=True)

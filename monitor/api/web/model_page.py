@@ -97,7 +97,7 @@ def _latest(latest: RunRecord | None, now: datetime) -> str:
     ]
     if latest.attribution:
         items.append(("attributed to", badge(latest.attribution, "info")))
-    reasons = list(latest.reasons) + [r for o in latest.outputs for r in o.reasons]
+    reasons = list(latest.all_reasons())
     if reasons:
         items.append(("why", reason_list(reasons)))
     return facts(items)

@@ -26,9 +26,8 @@ from monitor.api.web.html import (
     verdict_badge,
     when,
 )
-from monitor.results import Reason, Verdict
-from monitor.sinks.prometheus.labels import error_ratio
-from monitor.store import OutputRecord, RunRecord
+from monitor.results import OutputStats, Reason
+from monitor.store import RunRecord
 
 if TYPE_CHECKING:
     from monitor.api.handle import DaemonHandle
@@ -121,7 +120,7 @@ def reason_list(reasons: Sequence[Reason]) -> str:
     return f'<ul class="reasons">{"".join(items)}</ul>'
 
 
-def outputs_table(outputs: Sequence[OutputRecord]) -> str:
+def outputs_table(outputs: Sequence[OutputStats]) -> str:
     """Each output's verdict, tolerance and main metrics (``|err| ÷ tol`` is exact or NaN when not knowable)."""
     headers = ["Output", "Verdict", "dtype", "shape", "atol", "rtol", "|err| ÷ tol"] + [
         label for label, _ in _MAIN_METRICS
@@ -144,20 +143,20 @@ def outputs_table(outputs: Sequence[OutputRecord]) -> str:
     return table(headers, rows, css="metrics", empty="no output was compared")
 
 
-def _ratio(output: OutputRecord) -> str:
+def _ratio(output: OutputStats) -> str:
     """The exact ``|err| ÷ (atol + rtol·|b|)`` when known, else its bound ``max |err| ÷ atol`` (rtol only adds room)."""
-    value = error_ratio(output)
+    value = output.error_ratio
     atol, error = output.tolerance.atol, output.metrics.max_abs_error
     if math.isnan(value) and math.isinf(error):
         value = math.inf  # an infinite error is infinitely far from any finite tolerance
-    elif math.isnan(value) and output.verdict is not Verdict.ERROR and atol > 0 and math.isfinite(error):
+    elif math.isnan(value) and output.is_measured and atol > 0 and math.isfinite(error):
         bound = esc(num(error / atol))
         return f'<span title="upper bound: max |err| ÷ atol; rtol adds headroom">≤ {bound}</span>'
     text = esc(num(value))
     return f'<strong class="over">{text}</strong>' if value > 1 else text
 
 
-def _all_metrics(outputs: Sequence[OutputRecord]) -> str:
+def _all_metrics(outputs: Sequence[OutputStats]) -> str:
     if not outputs:
         return ""
     names = list(outputs[0].metrics.to_dict())

@@ -22,8 +22,8 @@ from prometheus_client.registry import Collector
 from monitor.config.settings import ModelConfig, Settings
 from monitor.results import AppliedTolerance, Verdict
 from monitor.sinks.prometheus import labels as values
-from monitor.sinks.prometheus.counters import VERDICTS, Clock, Metrics, ModelState, pick_latest
-from monitor.store import RunRecord, Store
+from monitor.sinks.prometheus.counters import VERDICTS, Clock, Metrics, ModelState
+from monitor.store import RunRecord, Store, pick_latest
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class StoreCollector(Collector):
         for output in state.outputs:
             stats = measured.get(output)
             labels = [name, output]
-            if stats is None or not values.is_measured(stats):
+            if stats is None or not stats.is_measured:
                 for family in f.per_output_values():
                     family.add_metric(labels, math.nan)
                 continue
@@ -129,8 +129,8 @@ class StoreCollector(Collector):
             f.rms.add_metric(labels, m.rms_error)
             f.cosine.add_metric(labels, m.cosine_similarity)
             f.mismatch.add_metric(labels, m.mismatch_ratio)
-            f.nondeterministic.add_metric(labels, values.nondeterministic(stats))
-            f.error_ratio.add_metric(labels, values.error_ratio(stats))
+            f.nondeterministic.add_metric(labels, 1.0 if stats.is_nondeterministic else 0.0)
+            f.error_ratio.add_metric(labels, stats.error_ratio)
 
 
 class _Families:

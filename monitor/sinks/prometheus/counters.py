@@ -23,7 +23,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from monitor.config.settings import ModelConfig, Settings
 from monitor.files import baselines
 from monitor.results import CheckResult, Verdict
 from monitor.sinks.prometheus import labels as values
-from monitor.store import RunRecord, Store
+from monitor.store import RunRecord, Store, pick_latest
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +229,7 @@ class Metrics:
                 for output in result.outputs:
                     if output.name not in state.outputs:
                         state.outputs.append(output.name)
-                    if values.is_measured(output):
+                    if output.is_measured:
                         self.output_checks.labels(name, output.name).inc()
                     if output.verdict is Verdict.FAIL:
                         self.out_of_tolerance.labels(name, output.name).inc()
@@ -325,17 +325,3 @@ class Metrics:
 def _remove(metric: Counter | Histogram | Gauge, *labels: str) -> None:
     with contextlib.suppress(KeyError):  # never declared: nothing to remove
         metric.remove(*labels)
-
-
-def pick_latest(records: Iterable[RunRecord], node: str | None) -> dict[str, RunRecord]:
-    """Newest run per model; this process's own node wins when it has one (daemonset mode)."""
-    chosen: dict[str, RunRecord] = {}
-    for record in records:
-        current = chosen.get(record.model)
-        if current is None:
-            chosen[record.model] = record
-            continue
-        own_new, own_cur = (node is not None and r.node == node for r in (record, current))
-        if (own_new, record.finished_at) > (own_cur, current.finished_at):
-            chosen[record.model] = record
-    return chosen

@@ -1,8 +1,10 @@
-"""Pure helpers behind the metrics: the values ``/metrics`` exports, computed from plain records.
+"""Pure helpers behind the metrics: the label values and run-level figures ``/metrics`` exports.
 
 Nothing here imports ``prometheus_client``: these functions turn results, stored runs, the config
-and files on disk into numbers and label values, so they can be tested (and reused by the log
-sink and the API) without a registry. ``docs/metrics.md`` is the contract they implement.
+and files on disk into numbers and label values, so they can be tested without a registry.
+``docs/metrics.md`` is the contract they implement. Figures of one output (``error_ratio``,
+``is_measured``, ...) are not here: they belong to ``monitor.results.OutputStats``, which the log
+sink, the API and the pages read too.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ import platform
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from monitor.results import AppliedTolerance, CheckResult, OutputMetrics, Reason, Verdict
+from monitor.results import CheckResult, Reason
 
 NAN = math.nan
 RUNTIME_LABELS = (
@@ -31,67 +33,10 @@ RUNTIME_LABELS = (
 _SOURCE_LABELS = {"captured": "capture", "reference": "capture", "imported": "import", "auto": "auto"}
 
 
-class OutputLike(Protocol):
-    """What an ``OutputStats`` and a stored ``OutputRecord`` have in common."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def verdict(self) -> Verdict: ...
-    @property
-    def metrics(self) -> OutputMetrics: ...
-    @property
-    def tolerance(self) -> AppliedTolerance: ...
-    @property
-    def reasons(self) -> tuple[Reason, ...]: ...
-    @property
-    def dtype(self) -> str: ...
-
-
 def primary_reason(result: CheckResult) -> str:
     """The first reason code of a non-passing result (check-level first), ``internal_error`` if none."""
     reasons = result.all_reasons()
     return reasons[0].code if reasons else "internal_error"
-
-
-def is_measured(output: OutputLike) -> bool:
-    """True when the output was compared (verdict pass or fail), so its numbers mean something."""
-    return output.verdict is not Verdict.ERROR
-
-
-def error_ratio(output: OutputLike) -> float:
-    """Worst error ÷ tolerance: max over elements of ``|a-b| / (atol + rtol*|b|)`` (docs/metrics.md).
-
-    The exact value needs every element, so it is taken from ``OutputMetrics.error_ratio`` when
-    the comparison provides it. Without it the value is still exact in these cases: a NaN/Inf
-    position mismatch or a differing integer element (+Inf), no difference at all (0), and
-    ``rtol == 0`` (``max_abs_error / atol``). Otherwise ``max_abs_error`` alone cannot tell which
-    element had which ``|b|``, and the result is NaN rather than a guess.
-    """
-    exact = getattr(output.metrics, "error_ratio", None)
-    if exact is not None:
-        return float(exact)
-    metrics, tolerance = output.metrics, output.tolerance
-    if not is_measured(output):
-        return NAN
-    if metrics.nan_mismatch_count or metrics.inf_mismatch_count:
-        return math.inf
-    if not _is_float_dtype(output.dtype):
-        return 0.0 if metrics.mismatch_count == 0 else math.inf
-    if metrics.max_abs_error == 0.0:
-        return 0.0
-    if tolerance.rtol == 0.0:
-        return metrics.max_abs_error / tolerance.atol if tolerance.atol > 0 else math.inf
-    return NAN
-
-
-def _is_float_dtype(dtype: str) -> bool:
-    return not dtype or "float" in dtype
-
-
-def nondeterministic(output: OutputLike) -> float:
-    """1.0 when the check judged the repeats to disagree (reason ``nondeterministic``), else 0.0."""
-    return 1.0 if any(r.code == "nondeterministic" for r in output.reasons) else 0.0
 
 
 def provider_fallback(requested: Iterable[str], effective: Iterable[str], reasons: Iterable[Reason]) -> float | None:
@@ -101,22 +46,6 @@ def provider_fallback(requested: Iterable[str], effective: Iterable[str], reason
         return None
     missing = set(requested) - set(effective)
     return 1.0 if missing or any(r.code == "provider_fallback" for r in reasons) else 0.0
-
-
-def worst_output(outputs: Iterable[OutputLike]) -> OutputLike | None:
-    """The output furthest from its line: failing before passing, then by ``max_abs_error / atol``."""
-
-    def key(output: OutputLike) -> tuple[int, float]:
-        atol = output.tolerance.atol
-        error = output.metrics.max_abs_error
-        ratio = error / atol if atol > 0 else (math.inf if error > 0 else 0.0)
-        return ({Verdict.PASS: 0, Verdict.FAIL: 1, Verdict.ERROR: 2}[output.verdict], ratio)
-
-    return max(outputs, key=key, default=None)
-
-
-def finite_or_nan(value: float | None) -> float:
-    return NAN if value is None else float(value)
 
 
 # --- configuration --------------------------------------------------------------------------------
