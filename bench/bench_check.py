@@ -32,8 +32,9 @@ from onnx import TensorProto, helper, numpy_helper
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from monitor import capture
-from monitor.check import replay_benchset, run_check, tolerances_for
+from monitor.check import replay_benchset, run_check
 from monitor.compare import outputs as compare
+from monitor.config.plan import plan_for
 from monitor.config.settings import from_mapping
 from monitor.files import benchsets as benchset
 from monitor.runtime.session import Deadline, Session
@@ -94,14 +95,15 @@ def main() -> int:
         },
         origin=root / "onnxmon.yaml",
     )
-    model = settings.model("convnet")
-    baseline = capture.capture_baseline(settings, "convnet", capture_env=lambda: _no_env())
-    bench = benchset.open_benchset(settings.store.benchsets_dir, "b")
+    plan = plan_for(settings, "convnet")
+    model = plan.model
+    baseline = capture.capture_baseline(plan, capture_env=lambda: _no_env())
+    bench = benchset.open_benchset(plan.benchsets_dir, "b")
     session = Session(model.path, model.providers, model.session)
     raw = session._session  # the very same InferenceSession
     feeds = [bench.load_sample(i) for i in range(len(bench))]
     expected = baseline.outputs()
-    tolerances = tolerances_for(settings, model, session.output_names)
+    tolerances = plan.tolerances(session.output_names)
 
     def bare() -> None:
         for f in feeds:
@@ -120,7 +122,7 @@ def main() -> int:
         compare.compare_outputs(result.outputs, expected, tolerances)
 
     def check() -> None:
-        run_check(settings, "convnet", capture_env=lambda: _no_env())
+        run_check(plan, capture_env=lambda: _no_env())
 
     loops = {
         "bare": bare,

@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from monitor import capture  # noqa: E402
+from monitor.config.plan import plan_for  # noqa: E402
 from monitor.runtime import envsnap  # noqa: E402
 from tests import modelzoo  # noqa: E402
 from tests.workspace import Workspace  # noqa: E402
@@ -124,7 +125,7 @@ def _workspace(root: Path, models: int, interval: str, timeout: str) -> Workspac
     settings = ws.settings()
     snapshot = envsnap.capture()  # one host, one environment: take it once, not 200 times
     for name in names:
-        capture.capture_baseline(settings, name, capture_env=lambda: snapshot)
+        capture.capture_baseline(plan_for(settings, name), capture_env=lambda: snapshot)
     return ws
 
 

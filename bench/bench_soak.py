@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from monitor import capture  # noqa: E402
+from monitor.config.plan import plan_for  # noqa: E402
 from tests import modelzoo  # noqa: E402
 from tests.workspace import Workspace  # noqa: E402
 
@@ -104,7 +105,7 @@ def _workspace(root: Path, models: int, interval: str, timeout: str) -> Workspac
     ws.extra["daemon"] = {"startup_spread": 0, "workers": 2}
     settings = ws.settings()
     for index in range(models):
-        capture.capture_baseline(settings, f"clf{index}")
+        capture.capture_baseline(plan_for(settings, f"clf{index}"))
     return ws
 
 

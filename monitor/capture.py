@@ -17,7 +17,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from monitor.config.settings import ModelConfig, ProviderSpec, SessionConfig, Settings
+from monitor.config.plan import CheckPlan
+from monitor.config.settings import ModelConfig, ProviderSpec, SessionConfig
 from monitor.errors import BaselineError
 from monitor.files import baselines, modelfile, tensors
 from monitor.files import benchsets as benchset
@@ -32,8 +33,7 @@ REFERENCE_SESSION = SessionConfig(graph_optimization_level="disable", intra_op_n
 
 
 def capture_baseline(
-    settings: Settings,
-    model_name: str,
+    plan: CheckPlan,
     *,
     reference: bool = False,
     promote: bool = False,
@@ -43,15 +43,15 @@ def capture_baseline(
     capture_env: Callable[[], envsnap.EnvSnapshot] = envsnap.capture,
     capture_intermediates: IntermediateCapture | None = None,
 ) -> baselines.Baseline:
-    """Run the model's benchmark set and store the outputs as a new baseline.
+    """Run ``plan``'s benchmark set and store the outputs as a new baseline.
 
     ``reference=True`` runs on the CPU provider with graph optimizations disabled (source
     ``reference``) instead of the configured production session (source ``captured``).
     ``intermediate_samples`` > 0 also stores every intermediate tensor of that many samples,
     for layer-by-layer localization after an upgrade.
     """
-    model = settings.model(model_name)
-    bench = benchset.ensure(settings.benchset(model.benchset), settings.store.benchsets_dir)
+    model = plan.model
+    bench = benchset.ensure(plan.benchset, plan.benchsets_dir)
     providers: Sequence[ProviderSpec] = REFERENCE_PROVIDERS if reference else model.providers
     session_cfg = REFERENCE_SESSION if reference else model.session
     session = Session(model.path, providers, session_cfg)
@@ -66,12 +66,11 @@ def capture_baseline(
         if progress:
             progress(index + 1, len(bench))
     meta = _meta(model, bench, session, "reference" if reference else "captured", capture_env(), note)
-    return _store(settings, model, meta, samples, intermediates, promote)
+    return _store(plan, meta, samples, intermediates, promote)
 
 
 def import_baseline(
-    settings: Settings,
-    model_name: str,
+    plan: CheckPlan,
     files: Sequence[Path],
     *,
     kind: Literal["npz", "onnx-test-data"] = "npz",
@@ -83,8 +82,8 @@ def import_baseline(
     ``npz``: one file per benchmark sample, in sample order, keys = model output names.
     ``onnx-test-data``: a directory of ``test_data_set_N/output_K.pb``.
     """
-    model = settings.model(model_name)
-    bench = benchset.ensure(settings.benchset(model.benchset), settings.store.benchsets_dir)
+    model = plan.model
+    bench = benchset.ensure(plan.benchset, plan.benchsets_dir)
     session = Session(model.path, model.providers, model.session)
     if kind == "onnx-test-data":
         if len(files) != 1:
@@ -106,7 +105,7 @@ def import_baseline(
             )
     ordered = [{name: s[name] for name in session.output_names} for s in samples]
     meta = _meta(model, bench, session, "imported", envsnap.capture(), note)
-    return _store(settings, model, meta, ordered, {}, promote)
+    return _store(plan, meta, ordered, {}, promote)
 
 
 def _meta(
@@ -137,15 +136,14 @@ def _meta(
 
 
 def _store(
-    settings: Settings,
-    model: ModelConfig,
+    plan: CheckPlan,
     meta: baselines.BaselineMeta,
     samples: Sequence[Mapping[str, np.ndarray]],
     intermediates: Mapping[int, Mapping[str, np.ndarray]],
     promote: bool,
 ) -> baselines.Baseline:
-    root = settings.store.baselines_dir
-    first = baselines.active_id(root, model.name) is None
+    root = plan.baselines_dir
+    first = baselines.active_id(root, plan.name) is None
     baseline = baselines.write_baseline(root, meta, samples, intermediates or None)
     if promote or first:
         baselines.promote(root, baseline.id, by="capture --promote" if promote else "first baseline")

@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 
 from monitor.compare import outputs as compare
-from monitor.config.settings import ModelConfig, Settings
+from monitor.config.plan import CheckPlan
 from monitor.errors import BaselineError, BenchsetError, ConfigError, ModelError, MonitorError
 from monitor.files import baselines, modelfile
 from monitor.files import benchsets as benchset
-from monitor.results import AppliedTolerance, CheckResult, OutputStats, Reason, Verdict, error_result
+from monitor.results import CheckResult, OutputStats, Reason, Verdict, error_result
 from monitor.runtime import envsnap
 from monitor.runtime.session import Deadline, RunTimeout, Session
 
@@ -52,16 +52,20 @@ class Replay:
 
 
 def run_check(
-    settings: Settings,
-    model_name: str,
+    plan: CheckPlan,
     *,
     clock: Clock = time.time,
     capture_env: EnvCapture | None = None,
 ) -> CheckResult:
-    """Check ``model_name`` against its active baseline. Failures become an ``error`` result."""
+    """Check ``plan``'s model against its active baseline. Failures become an ``error`` result.
+
+    The plan (``monitor.config.plan.plan_for``) is resolved by the caller, so an unknown model
+    name is the caller's usage error, not a check result.
+    """
     started = clock()
+    model_name = plan.name
     try:
-        return _check(settings, settings.model(model_name), started, clock, capture_env or envsnap.capture)
+        return _check(plan, started, clock, capture_env or envsnap.capture)
     except RunTimeout as exc:
         return error_result(model_name, "timeout", str(exc), started, clock())
     except MonitorError as exc:
@@ -74,12 +78,11 @@ def run_check(
         return error_result(model_name, code, detail, started, clock())
 
 
-def _check(
-    settings: Settings, model: ModelConfig, started: float, clock: Clock, capture_env: EnvCapture
-) -> CheckResult:
-    deadline = started + settings.timeout_for(model)
+def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCapture) -> CheckResult:
+    model = plan.model
+    deadline = started + plan.timeout_s
     identity = modelfile.identify(model.path)
-    baseline = baselines.active(settings.store.baselines_dir, model.name)
+    baseline = baselines.active(plan.baselines_dir, model.name)
     if baseline is None:
         return error_result(
             model.name,
@@ -88,10 +91,10 @@ def _check(
             started,
             clock(),
         )
-    bench = benchset.open_benchset(settings.store.benchsets_dir, baseline.meta.benchset, baseline.meta.benchset_version)
+    bench = benchset.open_benchset(plan.benchsets_dir, baseline.meta.benchset, baseline.meta.benchset_version)
     session = Session(model.path, model.providers, model.session)
-    tolerances = tolerances_for(settings, model, session.output_names)
-    replay = replay_benchset(session, bench, settings.repeats_for(model), deadline=deadline, clock=clock)
+    tolerances = plan.tolerances(session.output_names)
+    replay = replay_benchset(session, bench, plan.repeats, deadline=deadline, clock=clock)
     snapshot = capture_env()
     outputs = compare.compare_outputs(replay.outputs, baseline.outputs(), tolerances)
     outputs = tuple(_with_repeat_spread(o, replay.spread.get(o.name)) for o in outputs)
@@ -127,7 +130,7 @@ def _check(
         "benchset_version": bench.version,
         "env_diff": env_changes,
     }
-    current = _current_benchset_version(settings, model)
+    current = _current_benchset_version(plan)
     if current is not None and current != bench.version:
         details["benchset_note"] = (
             f"benchset {bench.name} has a newer version v{current}; the baseline uses v{bench.version}."
@@ -166,17 +169,6 @@ def attribute(verdict: Verdict, reasons: list[Reason], env_changes: list[dict[st
     if "provider_fallback" in codes or any(c.get("stable") for c in env_changes):
         return "env_changed"
     return "numeric"
-
-
-def tolerances_for(settings: Settings, model: ModelConfig, output_names: list[str]) -> dict[str, AppliedTolerance]:
-    """Applied tolerance per model output; a configured output the model lacks is a config error."""
-    unknown = sorted(set(model.tolerance.outputs) - set(output_names))
-    if unknown:
-        raise ConfigError(
-            f"models[{model.name}].tolerance.outputs names {unknown}, not outputs of {model.path.name};"
-            f" outputs are {output_names}"
-        )
-    return {name: settings.tolerance_for(model, name) for name in output_names}
 
 
 def replay_benchset(
@@ -242,8 +234,8 @@ def _env_changes(baseline_env: Mapping[str, Any], snapshot: envsnap.EnvSnapshot)
     return [change.to_dict() for change in envsnap.diff(before, snapshot)]
 
 
-def _current_benchset_version(settings: Settings, model: ModelConfig) -> int | None:
+def _current_benchset_version(plan: CheckPlan) -> int | None:
     try:
-        return benchset.open_benchset(settings.store.benchsets_dir, model.benchset).version
+        return benchset.open_benchset(plan.benchsets_dir, plan.model.benchset).version
     except MonitorError:
         return None

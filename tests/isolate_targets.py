@@ -40,3 +40,8 @@ def raise_error() -> dict[str, Any]:
 def allocate(megabytes: int) -> dict[str, Any]:
     blob = bytearray(megabytes * 1024 * 1024)
     return {"size": len(blob)}
+
+
+def echo(value: Any) -> dict[str, Any]:
+    """Return what crossed the boundary, so a test can compare it with what was sent."""
+    return {"value": value, "type": type(value).__qualname__}

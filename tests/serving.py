@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from monitor import capture
+from monitor.config.plan import plan_for
 from tests import modelzoo
 from tests.workspace import Workspace
 
@@ -33,8 +34,8 @@ def two_models(ws: Workspace, *, timeout: str = "3s", interval: str = "1h") -> N
     )
     ws.extra["daemon"] = {"startup_spread": 0}
     settings = ws.settings()
-    capture.capture_baseline(settings, "clf")
-    capture.capture_baseline(settings, "spin")
+    capture.capture_baseline(plan_for(settings, "clf"))
+    capture.capture_baseline(plan_for(settings, "spin"))
 
 
 class Served:

@@ -11,6 +11,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from monitor import capture
 from monitor.check import run_check
+from monitor.config.plan import plan_for
 from monitor.files import baselines
 from monitor.results import CheckResult, Verdict
 from tests import modelzoo
@@ -27,14 +28,14 @@ def ws(tmp_path: Path) -> Workspace:
 
 
 def captured(ws: Workspace, name: str = "clf") -> None:
-    capture.capture_baseline(ws.settings(), name)
+    capture.capture_baseline(plan_for(ws.settings(), name))
 
 
 def test_an_unchanged_setup_passes_twenty_reruns_in_a_row(ws: Workspace) -> None:
     ws.add_model("clf", modelzoo.classifier(), repeats=2)
     captured(ws)
     settings = ws.settings()
-    results = [run_check(settings, "clf") for _ in range(20)]
+    results = [run_check(plan_for(settings, "clf")) for _ in range(20)]
     assert [r.verdict for r in results] == [Verdict.PASS] * 20
     assert all(o.metrics.bitwise_equal for r in results for o in r.outputs)
     assert all(o.metrics.nondeterminism_max_abs == 0.0 for r in results for o in r.outputs)
@@ -52,9 +53,9 @@ def test_changed_graph_optimization_level_is_reported_as_drift(ws: Workspace) ->
         tolerance={"default": {"atol": 1e-8, "rtol": 1e-7}},
     )
     captured(ws, "mlp")
-    assert run_check(ws.settings(), "mlp").verdict is Verdict.PASS
+    assert run_check(plan_for(ws.settings(), "mlp")).verdict is Verdict.PASS
     ws.set("mlp", session={"graph_optimization_level": "all"})
-    result = run_check(ws.settings(), "mlp")
+    result = run_check(plan_for(ws.settings(), "mlp"))
     assert result.verdict is Verdict.FAIL
     assert "atol_rtol" in codes(result)
     assert result.attribution == "numeric"
@@ -67,7 +68,7 @@ def test_fp16_conversion_is_reported_as_drift(ws: Workspace) -> None:
     ws.add_model("mlp", model)
     captured(ws, "mlp")
     ws.replace_model("mlp", float16.convert_float_to_float16(model, keep_io_types=True))
-    result = run_check(ws.settings(), "mlp")
+    result = run_check(plan_for(ws.settings(), "mlp"))
     assert result.verdict is Verdict.FAIL
     assert {"atol_rtol", "model_changed"} <= codes(result)
     assert result.attribution == "model_changed"
@@ -81,7 +82,7 @@ def test_int8_dynamic_quantization_is_reported_as_drift(ws: Workspace, tmp_path:
     quantized = tmp_path / "q.onnx"
     quantize_dynamic(str(model_path), str(quantized), weight_type=QuantType.QInt8)
     ws.replace_model("clf", onnx.load(str(quantized)))
-    result = run_check(ws.settings(), "clf")
+    result = run_check(plan_for(ws.settings(), "clf"))
     assert result.verdict is Verdict.FAIL
     assert "atol_rtol" in codes(result)
 
@@ -96,7 +97,7 @@ def test_a_tiny_weight_change_hidden_by_the_softmax_is_caught_by_snr(ws: Workspa
     )
     captured(ws)
     ws.replace_model("clf", modelzoo.perturb_initializer(model, "w2", 1e-3, index=5))
-    result = run_check(ws.settings(), "clf")
+    result = run_check(plan_for(ws.settings(), "clf"))
     prob = next(o for o in result.outputs if o.name == "prob")
     assert prob.metrics.mismatch_count == 0, "the element-wise rule alone passes"
     assert not prob.metrics.bitwise_equal
@@ -112,7 +113,7 @@ def test_a_swapped_model_file_fails_with_a_hash_reason_even_if_outputs_agree(ws:
     renamed.CopyFrom(model)
     renamed.producer_version = "swapped"  # same numbers, different file
     ws.replace_model("clf", renamed)
-    result = run_check(ws.settings(), "clf")
+    result = run_check(plan_for(ws.settings(), "clf"))
     assert result.verdict is Verdict.FAIL
     assert codes(result) == {"model_changed"}
     assert result.attribution == "model_changed"
@@ -122,7 +123,7 @@ def test_asking_for_cuda_on_a_machine_without_it_is_a_provider_fallback_failure(
     ws.add_model("clf", modelzoo.classifier())
     captured(ws)
     ws.set("clf", providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
-    result = run_check(ws.settings(), "clf")
+    result = run_check(plan_for(ws.settings(), "clf"))
     assert result.verdict is Verdict.FAIL
     assert "provider_fallback" in codes(result)
     assert result.providers_effective == ("CPUExecutionProvider",)
@@ -131,7 +132,7 @@ def test_asking_for_cuda_on_a_machine_without_it_is_a_provider_fallback_failure(
 
 def test_a_model_without_a_baseline_is_an_error_that_says_how_to_fix_it(ws: Workspace) -> None:
     ws.add_model("clf", modelzoo.classifier())
-    result = run_check(ws.settings(), "clf")
+    result = run_check(plan_for(ws.settings(), "clf"))
     assert result.verdict is Verdict.ERROR
     assert "onnxmon baseline capture clf" in result.reasons[0].detail
 
@@ -143,7 +144,7 @@ def test_a_missing_model_file_is_an_error_and_other_models_are_unaffected(ws: Wo
     captured(ws, "b")
     path_b.unlink()
     settings = ws.settings()
-    broken, healthy = run_check(settings, "b"), run_check(settings, "a")
+    broken, healthy = run_check(plan_for(settings, "b")), run_check(plan_for(settings, "a"))
     assert broken.verdict is Verdict.ERROR
     assert broken.reasons[0].code == "model_error"
     assert str(path_b) in broken.reasons[0].detail
@@ -154,7 +155,7 @@ def test_a_corrupt_onnx_file_is_an_error_naming_the_file(ws: Workspace) -> None:
     path = ws.add_model("clf", modelzoo.classifier())
     captured(ws)
     path.write_bytes(b"\x08\x07garbage-not-a-protobuf" * 10)
-    result = run_check(ws.settings(), "clf")
+    result = run_check(plan_for(ws.settings(), "clf"))
     assert result.verdict is Verdict.ERROR
     assert result.reasons[0].code == "model_error"
     assert str(path) in result.reasons[0].detail
@@ -169,7 +170,7 @@ def test_a_baseline_tensor_whose_checksum_no_longer_matches_is_an_error(ws: Work
     data = bytearray(victim.read_bytes())
     data[-1] ^= 0xFF
     victim.write_bytes(bytes(data))
-    result = run_check(ws.settings(), "clf")
+    result = run_check(plan_for(ws.settings(), "clf"))
     assert result.verdict is Verdict.ERROR
     assert result.reasons[0].code == "baseline_error"
     assert victim.name in result.reasons[0].detail
@@ -179,7 +180,7 @@ def test_an_output_name_in_the_config_that_the_model_lacks_is_a_config_error(ws:
     ws.add_model("clf", modelzoo.classifier())
     captured(ws)
     ws.set("clf", tolerance={"outputs": {"logitz": {"atol": 1e-3}}})
-    result = run_check(ws.settings(), "clf")
+    result = run_check(plan_for(ws.settings(), "clf"))
     assert result.verdict is Verdict.ERROR
     assert result.reasons[0].code == "config_error"
     assert "'logitz'" in result.reasons[0].detail and "logits" in result.reasons[0].detail
@@ -189,7 +190,7 @@ def test_an_output_whose_shape_changed_is_an_error_not_a_crash(ws: Workspace) ->
     ws.add_model("clf", modelzoo.classifier(classes=10))
     captured(ws)
     ws.replace_model("clf", modelzoo.classifier(classes=12))
-    result = run_check(ws.settings(), "clf")
+    result = run_check(plan_for(ws.settings(), "clf"))
     assert result.verdict is Verdict.ERROR
     assert "shape_changed" in codes(result)
 
@@ -199,20 +200,20 @@ def test_an_imported_baseline_from_reference_outputs_is_compared_like_a_captured
 ) -> None:
     ws.add_model("clf", modelzoo.classifier(), count=3)
     settings = ws.settings()
-    reference = capture.capture_baseline(settings, "clf", reference=True)
+    reference = capture.capture_baseline(plan_for(settings, "clf"), reference=True)
     files = []
     for index in range(3):
         path = tmp_path / f"ref{index}.npz"
         np.savez(path, **reference.sample_outputs(index))
         files.append(path)
-    imported = capture.import_baseline(settings, "clf", files, promote=True)
+    imported = capture.import_baseline(plan_for(settings, "clf"), files, promote=True)
     assert imported.meta.source == "imported"
-    assert run_check(settings, "clf").baseline_id == imported.id
-    assert run_check(settings, "clf").verdict is Verdict.PASS
+    assert run_check(plan_for(settings, "clf")).baseline_id == imported.id
+    assert run_check(plan_for(settings, "clf")).verdict is Verdict.PASS
 
 
 def test_results_round_trip_through_their_dict_form(ws: Workspace) -> None:
     ws.add_model("clf", modelzoo.classifier())
     captured(ws)
-    result = run_check(ws.settings(), "clf")
+    result = run_check(plan_for(ws.settings(), "clf"))
     assert CheckResult.from_dict(result.to_dict()) == result

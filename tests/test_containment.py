@@ -16,6 +16,7 @@ import pytest
 from monitor import capture
 from monitor.check import run_check
 from monitor.cli import main
+from monitor.config.plan import plan_for
 from monitor.files import baselines
 from monitor.results import Verdict
 from tests import modelzoo
@@ -27,7 +28,7 @@ def ws(tmp_path: Path) -> Workspace:
     workspace = Workspace(tmp_path / "project")
     workspace.root.mkdir()
     workspace.add_model("clf", modelzoo.classifier(), count=2)
-    capture.capture_baseline(workspace.settings(), "clf")
+    capture.capture_baseline(plan_for(workspace.settings(), "clf"))
     return workspace
 
 
@@ -76,7 +77,7 @@ def test_a_non_utf8_metadata_file_is_a_baseline_error_not_a_traceback(
     assert cli(ws, "baseline", "list", "clf") == 2
     err = capsys.readouterr().err
     assert str(target) in err and "Traceback" not in err
-    result = run_check(ws.settings(), "clf")
+    result = run_check(plan_for(ws.settings(), "clf"))
     assert result.verdict is Verdict.ERROR
     assert [r.code for r in result.reasons] == ["baseline_error"], result.reasons
 

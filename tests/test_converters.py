@@ -16,6 +16,7 @@ from sklearn.preprocessing import StandardScaler
 
 from monitor import capture
 from monitor.check import run_check
+from monitor.config.plan import plan_for
 from monitor.results import Verdict
 from tests.workspace import Workspace
 
@@ -53,8 +54,8 @@ CONVERTED = {"logistic_pipeline": logistic_pipeline, "forest": forest, "mlp": ml
 def test_a_converted_model_passes_against_its_own_baseline(tmp_path: Path, name: str) -> None:
     ws = Workspace(tmp_path)
     ws.add_model(name, CONVERTED[name](), count=6, dims={"X:0": 4})
-    capture.capture_baseline(ws.settings(), name)
-    result = run_check(ws.settings(), name)
+    capture.capture_baseline(plan_for(ws.settings(), name))
+    result = run_check(plan_for(ws.settings(), name))
     assert result.verdict is Verdict.PASS, result.all_reasons()
     assert result.outputs, "a converter's outputs are compared"
 
@@ -64,9 +65,9 @@ def test_a_converted_model_passes_against_its_own_baseline(tmp_path: Path, name:
 def test_a_retrained_converted_model_is_caught_as_drift(tmp_path: Path, name: str) -> None:
     ws = Workspace(tmp_path)
     ws.add_model(name, CONVERTED[name](seed=0), count=6, dims={"X:0": 4})
-    capture.capture_baseline(ws.settings(), name)
+    capture.capture_baseline(plan_for(ws.settings(), name))
     ws.replace_model(name, CONVERTED[name](seed=1))
-    result = run_check(ws.settings(), name)
+    result = run_check(plan_for(ws.settings(), name))
     assert result.verdict is Verdict.FAIL
     codes = {r.code for r in result.all_reasons()}
     assert "model_changed" in codes
@@ -76,8 +77,8 @@ def test_a_retrained_converted_model_is_caught_as_drift(tmp_path: Path, name: st
 def test_an_integer_label_output_is_compared_exactly(tmp_path: Path) -> None:
     ws = Workspace(tmp_path)
     ws.add_model("clf", logistic_pipeline(), count=6, dims={"X:0": 4})
-    capture.capture_baseline(ws.settings(), "clf")
-    result = run_check(ws.settings(), "clf")
+    capture.capture_baseline(plan_for(ws.settings(), "clf"))
+    result = run_check(plan_for(ws.settings(), "clf"))
     label = next(o for o in result.outputs if o.name == "label")
     assert label.dtype == "int64"
     assert label.metrics.max_ulp is None

@@ -95,8 +95,8 @@ def test_a_model_that_keeps_failing_to_run_is_backed_off(ws: Workspace) -> None:
     store.upgrade()
     daemon = Daemon(settings, store=store, clock=lambda: now[0])
     ran = []
-    original = daemon.run_now
-    daemon.run_now = lambda model: ran.append(model) or original(model)  # type: ignore[method-assign]
+    original = daemon.run_plan
+    daemon.run_plan = lambda plan: ran.append(plan.name) or original(plan)  # type: ignore[method-assign]
     for _ in range(3):
         daemon.scheduled_check("spin")
     assert ran == ["spin", "spin"], "after the second failure the model waits"

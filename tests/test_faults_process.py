@@ -22,6 +22,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from monitor import capture
+from monitor.config.plan import plan_for
 from monitor.daemon import scheduler
 from monitor.daemon.root import Daemon
 from monitor.errors import BaselineError
@@ -65,7 +66,7 @@ def test_a_check_that_needs_more_memory_than_its_cap_fails_alone_and_the_daemon_
     two_models(ws)
     ws.extra["daemon"]["memory_limit_mb"] = 2048
     settings = ws.settings()
-    capture.capture_baseline(settings, "grow")
+    capture.capture_baseline(plan_for(settings, "grow"))
     ws.replace_model("grow", broadcast_max(2**26))  # 16 GiB at run time: a leak, as the cap sees it
     with Store(settings.store.url) as store:
         store.upgrade()
@@ -144,7 +145,7 @@ def assert_previous_baseline_still_in_charge(ws: Workspace, active_before: str |
     assert active is not None and active.verify() == []
     from monitor.check import run_check
 
-    assert run_check(settings, "clf").verdict is Verdict.PASS
+    assert run_check(plan_for(settings, "clf")).verdict is Verdict.PASS
 
 
 def test_a_full_disk_while_capturing_leaves_no_half_written_baseline_and_the_old_one_active(
@@ -155,7 +156,7 @@ def test_a_full_disk_while_capturing_leaves_no_half_written_baseline_and_the_old
     active_before = baselines.active_id(settings.store.baselines_dir, "clf")
     filled = fill(tiny_tmpfs)
     with pytest.raises(BaselineError, match="No space left on device") as raised:
-        capture.capture_baseline(settings, "clf")
+        capture.capture_baseline(plan_for(settings, "clf"))
     assert isinstance(raised.value.__cause__, OSError) and raised.value.__cause__.errno == errno.ENOSPC
     (tiny_tmpfs / "filler").unlink()
     assert_previous_baseline_still_in_charge(ws, active_before, 1)
@@ -180,7 +181,7 @@ def test_running_out_of_space_after_some_tensors_leaves_no_half_written_baseline
 
     monkeypatch.setattr(tensorio, "save_npy", save_until_full)
     with pytest.raises(BaselineError, match="No space left on device") as raised:
-        capture.capture_baseline(settings, "clf")
+        capture.capture_baseline(plan_for(settings, "clf"))
     assert isinstance(raised.value.__cause__, OSError) and raised.value.__cause__.errno == errno.ENOSPC
     monkeypatch.undo()
     assert len(calls) == 2 and calls[0].exists() is False, "the first tensor went with its temporary directory"

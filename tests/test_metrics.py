@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from monitor import capture
 from monitor.check import run_check
 from monitor.config import settings as config
+from monitor.config.plan import plan_for
 from monitor.config.settings import Schedule, Settings
 from monitor.errors import ConfigError
 from monitor.files import baselines
@@ -90,7 +91,7 @@ class RealDaemon:
         return result
 
     def run_now(self, model: str) -> CheckResult:
-        return self.dispatch(run_check(self._settings, model))
+        return self.dispatch(run_check(plan_for(self._settings, model)))
 
     def reload(self) -> bool:
         try:
@@ -147,12 +148,12 @@ def build_scenario(tmp_path_factory: pytest.TempPathFactory) -> Scenario:
     # rtol 0 on logits: its error_ratio is then exact without a per-element value from compare.py
     ws.add_model("clf", model, tolerance={"outputs": {"logits": {"atol": 1e-4, "rtol": 0.0}}})
     ws.add_model("fresh", modelzoo.classifier(seed=1), schedule={"cron": "0 */6 * * *", "jitter": "1m"})
-    baseline = capture.capture_baseline(ws.settings(), "clf")
+    baseline = capture.capture_baseline(plan_for(ws.settings(), "clf"))
     settings = ws.settings()
-    passing = run_check(settings, "clf")
+    passing = run_check(plan_for(settings, "clf"))
     ws.replace_model("clf", modelzoo.perturb_initializer(model, "w2", 1e-2))
-    failing = run_check(settings, "clf")
-    no_baseline = run_check(settings, "fresh")
+    failing = run_check(plan_for(settings, "clf"))
+    no_baseline = run_check(plan_for(settings, "fresh"))
     assert (passing.verdict, failing.verdict, no_baseline.verdict) == (Verdict.PASS, Verdict.FAIL, Verdict.ERROR)
     return Scenario(ws, settings, passing, failing, no_baseline, baseline.id)
 

@@ -44,6 +44,7 @@ import yaml
 from onnxconverter_common import float16
 
 from monitor import capture
+from monitor.config.plan import plan_for
 from tests import modelzoo
 from tests.conftest import need_binary
 from tests.serving import Served, free_port
@@ -202,7 +203,7 @@ class Scenario:
         ws.extra["daemon"] = {"startup_spread": 0}
         settings = ws.settings()
         for model in (DRIFT, BROKEN):
-            capture.capture_baseline(settings, model)
+            capture.capture_baseline(plan_for(settings, model))
         self.daemon = Served(ws, free_port())
         self.prometheus = Prometheus(prometheus_binary, ws.root / "prometheus", self.daemon.port)
         self.faults_injected = False

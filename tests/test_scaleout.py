@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from monitor import capture
+from monitor.config.plan import plan_for
 from monitor.config.settings import Settings
 from monitor.daemon import scheduler
 from monitor.daemon.root import Daemon
@@ -129,7 +130,7 @@ def deployment(ws: Workspace, url: str, mode: str, models: dict[str, int]) -> Se
     ws.extra["daemon"] = {"mode": mode, "startup_spread": 0}
     settings = ws.settings()
     for name, seed in models.items():
-        capture.capture_baseline(settings, name)
+        capture.capture_baseline(plan_for(settings, name))
         if name.startswith("drifted"):
             ws.replace_model(name, modelzoo.perturb_initializer(modelzoo.classifier(seed=seed), "w2", 0.5, index=3))
     upgrade = subprocess.run(
@@ -326,7 +327,7 @@ def test_a_sharded_daemon_skips_a_slot_another_replica_holds(
     ws.add_model("clf", modelzoo.classifier(), count=2, timeout="3s", schedule={"interval": "10m"})
     ws.extra["daemon"] = {"mode": "sharded"}
     settings = ws.settings()
-    capture.capture_baseline(settings, "clf")
+    capture.capture_baseline(plan_for(settings, "clf"))
     now = [time.time()]
     with database_url(backend, ws.root, request) as url, Store(url) as store:
         store.upgrade()

@@ -10,6 +10,7 @@ import pytest
 
 from monitor import capture
 from monitor.check import run_check
+from monitor.config.plan import plan_for
 from monitor.config.settings import ModelConfig, ProviderSpec
 from monitor.daemon import child, scheduler
 from monitor.results import Verdict
@@ -105,13 +106,13 @@ def test_auto_capture_records_a_first_baseline_and_never_replaces_an_existing_on
     ws.add_model("clf", modelzoo.classifier())
     ws.extra["daemon"] = {"auto_capture_baseline": True}
     settings = ws.settings()
-    data = settings.model_dump(mode="json")
-    first = child.check_job(data, "clf")
+    plan = plan_for(settings, "clf")
+    first = child.check_job(plan)
     assert first["result"]["verdict"] == "error" and first["result"]["reasons"][0]["code"] == "no_baseline"
     captured = first["captured_baseline"]
     assert captured["source"] == "captured" and captured["active"] is True
-    assert run_check(settings, "clf").verdict is Verdict.PASS
-    second = child.check_job(data, "clf")
+    assert run_check(plan_for(settings, "clf")).verdict is Verdict.PASS
+    second = child.check_job(plan)
     assert second["result"]["verdict"] == "pass"
     assert "captured_baseline" not in second
 
@@ -119,7 +120,7 @@ def test_auto_capture_records_a_first_baseline_and_never_replaces_an_existing_on
 def test_auto_capture_is_off_by_default(tmp_path: Path) -> None:
     ws = Workspace(tmp_path)
     ws.add_model("clf", modelzoo.classifier())
-    payload = child.check_job(ws.settings().model_dump(mode="json"), "clf")
+    payload = child.check_job(plan_for(ws.settings(), "clf"))
     assert "captured_baseline" not in payload
-    capture.capture_baseline(ws.settings(), "clf")
-    assert child.check_job(ws.settings().model_dump(mode="json"), "clf")["result"]["verdict"] == "pass"
+    capture.capture_baseline(plan_for(ws.settings(), "clf"))
+    assert child.check_job(plan_for(ws.settings(), "clf"))["result"]["verdict"] == "pass"

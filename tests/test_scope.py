@@ -9,6 +9,7 @@ import pytest
 from monitor import capture
 from monitor.check import run_check
 from monitor.config import scope
+from monitor.config.plan import plan_for
 from monitor.results import Verdict
 from tests import modelzoo
 from tests.workspace import Workspace
@@ -40,10 +41,10 @@ def test_with_per_node_scope_each_node_is_held_to_its_own_baseline(tmp_path: Pat
     ws.extra["daemon"] = {"baseline_scope": "node"}
     node_a = scope.apply(ws.settings(), environ={"ONNXMON_NODE_NAME": "node-a"}, gpu_name=lambda: None)
     node_b = scope.apply(ws.settings(), environ={"ONNXMON_NODE_NAME": "node-b"}, gpu_name=lambda: None)
-    baseline = capture.capture_baseline(node_a, "clf")
+    baseline = capture.capture_baseline(plan_for(node_a, "clf"))
     assert baseline.directory.parent == tmp_path / "baselines" / "nodes" / "node-a" / "clf"
-    assert run_check(node_a, "clf").verdict is Verdict.PASS
-    other = run_check(node_b, "clf")
+    assert run_check(plan_for(node_a, "clf")).verdict is Verdict.PASS
+    other = run_check(plan_for(node_b, "clf"))
     assert other.verdict is Verdict.ERROR and other.reasons[0].code == "no_baseline"
 
 

@@ -25,6 +25,7 @@ from monitor import capture
 from monitor.api import app as api
 from monitor.api.app import create_app
 from monitor.cli import main
+from monitor.config.plan import plan_for
 from monitor.config.settings import Settings
 from monitor.daemon.root import Daemon
 from monitor.store import Store
@@ -152,7 +153,7 @@ def secret_workspace(tmp_path: Path) -> Workspace:
     ws = Workspace(tmp_path)
     ws.add_model("clf", modelzoo.classifier(), count=2, timeout="20s", schedule={"interval": "1h"})
     ws.extra["daemon"] = {"startup_spread": 0}
-    capture.capture_baseline(ws.settings(), "clf")
+    capture.capture_baseline(plan_for(ws.settings(), "clf"))
     ws.extra["store"] = {"url": UNREACHABLE_DB, "baselines_dir": "baselines", "benchsets_dir": "benchsets"}
     ws.extra["api"] = {"token": TOKEN}
     ws.write()

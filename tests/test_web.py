@@ -21,6 +21,7 @@ from fastapi.testclient import TestClient
 from monitor import capture
 from monitor.api.app import create_app
 from monitor.check import run_check
+from monitor.config.plan import plan_for
 from monitor.config.settings import Settings
 from monitor.daemon import child as worker
 from monitor.results import AppliedTolerance, CheckResult, OutputMetrics, OutputStats, Reason, Verdict
@@ -78,8 +79,8 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
     ws.add_model("clf", modelzoo.classifier(), tolerance={"outputs": {"logits": {"atol": 1e-4, "rtol": 0.0}}})
     ws.add_model("mlp", mlp, localize_on_fail=True)
     settings = ws.settings()
-    first = capture.capture_baseline(settings, "clf")
-    mlp_base = capture.capture_baseline(settings, "mlp", intermediate_samples=1)
+    first = capture.capture_baseline(plan_for(settings, "clf"))
+    mlp_base = capture.capture_baseline(plan_for(settings, "mlp"), intermediate_samples=1)
     store_dir = tmp_path_factory.mktemp("store")
     for store in migrated_store(store_dir):
         daemon = RealDaemon(settings, store)
@@ -87,14 +88,16 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
         _record(store, mlp_base.directory, mlp_base.meta.to_dict(), active=True)
         hostile = _hostile_result(time.time() - 600)
         daemon.dispatch(hostile)
-        before = daemon.dispatch(run_check(settings, "clf"))
-        changed = daemon.dispatch(run_check(settings, "clf", capture_env=lambda: with_tf32_override(envsnap.capture())))
-        second = capture.capture_baseline(settings, "clf", note="after the environment change")
+        before = daemon.dispatch(run_check(plan_for(settings, "clf")))
+        changed = daemon.dispatch(
+            run_check(plan_for(settings, "clf"), capture_env=lambda: with_tf32_override(envsnap.capture()))
+        )
+        second = capture.capture_baseline(plan_for(settings, "clf"), note="after the environment change")
         daemon.promote(second.id, "alice")
-        daemon.dispatch(run_check(settings, "clf"))
-        daemon.dispatch(run_check(settings, "mlp"))
+        daemon.dispatch(run_check(plan_for(settings, "clf")))
+        daemon.dispatch(run_check(plan_for(settings, "mlp")))
         ws.replace_model("mlp", modelzoo.perturb_initializer(mlp, "w2", 1.0, index=5))
-        drifted = CheckResult.from_dict(worker.check_job(settings.model_dump(mode="json"), "mlp")["result"])
+        drifted = CheckResult.from_dict(worker.check_job(plan_for(settings, "mlp"))["result"])
         drifted = dataclasses.replace(drifted, environment=changed.environment)
         daemon.dispatch(drifted)
         assert drifted.verdict is Verdict.FAIL and "first" in drifted.details["localization"]

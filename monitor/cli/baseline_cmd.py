@@ -12,6 +12,7 @@ from rich.table import Table
 
 from monitor import capture
 from monitor.cli import common
+from monitor.config.plan import plan_for
 from monitor.config.settings import Settings
 from monitor.files import baselines
 
@@ -39,11 +40,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the benchmark set on this stack and store the outputs as a new baseline."""
         settings = common.settings(config_file)
+        plan = plan_for(settings, model)  # an unknown name fails before the progress bar shows
         with _progress(quiet) as bar:
             task = bar.add_task(f"capturing {model}", total=None)
             baseline = capture.capture_baseline(
-                settings,
-                model,
+                plan,
                 reference=reference,
                 promote=promote,
                 intermediate_samples=samples if intermediates else 0,
@@ -70,7 +71,7 @@ def register(app: typer.Typer) -> None:
         if kind not in ("npz", "onnx-test-data"):
             raise typer.BadParameter(f"--kind must be npz or onnx-test-data, got {kind!r}")
         settings = common.settings(config_file)
-        baseline = capture.import_baseline(settings, model, files, kind=kind, promote=promote, note=note)  # type: ignore[arg-type]
+        baseline = capture.import_baseline(plan_for(settings, model), files, kind=kind, promote=promote, note=note)  # type: ignore[arg-type]
         _record(settings, baseline)
         typer.echo(f"imported {baseline.id} ({baseline.meta.sample_count} samples)")
 

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from monitor.check import run_check
 from monitor.cli import common
+from monitor.config.plan import plan_for
 from monitor.config.settings import Settings
 from monitor.errors import MonitorError
 from monitor.results import CheckResult, Verdict
@@ -41,9 +42,8 @@ def register(app: typer.Typer) -> None:
         names = models or [m.name for m in settings.models]
         if not names:
             raise MonitorError(f"{settings.source}: no models configured")
-        for name in names:
-            settings.model(name)  # unknown names are a usage error before anything runs
-        results = [run_check(settings, name) for name in names]
+        plans = [plan_for(settings, name) for name in names]  # an unknown name fails before anything runs
+        results = [run_check(plan) for plan in plans]
         if store:
             _record(settings, results)
         if as_json:

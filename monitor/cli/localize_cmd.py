@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from monitor.cli import common
+from monitor.config.plan import plan_for
 from monitor.config.settings import parse_duration
 
 
@@ -34,12 +35,11 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"--against must be auto, baseline or reference, not {against!r}")
         if mode not in ("auto", "all", "bisect"):
             raise typer.BadParameter(f"--mode must be auto, all or bisect, not {mode!r}")
-        settings = common.settings(config_file)
+        plan = plan_for(common.settings(config_file), model)
         console = common.console()
         with console.status(f"localizing {model} …", spinner="dots") if not (quiet or as_json) else _nothing():
             report = configured.localize_model(
-                settings,
-                model,
+                plan,
                 sample=sample,
                 against=against,  # type: ignore[arg-type]
                 mode=mode,  # type: ignore[arg-type]

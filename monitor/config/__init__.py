@@ -1,1 +1,1 @@
-"""Settings, schema, cron and baseline scope: everything that is decided before a check runs."""
+"""Settings, schema, cron, baseline scope and the check plan: everything decided before a check runs."""

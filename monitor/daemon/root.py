@@ -23,6 +23,7 @@ from typing import Any
 
 from monitor.config import scope
 from monitor.config import settings as config
+from monitor.config.plan import CheckPlan, plan_for
 from monitor.daemon import child as worker
 from monitor.daemon import isolate, scheduler
 from monitor.errors import MonitorError
@@ -125,23 +126,24 @@ class Daemon:
             return
         started = self.clock()
         try:
-            if not self._my_turn(model):
+            plan = plan_for(self._settings, model)
+            if not self._my_turn(plan):
                 return
-            self.run_now(model)
+            self.run_plan(plan)
         except Exception as exc:  # never let a job die: record what happened, the next tick retries
             log.exception("check of %s failed outside the child", model)
             detail = f"{type(exc).__name__}: {exc}"
             self.dispatch(error_result(model, "internal_error", detail, started, self.clock()))
 
-    def _my_turn(self, model: str) -> bool:
+    def _my_turn(self, plan: CheckPlan) -> bool:
         """In sharded mode, only the replica that wins this slot's lease runs the check."""
         settings = self._settings
         if settings.daemon.mode != "sharded":
             return True
-        slot = scheduler.slot_of(settings, settings.model(model), self.clock())
-        won = bool(self.store.claim(model, slot, self.holder))
+        slot = scheduler.slot_of(settings, plan.model, self.clock())
+        won = bool(self.store.claim(plan.name, slot, self.holder))
         if not won:
-            log.debug("%s slot %d is another replica's", model, slot)
+            log.debug("%s slot %d is another replica's", plan.name, slot)
         return won
 
     @property
@@ -150,18 +152,22 @@ class Daemon:
         return self.pod or self.node or f"{socket.gethostname()}:{os.getpid()}"
 
     def run_now(self, model: str) -> CheckResult:
-        """Run one isolated check of ``model`` now, dispatch its result and return it."""
-        settings = self._settings
-        model_cfg = settings.model(model)
-        timeout = settings.timeout_for(model_cfg)
-        memory = settings.daemon.memory_limit_mb
-        with self.devices.hold(scheduler.device_key(model_cfg)):
+        """Run one isolated check of ``model`` now, dispatch its result and return it.
+
+        ``ConfigError`` (naming the known models) when the config has no such model.
+        """
+        return self.run_plan(plan_for(self._settings, model))
+
+    def run_plan(self, plan: CheckPlan) -> CheckResult:
+        """Run one isolated check of a resolved plan now, dispatch its result and return it."""
+        model = plan.name
+        memory = self._settings.daemon.memory_limit_mb
+        with self.devices.hold(scheduler.device_key(plan.model)):
             started = self.clock()
             outcome = isolate.run(
                 worker.check_job,
-                settings.model_dump(mode="json"),
-                model,
-                timeout_s=timeout + _GRACE_S,
+                plan,
+                timeout_s=plan.timeout_s + _GRACE_S,
                 memory_limit_bytes=memory * 1024 * 1024 if memory else None,
             )
         if outcome.kind == "ok" and outcome.value is not None:
@@ -172,7 +178,7 @@ class Daemon:
         else:
             code = "timeout" if outcome.kind == "timeout" else "crash"
             result = error_result(model, code, outcome.detail, started, self.clock())
-        self._update_backoff(model, result, settings)
+        self._update_backoff(plan, result)
         self.dispatch(result)
         return result
 
@@ -184,16 +190,16 @@ class Daemon:
             except Exception:
                 log.exception("sink %s failed for %s", type(sink).__name__, result.model)
 
-    def _update_backoff(self, model: str, result: CheckResult, settings: config.Settings) -> None:
+    def _update_backoff(self, plan: CheckPlan, result: CheckResult) -> None:
         codes = {r.code for r in result.reasons}
         if result.verdict is Verdict.ERROR and codes & _RUN_FAILURES:
-            state = self._backoff.setdefault(model, _Backoff())
+            state = self._backoff.setdefault(plan.name, _Backoff())
             state.failures += 1
-            interval = settings.schedule_for(settings.model(model)).interval or 60.0
-            delay = min(interval * 2 ** (state.failures - 1), settings.daemon.max_backoff)
+            interval = plan.schedule.interval or 60.0
+            delay = min(interval * 2 ** (state.failures - 1), self._settings.daemon.max_backoff)
             state.not_before = self.clock() + delay if state.failures > 1 else 0.0
         else:
-            self._backoff.pop(model, None)
+            self._backoff.pop(plan.name, None)
 
     def _record_captured(self, meta: dict[str, Any]) -> None:
         try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from monitor.config.settings import Settings
+from monitor.config.plan import CheckPlan
 from monitor.errors import BaselineError
 from monitor.files import baselines
 from monitor.files import benchsets as benchset
@@ -23,8 +23,7 @@ Mode = Literal["auto", "all", "bisect"]
 
 
 def localize_model(
-    settings: Settings,
-    model_name: str,
+    plan: CheckPlan,
     *,
     sample: int = 0,
     against: Against = "auto",
@@ -33,15 +32,13 @@ def localize_model(
     rel_threshold: float = 0.01,
     time_budget_s: float | None = None,
 ) -> LocalizationReport:
-    """Localize the first divergent node of ``model_name`` on one benchmark sample."""
-    model = settings.model(model_name)
-    baseline = baselines.active(settings.store.baselines_dir, model.name)
+    """Localize the first divergent node of ``plan``'s model on one benchmark sample."""
+    model = plan.model
+    baseline = baselines.active(plan.baselines_dir, model.name)
     if baseline is not None:
-        bench = benchset.open_benchset(
-            settings.store.benchsets_dir, baseline.meta.benchset, baseline.meta.benchset_version
-        )
+        bench = benchset.open_benchset(plan.benchsets_dir, baseline.meta.benchset, baseline.meta.benchset_version)
     else:
-        bench = benchset.ensure(settings.benchset(model.benchset), settings.store.benchsets_dir)
+        bench = benchset.ensure(plan.benchset, plan.benchsets_dir)
     feeds = bench.load_sample(sample)
     stored = _stored_samples(baseline)
     side: Literal["reference", "baseline"]

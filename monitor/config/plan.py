@@ -1,0 +1,78 @@
+"""One check's plan: everything a check needs from the config, resolved once from a model name.
+
+``plan_for(settings, name)`` looks the model up, joins it with its benchmark set, merges its
+tolerances over the global defaults and takes its repeats, timeout, schedule and store paths
+(already scoped by ``scope.apply``). Everything downstream (``run_check``, baseline capture,
+configured localization and the daemon's check child) takes the ``CheckPlan`` instead of a
+name plus the whole ``Settings``, so the model is looked up in one place and a typo fails
+before anything runs. The plan is frozen and pickles, so it crosses the daemon's process
+boundary to the isolated child unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from monitor.config.settings import BenchsetConfig, ModelConfig, Schedule, Settings
+from monitor.errors import ConfigError
+from monitor.results import AppliedTolerance
+
+__all__ = ["CheckPlan", "plan_for"]
+
+
+@dataclass(frozen=True)
+class CheckPlan:
+    """A model's check, fully resolved: config, benchmark set, tolerances, limits, paths, options."""
+
+    model: ModelConfig
+    benchset: BenchsetConfig
+    default_tolerance: AppliedTolerance  # model default over the global default
+    output_tolerances: Mapping[str, AppliedTolerance]  # per configured output, merged over the default
+    repeats: int
+    timeout_s: float
+    schedule: Schedule
+    baselines_dir: Path  # already scoped (pool / node) when the settings were
+    benchsets_dir: Path
+    auto_capture_baseline: bool  # daemon: capture a first baseline for a model that has none
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    @property
+    def localize_on_fail(self) -> bool:
+        return self.model.localize_on_fail
+
+    def tolerance(self, output: str) -> AppliedTolerance:
+        """The applied tolerance of one output: its override, else the model's merged default."""
+        return self.output_tolerances.get(output, self.default_tolerance)
+
+    def tolerances(self, output_names: Sequence[str]) -> dict[str, AppliedTolerance]:
+        """Applied tolerance per model output; a configured output the model lacks is a config error."""
+        unknown = sorted(set(self.output_tolerances) - set(output_names))
+        if unknown:
+            raise ConfigError(
+                f"models[{self.model.name}].tolerance.outputs names {unknown}, not outputs of {self.model.path.name};"
+                f" outputs are {list(output_names)}"
+            )
+        return {name: self.tolerance(name) for name in output_names}
+
+
+def plan_for(settings: Settings, name: str) -> CheckPlan:
+    """Resolve model ``name`` against ``settings``; ``ConfigError`` naming the known models if unknown."""
+    model = settings.model(name)
+    merged = model.tolerance.default.over(settings.defaults.tolerance)
+    return CheckPlan(
+        model=model,
+        benchset=settings.benchset(model.benchset),
+        default_tolerance=merged.applied(),
+        output_tolerances={output: settings.tolerance_for(model, output) for output in model.tolerance.outputs},
+        repeats=settings.repeats_for(model),
+        timeout_s=settings.timeout_for(model),
+        schedule=settings.schedule_for(model),
+        baselines_dir=settings.store.baselines_dir,
+        benchsets_dir=settings.store.benchsets_dir,
+        auto_capture_baseline=settings.daemon.auto_capture_baseline,
+    )
