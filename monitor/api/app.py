@@ -10,7 +10,8 @@ means those calls are disabled (403); a wrong or missing one is refused (401).
 Errors are JSON ``{"detail": ...}``: 404 for an unknown model, run, baseline or environment,
 422 for bad parameters (FastAPI's validation), 503 when the store is unreachable, and a generic
 500 for anything else (the traceback goes to the log, never into a response). Non-finite
-numbers are encoded as the strings ``"inf"``, ``"-inf"`` and ``"nan"`` (see ``api_models``).
+numbers are encoded as the strings ``"Infinity"``, ``"-Infinity"`` and ``"NaN"`` (see
+``schemas``; the rule is ``monitor.jsonsafe``, docs/json.md).
 """
 
 from __future__ import annotations
