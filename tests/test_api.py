@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -161,10 +163,14 @@ def test_non_finite_metrics_are_encoded_as_strings(client: TestClient, daemon: R
     response = client.get(f"/api/v1/runs/{run_id}")
     assert response.status_code == 200
     prob = response.json()["outputs"][0]
-    assert (prob["metrics"]["max_abs_error"], prob["metrics"]["snr_db"]) == ("inf", "-inf")
-    assert prob["metrics"]["cosine_similarity"] == "nan"
-    assert response.json()["timings"] == {"x": "inf"}
-    assert "NaN" not in response.text and "Infinity" not in response.text
+    assert (prob["metrics"]["max_abs_error"], prob["metrics"]["snr_db"]) == ("Infinity", "-Infinity")
+    assert prob["metrics"]["cosine_similarity"] == "NaN"
+    assert response.json()["timings"] == {"x": "Infinity"}
+    json.loads(response.text, parse_constant=_no_bare_tokens)  # strict JSON: the strings, never bare tokens
+
+
+def _no_bare_tokens(token: str) -> Any:
+    raise AssertionError(f"bare {token} token in the response")
 
 
 def test_baselines_of_a_model_say_which_is_active(client: TestClient, scenario: Scenario) -> None:

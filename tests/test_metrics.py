@@ -479,4 +479,4 @@ def test_the_log_sink_encodes_non_finite_numbers(caplog: pytest.LogCaptureFixtur
     with caplog.at_level(logging.INFO, logger="tests.logsink"):
         LogSink(logging.getLogger("tests.logsink")).write(CheckResult("m", Verdict.FAIL, 0.0, 1.0, outputs=(output,)))
     line = json.loads(caplog.records[0].getMessage())
-    assert line["worst_output"]["max_abs_error"] == "inf"
+    assert line["worst_output"]["max_abs_error"] == "Infinity"

@@ -10,13 +10,15 @@ means those calls are disabled (403); a wrong or missing one is refused (401).
 Errors are JSON ``{"detail": ...}``: 404 for an unknown model, run, baseline or environment,
 422 for bad parameters (FastAPI's validation), 503 when the store is unreachable, and a generic
 500 for anything else (the traceback goes to the log, never into a response). Non-finite
-numbers are encoded as the strings ``"inf"``, ``"-inf"`` and ``"nan"`` (see ``api_models``).
+numbers are encoded as the strings ``"Infinity"``, ``"-Infinity"`` and ``"NaN"`` (see
+``schemas``; the rule is ``monitor.jsonsafe``, docs/json.md).
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -26,6 +28,7 @@ from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client.exposition import choose_encoder
+from pydantic import BeforeValidator
 
 from monitor import __version__
 from monitor.api import environments as envs
@@ -44,7 +47,17 @@ log = logging.getLogger(__name__)
 MAX_ID = 2**63 - 1
 ModelName = Annotated[str, PathParam(pattern=NAME, max_length=200, description="a model name from the config")]
 Limit = Annotated[int, Query(ge=1, le=1000, description="newest first, at most this many")]
-Since = Annotated[datetime | None, Query(description="ISO 8601; without a zone it is UTC")]
+_NUMBER = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
+
+
+def _iso_only(value: Any) -> Any:
+    """Pydantic would read ``since=0.0`` as a unix time; the documented form is ISO 8601 only."""
+    if isinstance(value, str) and _NUMBER.fullmatch(value):
+        raise ValueError("expected an ISO 8601 date-time such as 2026-11-30T12:00:00Z, not a number")
+    return value
+
+
+Since = Annotated[datetime | None, BeforeValidator(_iso_only), Query(description="ISO 8601; without a zone it is UTC")]
 _bearer = HTTPBearer(auto_error=False, description="api.token or the content of api.token_file")
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": out.Problem}}
 _METRICS_TYPES: dict[str, Any] = {"text/plain": {}, "application/openmetrics-text": {}}

@@ -2,50 +2,44 @@
 
 Non-finite numbers: JSON has no NaN or Infinity, and a metric can be either (an SNR of two equal
 outputs is +inf; a value not measured is NaN). Every float the API returns is therefore a
-``JsonNumber``: a JSON number when finite, else one of the strings ``"inf"``, ``"-inf"``,
-``"nan"``. Free-form objects (snapshots, details, event details) go through ``json_safe`` first.
+``JsonNumber``: a JSON number when finite, else one of the strings ``"Infinity"``,
+``"-Infinity"``, ``"NaN"``, the rule of ``monitor.jsonsafe`` that every JSON onnxmon writes
+follows (docs/json.md). Free-form objects (snapshots, details, event details) go through
+``json_safe`` first.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from monitor import jsonsafe
 from monitor.results import OutputStats, Reason
 from monitor.store import BaselineRecord, EnvironmentRecord, EventRecord, RunRecord
 
-JsonNumber = float | Literal["inf", "-inf", "nan"]
+JsonNumber = float | jsonsafe.NonFinite
 VerdictName = Literal["pass", "fail", "error"]
 
 
 def num(value: float | None) -> JsonNumber | None:
-    """``value`` as a JSON-safe number: non-finite floats become ``"inf"``, ``"-inf"`` or ``"nan"``."""
+    """``value`` as a JSON-safe number: non-finite floats become ``"Infinity"``, ``"-Infinity"`` or ``"NaN"``."""
     if value is None:
         return None
-    if math.isnan(value):
-        return "nan"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    return float(value)
+    return jsonsafe.number(float(value))
 
 
 def json_safe(value: Any) -> Any:
-    """A deep copy of ``value`` with every non-finite float encoded by ``num``; tuples become lists."""
-    if isinstance(value, bool) or value is None or isinstance(value, int | str):
-        return value
-    if isinstance(value, float):
-        return num(value)
-    if isinstance(value, Mapping):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [json_safe(v) for v in value]
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return str(value)
+    """A deep copy of ``value`` with every non-finite float encoded by ``num``; tuples become lists.
+
+    Datetimes become ISO 8601 text, any other object that is not JSON its ``str``.
+    """
+    return jsonsafe.jsonable(value, default=_text)
+
+
+def _text(value: Any) -> str:
+    return value.isoformat() if isinstance(value, datetime) else str(value)
 
 
 class _Out(BaseModel):

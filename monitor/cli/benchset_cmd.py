@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import json
 from pathlib import Path
 
 import typer
 
+from monitor import jsonsafe
 from monitor.cli import common
 from monitor.config import settings as config
 from monitor.errors import BenchsetError
@@ -91,7 +91,7 @@ def register(app: typer.Typer) -> None:
                 }
                 for bs in sets
             ]
-            typer.echo(json.dumps(rows, indent=2))
+            typer.echo(jsonsafe.dumps(rows, indent=2))
             return
         for bs in sets:
             typer.echo(f"{bs.name}\tv{bs.version}\t{len(bs)} sample(s)\t{bs.source}\t{bs.created_at}\t{bs.sha256}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import TYPE_CHECKING, Any
@@ -10,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.console import Console
 
+from monitor import jsonsafe
 from monitor.config import settings as config
 
 if TYPE_CHECKING:
@@ -54,7 +54,8 @@ def node_identity() -> tuple[str | None, str | None]:
 
 
 def print_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, default=str, allow_nan=True))
+    """``data`` as strict, indented JSON on stdout (non-finite floats as strings: ``monitor.jsonsafe``)."""
+    typer.echo(jsonsafe.dumps(data, indent=2, default=str))
 
 
 def fmt(value: float | int | None, spec: str = ".3g") -> str:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
+from monitor import jsonsafe
 from monitor.config import settings as config
 
 ConfigOption = typer.Option(None, "-c", "--config", help="Config file (default: $ONNXMON_CONFIG or ./onnxmon.yaml).")
@@ -24,7 +23,7 @@ def register(app: typer.Typer) -> None:
     def show(config_file: str | None = ConfigOption) -> None:
         """Print the effective config (file + ONNXMON_* overrides, paths resolved) as JSON, secrets masked."""
         settings = config.load(config_file)
-        typer.echo(json.dumps(settings.redacted(), indent=2))
+        typer.echo(jsonsafe.dumps(settings.redacted(), indent=2))
 
     @group.command("reference")
     def reference() -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import typer
 
+from monitor import jsonsafe
 from monitor.errors import MonitorError
 from monitor.runtime import envsnap
 
@@ -74,7 +75,7 @@ def register(app: typer.Typer) -> None:
     def show(as_json: bool = typer.Option(False, "--json", help="Print the snapshot as JSON.")) -> None:
         """Capture this machine's environment and print it, grouped by section, stable vs volatile."""
         snapshot = envsnap.capture()
-        typer.echo(json.dumps(snapshot.to_dict(), indent=2) if as_json else envsnap.format_table(snapshot))
+        typer.echo(jsonsafe.dumps(snapshot.to_dict(), indent=2) if as_json else envsnap.format_table(snapshot))
 
     @group.command("diff")
     def diff(
@@ -94,7 +95,7 @@ def register(app: typer.Typer) -> None:
                 "summary": envsnap.summary(changes),
                 "changes": [c.to_dict() for c in changes],
             }
-            typer.echo(json.dumps(payload, indent=2))
+            typer.echo(jsonsafe.dumps(payload, indent=2))
         else:
             typer.echo(format_diff(first, second, changes))
         if first.fingerprint != second.fingerprint:

@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from monitor import jsonsafe
 from monitor.errors import BaselineError
 from monitor.files import tensors as tensorio
 
@@ -326,7 +327,7 @@ def promote(root: Path, baseline_id: str, *, by: str = "cli", now: dt.datetime |
         "by": by,
     }
     with (model_dir / PROMOTIONS_FILE).open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record) + "\n")
+        handle.write(jsonsafe.dumps(record) + "\n")
     return baseline
 
 
@@ -378,6 +379,6 @@ def _unescape(name: str) -> str:
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     with path.open("w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True, default=str)
+        handle.write(jsonsafe.dumps(data, indent=2, sort_keys=True, default=str))
         handle.flush()
         os.fsync(handle.fileno())

@@ -21,6 +21,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from monitor import jsonsafe
+
 Against = Literal["reference", "baseline"]
 SearchMode = Literal["all", "bisect"]
 Path_ = Literal["direct", "fusion_faithful"]
@@ -85,9 +87,9 @@ class NodeDivergence:
             "name": self.name,
             "op_type": self.op_type,
             "outputs": list(self.outputs),
-            "max_abs_error": _json_float(self.max_abs_error),
-            "rel_error": _json_float(self.rel_error),
-            "threshold": _json_float(self.threshold),
+            "max_abs_error": jsonsafe.number(self.max_abs_error),
+            "rel_error": jsonsafe.number(self.rel_error),
+            "threshold": jsonsafe.number(self.threshold),
             "diverged": self.diverged,
             "inputs_diverged": self.inputs_diverged,
         }
@@ -138,7 +140,7 @@ class LocalizationReport:
         return self.first is None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe (non-finite floats become the strings ``"inf"``, ``"-inf"``, ``"nan"``)."""
+        """JSON-safe: non-finite floats become ``"Infinity"``, ``"-Infinity"``, ``"NaN"`` (``monitor.jsonsafe``)."""
         return {
             "model": self.model,
             "against": self.against,
@@ -150,10 +152,10 @@ class LocalizationReport:
             "top": [n.to_dict() for n in self.top],
             "profile": [n.to_dict() for n in self.profile],
             "runs": self.runs,
-            "seconds": self.seconds,
+            "seconds": jsonsafe.number(self.seconds),
             "complete": self.complete,
-            "rel_threshold": self.rel_threshold,
-            "abs_floor": self.abs_floor,
+            "rel_threshold": jsonsafe.number(self.rel_threshold),
+            "abs_floor": jsonsafe.number(self.abs_floor),
             "nodes_total": self.nodes_total,
             "skipped": dict(self.skipped),
             "notes": list(self.notes),
@@ -202,11 +204,5 @@ def _sortable(value: float) -> float:
     return -1.0 if math.isnan(value) else value
 
 
-def _json_float(value: float) -> float | str:
-    if math.isfinite(value):
-        return value
-    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-
-
 def _float(value: Any) -> float:
-    return float(value)  # float() parses "inf", "-inf" and "nan" too
+    return float(value)  # float() parses "Infinity", "-Infinity", "NaN" and the older "inf", "-inf", "nan"

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from monitor import jsonsafe
 from monitor.config.settings import ProviderSpec, SessionConfig
 from monitor.localize.graph import ExposingRunner, graph_nodes, load_model
 
@@ -42,14 +43,13 @@ class LayerSQNR:
     sqnr_db: float
 
     def to_dict(self) -> dict[str, Any]:
-        sqnr: float | str = self.sqnr_db if math.isfinite(self.sqnr_db) else str(self.sqnr_db)
         return {
             "index": self.index,
             "node": self.node,
             "op_type": self.op_type,
             "tensor": self.tensor,
             "quantized_tensor": self.quantized_tensor,
-            "sqnr_db": sqnr,
+            "sqnr_db": jsonsafe.number(self.sqnr_db),  # +inf for identical tensors
         }
 
 

@@ -3,16 +3,16 @@
 The line carries what a person needs to triage (model, verdict, reason codes, the worst output,
 duration, baseline, environment) and nothing secret: no paths, no config values, no reason
 details (they can quote file contents). Non-finite numbers are written as the strings
-``"inf"``, ``"-inf"`` and ``"nan"`` so that every line is valid JSON.
+``"Infinity"``, ``"-Infinity"`` and ``"NaN"`` so that every line is valid JSON (the rule of
+``monitor.jsonsafe``, docs/json.md).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 from typing import Any
 
+from monitor import jsonsafe
 from monitor.results import CheckResult, worst_output
 
 
@@ -25,7 +25,7 @@ class LogSink:
     def write(self, result: CheckResult) -> None:
         """Log one line for ``result``."""
         level = logging.INFO if result else logging.WARNING
-        self.logger.log(level, "%s", json.dumps(record(result), allow_nan=False, sort_keys=False))
+        self.logger.log(level, "%s", jsonsafe.dumps(record(result), sort_keys=False))
 
 
 def record(result: CheckResult) -> dict[str, Any]:
@@ -38,7 +38,7 @@ def record(result: CheckResult) -> dict[str, Any]:
         "verdict": result.verdict.value,
         "reasons": sorted({r.code for r in result.all_reasons()}),
         "attribution": result.attribution,
-        "duration_s": _number(round(result.duration_s, 6)),
+        "duration_s": jsonsafe.number(round(result.duration_s, 6)),
         "baseline_id": result.baseline_id,
         "environment": fingerprint[:16] if fingerprint else None,
         "worst_output": None,
@@ -47,18 +47,10 @@ def record(result: CheckResult) -> dict[str, Any]:
         line["worst_output"] = {
             "name": worst.name,
             "verdict": worst.verdict.value,
-            "max_abs_error": _number(worst.metrics.max_abs_error),
-            "max_rel_error": _number(worst.metrics.max_rel_error),
-            "atol": _number(worst.tolerance.atol),
-            "rtol": _number(worst.tolerance.rtol),
-            "error_ratio": _number(worst.error_ratio),
+            "max_abs_error": jsonsafe.number(worst.metrics.max_abs_error),
+            "max_rel_error": jsonsafe.number(worst.metrics.max_rel_error),
+            "atol": jsonsafe.number(worst.tolerance.atol),
+            "rtol": jsonsafe.number(worst.tolerance.rtol),
+            "error_ratio": jsonsafe.number(worst.error_ratio),
         }
     return line
-
-
-def _number(value: float) -> float | str:
-    if math.isnan(value):
-        return "nan"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    return value

@@ -8,6 +8,9 @@ restarted during the outage still delivers what it measured before.
 Layout: one JSON file per result, ``<directory>/<sequence:012d>.json``, written to a
 ``.tmp-*`` file, fsynced and renamed into place, so a crash never leaves a half-written entry
 that a reader would see. The sequence number gives the order; it continues across restarts.
+Entries are strict JSON (``monitor.jsonsafe``): a non-finite metric is the string ``"Infinity"``,
+``"-Infinity"`` or ``"NaN"``, turned back into a float when read; entries written before that
+rule, with bare ``NaN``/``Infinity`` tokens, are still read.
 An entry the database *refuses* (not an outage: a bug, a constraint) is moved to ``failed/``
 so that one poison result cannot block the queue; it stays on disk for a person to inspect.
 
@@ -18,7 +21,6 @@ counted in ``dropped``, because during a long outage the newest results matter m
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from monitor import jsonsafe
 from monitor.results import CheckResult
 
 log = logging.getLogger("onnxmon.spool")
@@ -36,6 +39,8 @@ DEFAULT_MAX_RESULTS = 10_000
 FAILED_DIR = "failed"
 _ENTRY = re.compile(r"^(\d{12})\.json$")
 _FORMAT = 1
+_FLOATS = ("metrics", "tolerance", "timings", "started_at", "finished_at", "duration_s", "details", "environment")
+"""Keys of ``CheckResult.to_dict`` whose non-finite strings are read back as floats (all but names and reasons)."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +80,7 @@ class Spool:
     def append(self, result: CheckResult, *, node: str | None = None, pod: str | None = None) -> Path:
         """Queue ``result`` durably; when the queue is full, drop (and count) the oldest entry first."""
         payload = {"format": _FORMAT, "node": node, "pod": pod, "result": result.to_dict()}
-        data = json.dumps(payload, default=str).encode("utf-8")  # NaN/inf stay NaN/Infinity tokens
+        data = jsonsafe.dumps(payload, default=str).encode("utf-8")
         with self._lock:
             self.directory.mkdir(parents=True, exist_ok=True)
             entries = self.entries()
@@ -103,7 +108,7 @@ class Spool:
     def read(self, path: Path) -> SpooledResult:
         """Decode one entry; ``ValueError`` naming the file when it is not a spooled result."""
         try:
-            payload = json.loads(path.read_text(encoding="utf-8"))
+            payload = jsonsafe.loads(path.read_text(encoding="utf-8"), floats=_FLOATS)
             if not isinstance(payload, Mapping) or payload.get("format") != _FORMAT:
                 raise ValueError(f"expected a JSON object with format {_FORMAT}")
             result = CheckResult.from_dict(payload["result"])

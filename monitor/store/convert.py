@@ -4,19 +4,18 @@ Output rows are read back as the ``OutputStats`` they were written from.
 
 Also the JSON encoder the engine uses: PostgreSQL's JSON type rejects ``NaN``/``Infinity``
 tokens, so non-finite floats inside JSON columns are written as the strings ``"NaN"``,
-``"Infinity"`` and ``"-Infinity"``. Metric columns are real floats and keep their values.
+``"Infinity"`` and ``"-Infinity"``: the one rule of ``monitor.jsonsafe`` (docs/json.md), which
+rows written before it existed already followed. Metric columns are real floats and keep their values.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import PurePath
 from typing import Any
 
+from monitor import jsonsafe
 from monitor.results import AppliedTolerance, CheckResult, OutputMetrics, OutputStats, Reason, Verdict, worst_output
 from monitor.store import schema
 from monitor.store.records import BaselineRecord, EventRecord, RunRecord
@@ -24,24 +23,16 @@ from monitor.store.records import BaselineRecord, EventRecord, RunRecord
 
 def json_dumps(value: Any) -> str:
     """Strict JSON (no NaN tokens) for every backend; tuples become lists, paths strings."""
-    return json.dumps(json_safe(value), allow_nan=False, separators=(",", ":"))
+    return jsonsafe.dumps(json_safe(value), separators=(",", ":"))
 
 
 def json_safe(value: Any) -> Any:
-    """``value`` with non-finite floats as strings and containers as dicts/lists."""
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "Infinity" if value > 0 else "-Infinity"
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [json_safe(v) for v in value]
-    if isinstance(value, PurePath | datetime):
-        return str(value)
-    return value
+    """``value`` with non-finite floats as strings (``jsonsafe.jsonable``), paths and datetimes as text."""
+    return jsonsafe.jsonable(value, default=_text)
+
+
+def _text(value: Any) -> Any:
+    return str(value) if isinstance(value, PurePath | datetime) else value
 
 
 def utc(timestamp: float) -> datetime:
@@ -187,4 +178,4 @@ def _reasons(raw: list[Any]) -> tuple[Reason, ...]:
 
 def _number(value: Any) -> Any:
     """Undo ``json_safe`` for a scalar: the strings it wrote for non-finite floats become floats."""
-    return float(value) if value in ("NaN", "Infinity", "-Infinity") else value
+    return jsonsafe.to_float(value)

@@ -7,7 +7,6 @@ prefix of one (4 hex digits at least), or a baseline id (its recorded environmen
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import HTTPException
 
+from monitor import jsonsafe
 from monitor.api import environments as api_environments
 from monitor.api.schemas import EnvDiff
 from monitor.api.web.html import badge, esc, facts, fingerprint_link, page, section, url, when
@@ -66,7 +66,7 @@ def render_environment(handle: DaemonHandle, fingerprint: str, now: datetime) ->
         "</div>",
     ]
     if snapshot is None:
-        raw = esc(json.dumps(dict(record.snapshot), indent=2, sort_keys=True, default=str))
+        raw = esc(jsonsafe.dumps(dict(record.snapshot), indent=2, sort_keys=True, default=str))
         body.append(section("Fields", f'<p class="muted">not in snapshot form</p><pre class="mono">{raw}</pre>'))
     for name, group in _grouped(fields):
         rows = (

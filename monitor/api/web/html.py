@@ -51,7 +51,7 @@ def num(value: Any, digits: int = 3) -> str:
         return "yes" if value else "no"
     if isinstance(value, str):
         try:
-            value = float(value)  # the JSON encodings "inf", "-inf", "nan"
+            value = float(value)  # the JSON encodings "Infinity", "-Infinity", "NaN" (and older "inf" ...)
         except ValueError:
             return str(value)
     if isinstance(value, int):
