@@ -5,17 +5,20 @@ from __future__ import annotations
 import base64
 import io
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import pytest
 import yaml
 from onnx import TensorProto, helper, numpy_helper
 
 from monitor.cli import main
-from monitor.config.settings import BenchsetConfig
+from monitor.config.settings import BenchsetConfig, GenerateSpec
 from monitor.errors import BenchsetError, ModelError
+from monitor.files import benchset_sources
 from monitor.files import benchsets as benchset
 from monitor.files.benchsets import InputSpec, check_inputs_fit, materialize, model_signature, open_benchset
 from tests import modelzoo
@@ -224,6 +227,153 @@ def test_a_checksum_mismatch_is_found_by_verify_and_by_load_sample(small_set: be
     with pytest.raises(BenchsetError, match=r"s00000_0\.npy has sha256 .*, expected"):
         small_set.load_sample(0)
     assert small_set.load_sample(0, verify=False)["x"].shape == (1, 16)
+
+
+# --- manifest schema -----------------------------------------------------------------------
+
+
+def _write_raw_manifest(bs: benchset.Benchset, text: str) -> Path:
+    path = bs.directory / "manifest.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_manifest_without_a_version_names_the_missing_field(small_set: benchset.Benchset) -> None:
+    path = _write_raw_manifest(small_set, "format: 1\nname: s")  # the fuzzer's find: this was KeyError: 'version'
+    with pytest.raises(BenchsetError, match=rf"^{path}: version is missing; created_at is missing"):
+        open_benchset(small_set.directory.parent.parent, "gen")
+
+
+@pytest.mark.parametrize(
+    ("tensor0", "message"),
+    [
+        ({"shape": [1, -1]}, r"samples\[0\]\.tensors\[0\]\.shape\[1\] must be greater than or equal to 0, got -1"),
+        ({"shape": [1, True]}, r"samples\[0\]\.tensors\[0\]\.shape\[1\] must be a valid integer, got bool"),
+        ({"shape": "1x16"}, r"samples\[0\]\.tensors\[0\]\.shape must be a list of non-negative integers, got str"),
+        ({"sha256": "XYZ"}, r"samples\[0\]\.tensors\[0\]\.sha256 must be 64 lowercase hex digits, got 'XYZ'"),
+        ({"name": 7}, r"samples\[0\]\.tensors\[0\]\.name must be a valid string, got int"),
+        ({"file": "x" * 5000}, r"samples\[0\]\.tensors\[0\]\.file must have at most 4096 characters"),
+    ],
+)
+def test_a_malformed_tensor_entry_names_the_file_the_field_and_the_expectation(
+    small_set: benchset.Benchset, tensor0: dict[str, Any], message: str
+) -> None:
+    _edit_manifest(small_set, **tensor0)
+    with pytest.raises(BenchsetError, match=rf"^{small_set.directory / 'manifest.yaml'}: {message}"):
+        open_benchset(small_set.directory.parent.parent, "gen")
+
+
+@pytest.mark.parametrize(
+    ("top", "message"),
+    [
+        ({"version": "1"}, r"version must be a valid integer, got str"),
+        ({"format": 2}, r"format 2 is not supported \(expected 1\)"),
+        ({"samples": {"label": "x"}}, r"samples must be a valid list, got dict"),
+        ({"name": "other"}, r"says 'other' v1, expected 'gen' v1"),
+    ],
+)
+def test_a_malformed_top_level_field_names_the_file_and_the_field(
+    small_set: benchset.Benchset, top: dict[str, Any], message: str
+) -> None:
+    path = small_set.directory / "manifest.yaml"
+    path.write_text(yaml.safe_dump(yaml.safe_load(path.read_text()) | top))
+    with pytest.raises(BenchsetError, match=rf"^{path}: {message}"):
+        open_benchset(small_set.directory.parent.parent, "gen")
+
+
+def _billion_laughs() -> str:
+    """The classic: ten levels of ten aliases each, 10**9 strings from under 1 KB."""
+    levels = ['lol0: &lol0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    levels += [f"lol{n}: &lol{n} [{', '.join([f'*lol{n - 1}'] * 10)}]" for n in range(1, 10)]
+    return "format: 1\nname: gen\nversion: 1\n" + "\n".join(levels) + "\nsamples: *lol9\n"
+
+
+def _aliased_samples(bs: benchset.Benchset) -> str:
+    """A well-formed manifest whose 1000 samples of 1000 tensors each are aliases: 10**6 entries in 37 KB."""
+    entry = bs.samples[0][0]
+    manifest = yaml.safe_load((bs.directory / "manifest.yaml").read_text())
+    del manifest["samples"]
+    tensor = f"{{name: {entry.name}, file: {entry.file}, dtype: {entry.dtype}, shape: [1, 16], sha256: {entry.sha256}}}"
+    tensors = f"tensors: &tensors [&t0 {tensor}, {', '.join(['*t0'] * 999)}]\n"
+    samples = "samples: [" + ", ".join(["{label: x, tensors: *tensors}"] * 1000) + "]\n"
+    return yaml.safe_dump(manifest, sort_keys=False) + tensors + samples
+
+
+@pytest.mark.parametrize("build", [lambda bs: _billion_laughs(), _aliased_samples], ids=["lol", "samples"])
+def test_yaml_alias_amplification_in_a_manifest_is_refused_fast(small_set: benchset.Benchset, build: Any) -> None:
+    path = _write_raw_manifest(small_set, build(small_set))
+    root = small_set.directory.parent.parent
+    started = time.monotonic()
+    with pytest.raises(BenchsetError, match=rf"^benchset manifest {path} cannot be read: line \d+.*aliases"):
+        open_benchset(root, "gen")
+    assert benchset.list_benchsets(root) == []  # `benchset list` skips it, and does not hang
+    assert time.monotonic() - started < 5
+
+
+def test_yaml_nested_deeper_than_the_bound_is_refused(small_set: benchset.Benchset) -> None:
+    path = _write_raw_manifest(small_set, "format: 1\nx: " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(BenchsetError, match=rf"^benchset manifest {path} cannot be read: .*nesting deeper than 64"):
+        open_benchset(small_set.directory.parent.parent, "gen")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["created_at: 2020-02-30\n", "version: " + "1" * 5000 + "\n", "\x00format: 1\n", "shape: !!float x\n"],
+    ids=["impossible-date", "5000-digit-int", "nul-byte", "bad-float"],
+)
+def test_yaml_that_parses_but_cannot_be_built_is_a_benchset_error(small_set: benchset.Benchset, text: str) -> None:
+    path = _write_raw_manifest(small_set, text)
+    with pytest.raises(BenchsetError, match=rf"^benchset manifest {path} cannot be read: "):
+        open_benchset(small_set.directory.parent.parent, "gen")
+
+
+def test_the_committed_example_sets_still_open_and_verify() -> None:
+    examples = Path(__file__).resolve().parents[1] / "examples" / "benchsets"
+    found = benchset.list_benchsets(examples, all_versions=True)
+    assert len(found) == len(list(examples.glob("*/v*/manifest.yaml"))) > 0
+    assert all(benchset.verify(bs) == [] for bs in found)
+
+
+# --- the model is read once ----------------------------------------------------------------
+
+
+@pytest.fixture
+def onnx_loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every ``onnx.load`` call from here on, by path."""
+    loads: list[str] = []
+    real = onnx.load
+
+    def counting(path: Any, *args: Any, **kwargs: Any) -> onnx.ModelProto:
+        loads.append(str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(onnx, "load", counting)
+    return loads
+
+
+def test_materialize_reads_a_generate_model_once(root: Path, classifier_path: Path, onnx_loads: list[str]) -> None:
+    cfg = _generate(classifier_path, count=2, dims={"batch": 1})
+    materialize(cfg, root)  # a new version: declaration and generation share one read
+    assert onnx_loads == [str(classifier_path)]
+    materialize(cfg, root)  # unchanged: the declaration's read only
+    assert onnx_loads == [str(classifier_path)] * 2
+
+
+def test_materialize_reads_the_model_beside_onnx_test_data_once(
+    tmp_path: Path, root: Path, onnx_loads: list[str]
+) -> None:
+    data = tmp_path / "test_classifier"
+    modelzoo.save(modelzoo.classifier(), data / "model.onnx")
+    _write_test_data(data, [{"": np.zeros((2, 16), np.float32)}], "input", named=False)
+    assert list(materialize(BenchsetConfig(name="otd", onnx_test_data=data), root).load_sample(0)) == ["x"]
+    assert onnx_loads == [str(data / "model.onnx")]
+
+
+def test_generate_draws_from_the_signature_it_is_given_without_reading_the_model(tmp_path: Path) -> None:
+    spec = GenerateSpec.model_validate({"model": tmp_path / "absent.onnx", "count": 2, "dims": {"batch": 3}})
+    signature = [InputSpec("x", np.dtype(np.float32), ("batch", 4))]
+    samples, labels = benchset_sources.generate(spec, signature, where="test")
+    assert labels == ["random", "random"] and [s["x"].shape for s in samples] == [(3, 4), (3, 4)]
 
 
 def test_npz_with_a_pickled_object_array_is_rejected_naming_file_and_key(tmp_path: Path, root: Path) -> None:

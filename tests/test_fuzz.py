@@ -32,7 +32,7 @@ import numpy.lib.format as npy_format
 import pytest
 import schemathesis
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.core.result import Ok
@@ -288,8 +288,19 @@ def test_a_mutated_manifest_gives_a_valid_set_or_a_benchset_error(
     fuzz_manifest(scratch_set, valid_set, yaml.safe_dump(manifest, allow_unicode=True).encode())
 
 
+class Drawn:
+    """Stands in for ``st.data()`` in an ``@example``: every draw gives ``value``."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def draw(self, strategy: Any, label: Any = None) -> Any:
+        return self.value
+
+
 @budget(80)
 @given(data=st.data())
+@example(data=Drawn(b"format: 1\nname: s"))  # the original truncated here raised KeyError: 'version'
 def test_a_byte_mutated_manifest_gives_a_valid_set_or_a_benchset_error(
     scratch_set: Path, valid_set: benchset.Benchset, data: st.DataObject
 ) -> None:

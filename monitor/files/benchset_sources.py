@@ -20,6 +20,10 @@ Each source turns a declaration into a list of samples (``{input name: array}``)
   latin-1 text instead of base64, or a one-array npz inside).
 
 For file sources the declaration holds the sha256 of every file read, in order.
+
+The model a set depends on (``generate``'s, or the one beside ONNX test data) is read once,
+by ``read_signature``; ``declaration`` and ``build`` take that signature instead of reading
+the model again, so materializing a set parses a large model once, not twice.
 """
 
 from __future__ import annotations
@@ -50,8 +54,21 @@ DEFAULT_FLOAT_RANGE = (0.0, 1.0)
 DEFAULT_INT_RANGE = (0.0, 9.0)
 
 
-def declaration(cfg: BenchsetConfig) -> dict[str, Any]:
-    """What determines the set's content; its hash decides whether a new version is needed."""
+def read_signature(cfg: BenchsetConfig) -> list[InputSpec] | None:
+    """The input signature of the model the set depends on, read once; None when there is none."""
+    if cfg.generate is not None:
+        return model_signature(cfg.generate.model)
+    if cfg.onnx_test_data is not None:
+        model = _test_data_model(cfg.onnx_test_data)
+        return model_signature(model) if model else None
+    return None
+
+
+def declaration(cfg: BenchsetConfig, signature: Sequence[InputSpec] | None) -> dict[str, Any]:
+    """What determines the set's content; its hash decides whether a new version is needed.
+
+    ``signature`` is ``read_signature(cfg)``.
+    """
     if cfg.generate is not None:
         spec = cfg.generate
         return {
@@ -59,7 +76,7 @@ def declaration(cfg: BenchsetConfig) -> dict[str, Any]:
             "generator_version": GENERATOR_VERSION,
             "signature": [
                 [s.name, s.dtype.name if s.dtype is not None else None, list(s.shape)]
-                for s in model_signature(spec.model)
+                for s in _required(signature, cfg)
             ],
             **spec.model_dump(mode="json", exclude={"model"}),
         }
@@ -68,18 +85,20 @@ def declaration(cfg: BenchsetConfig) -> dict[str, Any]:
     if cfg.onnx_test_data is not None:
         sets = _test_data_sets(cfg.onnx_test_data)
         files = [_file_hash(pb, "onnx_test_data") for d in sets for pb in _numbered(d, "input")]
-        model = _test_data_model(cfg.onnx_test_data)
-        names = [s.name for s in model_signature(model)] if model else None
+        names = _names(signature) if signature is not None else None
         return {"source": "onnx_test_data", "files": files, "model_inputs": names}
     if cfg.polygraphy_json is not None:
         return {"source": "polygraphy_json", "files": [_file_hash(cfg.polygraphy_json, "polygraphy_json")]}
     raise AssertionError("BenchsetConfig is validated to have one source")
 
 
-def build(cfg: BenchsetConfig) -> tuple[list[Sample], list[str]]:
-    """The samples of a declared set and a label for each (``random``/an edge case/the file)."""
+def build(cfg: BenchsetConfig, signature: Sequence[InputSpec] | None) -> tuple[list[Sample], list[str]]:
+    """The samples of a declared set and a label for each (``random``/an edge case/the file).
+
+    ``signature`` is ``read_signature(cfg)``: the model is not read again.
+    """
     if cfg.generate is not None:
-        return generate(cfg.generate, where=f"benchset {cfg.name!r}")
+        return generate(cfg.generate, _required(signature, cfg), where=f"benchset {cfg.name!r}")
     if cfg.npz is not None:
         samples = [read_npz_sample(path) for path in cfg.npz]
         first = set(samples[0]) if samples else set()
@@ -89,19 +108,26 @@ def build(cfg: BenchsetConfig) -> tuple[list[Sample], list[str]]:
         return samples, [path.name for path in cfg.npz]
     if cfg.onnx_test_data is not None:
         sets = _test_data_sets(cfg.onnx_test_data)
-        return read_onnx_test_inputs(cfg.onnx_test_data), [d.name for d in sets]
+        names = _names(signature) if signature is not None else ()
+        return read_onnx_test_inputs(cfg.onnx_test_data, input_names=names), [d.name for d in sets]
     if cfg.polygraphy_json is not None:
         samples = read_polygraphy_json(cfg.polygraphy_json)
         return samples, [f"iteration {i}" for i in range(len(samples))]
     raise AssertionError("BenchsetConfig is validated to have one source")
 
 
+def _required(signature: Sequence[InputSpec] | None, cfg: BenchsetConfig) -> Sequence[InputSpec]:
+    """``generate``'s signature, which ``read_signature`` always gives: None here is a caller's bug."""
+    if signature is None:
+        raise AssertionError(f"benchset {cfg.name!r}: generate needs read_signature(cfg), got None")
+    return signature
+
+
 # --- generate ---------------------------------------------------------------------------
 
 
-def generate(spec: GenerateSpec, *, where: str) -> tuple[list[Sample], list[str]]:
-    """``spec.count`` seeded random samples, plus the edge cases if asked."""
-    signature = model_signature(spec.model)
+def generate(spec: GenerateSpec, signature: Sequence[InputSpec], *, where: str) -> tuple[list[Sample], list[str]]:
+    """``spec.count`` seeded random samples drawn to fit ``signature`` (``spec.model``'s), plus the edge cases."""
     unknown = sorted(set(spec.ranges) - {s.name for s in signature})
     if unknown:
         raise BenchsetError(f"{where}: generate.ranges names input(s) {unknown}; model inputs are {_names(signature)}")

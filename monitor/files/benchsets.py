@@ -20,8 +20,12 @@ A materialized version never changes: when the declaration's hash differs from t
 version's, ``materialize`` writes version N+1 and leaves N readable. A version is written
 into a temporary directory beside the others, every file fsynced, then renamed into place,
 so a crash never leaves a half-written version. Readers treat the manifest as untrusted:
-paths escaping the version directory, symlinks leading out, non-numeric dtypes, wrong
-checksums and truncated files all raise ``BenchsetError`` (see ``monitor.files.tensors``).
+a malformed manifest, YAML aliases, paths escaping the version directory, symlinks leading
+out, non-numeric dtypes, wrong checksums and truncated files all raise ``BenchsetError``
+(see ``monitor.files.benchset_manifest`` for the schema, ``monitor.files.tensors`` for files).
+
+A model is read once per ``materialize``: its input signature feeds both the declaration
+(whose hash decides whether a new version is needed) and the generator.
 """
 
 from __future__ import annotations
@@ -39,11 +43,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from pydantic import ValidationError
 
 from monitor.config.settings import BenchsetConfig
 from monitor.errors import BenchsetError
+from monitor.files.benchset_manifest import (
+    FORMAT,
+    MANIFEST,
+    Manifest,
+    ManifestSample,
+    TensorEntry,
+    describe_errors,
+    read_manifest,
+    write_manifest,
+)
 from monitor.files.benchset_sources import (
     Sample,
     build,
@@ -51,11 +64,14 @@ from monitor.files.benchset_sources import (
     declaration_sha256,
     read_onnx_test_inputs,
     read_onnx_test_outputs,
+    read_signature,
 )
 from monitor.files.signature import InputSpec, check_inputs_fit, model_signature
-from monitor.files.tensors import fsync_dir, is_plain_dtype, load_npy, resolve_inside, save_npy, sha256_bytes
+from monitor.files.tensors import fsync_dir, load_npy, resolve_inside, save_npy, sha256_bytes
 
 __all__ = [
+    "FORMAT",
+    "MANIFEST",
     "Benchset",
     "InputSpec",
     "TensorEntry",
@@ -72,23 +88,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-MANIFEST = "manifest.yaml"
-FORMAT = 1
 IMPORT_KINDS = {"npz": "npz", "onnx-test-data": "onnx_test_data", "polygraphy-json": "polygraphy_json"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _VERSION_DIR = re.compile(r"^v(\d+)$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-
-
-@dataclass(frozen=True)
-class TensorEntry:
-    """One tensor of one sample: input name, file relative to the version dir, dtype, shape, sha256."""
-
-    name: str
-    file: str
-    dtype: str
-    shape: tuple[int, ...]
-    sha256: str
 
 
 @dataclass(frozen=True)
@@ -204,7 +206,8 @@ def import_files(
 
 
 def _materialize(cfg: BenchsetConfig, root: Path, clock: Callable[[], datetime]) -> tuple[Benchset, bool]:
-    decl = declaration(cfg)
+    signature = read_signature(cfg)  # the one read of the model, shared by declaration and build
+    decl = declaration(cfg, signature)
     decl_sha = declaration_sha256(decl)
     set_dir = _set_dir(root, cfg.name)
     versions = _versions(set_dir)
@@ -212,7 +215,7 @@ def _materialize(cfg: BenchsetConfig, root: Path, clock: Callable[[], datetime])
         current = _read_manifest(set_dir / f"v{versions[-1]}", cfg.name, versions[-1])
         if current.declaration_sha256 == decl_sha:
             return current, False
-    samples, labels = build(cfg)
+    samples, labels = build(cfg, signature)
     if not samples:
         raise BenchsetError(f"benchset {cfg.name!r}: source {cfg.source} yielded no samples")
     for _ in range(10):  # another process may take version N first: then try N+1
@@ -240,28 +243,10 @@ def _write_version(
     set_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-v{version}-", dir=set_dir))
     try:
-        rows = []
-        for index, sample in enumerate(samples):
-            row = []
-            for position, (input_name, raw) in enumerate(sample.items()):
-                array = np.asarray(raw)
-                file = f"s{index:05d}_{position}.npy"
-                sha = save_npy(tmp / file, array)
-                row.append(TensorEntry(input_name, file, array.dtype.name, tuple(array.shape), sha))
-            rows.append(tuple(row))
-        bs = Benchset(
-            name=cfg.name,
-            version=version,
-            directory=set_dir / f"v{version}",
-            sha256=_set_sha256(rows),
-            created_at=now.isoformat(timespec="seconds"),
-            source=cfg.source,
-            declaration_sha256=decl_sha,
-            samples=tuple(rows),
-            labels=tuple(labels),
-        )
-        _write_manifest(tmp / MANIFEST, bs, decl)
+        manifest = _manifest(tmp, cfg, version, decl, decl_sha, samples, labels, now)
+        write_manifest(tmp / MANIFEST, manifest)
         fsync_dir(tmp)
+        bs = _benchset(manifest, set_dir / f"v{version}")
         try:
             os.rename(tmp, bs.directory)
         except OSError as exc:
@@ -275,110 +260,62 @@ def _write_version(
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _write_manifest(path: Path, bs: Benchset, decl: dict[str, Any]) -> None:
-    manifest = {
-        "format": FORMAT,
-        "name": bs.name,
-        "version": bs.version,
-        "created_at": bs.created_at,
-        "source": bs.source,
-        "sha256": bs.sha256,
-        "declaration_sha256": bs.declaration_sha256,
-        "declaration": decl,
-        "samples": [
-            {
-                "label": label,
-                "tensors": [
-                    {"name": e.name, "file": e.file, "dtype": e.dtype, "shape": list(e.shape), "sha256": e.sha256}
-                    for e in entries
-                ],
-            }
-            for label, entries in zip(bs.labels, bs.samples, strict=True)
-        ],
-    }
-    with open(path, "w", encoding="utf-8") as fp:
-        yaml.safe_dump(manifest, fp, sort_keys=False, allow_unicode=True)
-        fp.flush()
-        os.fsync(fp.fileno())
+def _manifest(
+    directory: Path,
+    cfg: BenchsetConfig,
+    version: int,
+    decl: dict[str, Any],
+    decl_sha: str,
+    samples: list[Sample],
+    labels: list[str],
+    now: datetime,
+) -> Manifest:
+    """Save every tensor of ``samples`` into ``directory`` and return the manifest describing them."""
+    try:
+        rows = []
+        for index, sample in enumerate(samples):
+            row = []
+            for position, (input_name, raw) in enumerate(sample.items()):
+                array = np.asarray(raw)
+                file = f"s{index:05d}_{position}.npy"
+                sha = save_npy(directory / file, array)
+                row.append(
+                    TensorEntry(name=input_name, file=file, dtype=array.dtype.name, shape=array.shape, sha256=sha)
+                )
+            rows.append(row)
+        manifest = Manifest(
+            format=FORMAT,
+            name=cfg.name,
+            version=version,
+            created_at=now.isoformat(timespec="seconds"),
+            source=cfg.source,
+            sha256=_set_sha256(rows),
+            declaration_sha256=decl_sha,
+            declaration=decl,
+            samples=[ManifestSample(label=label, tensors=row) for label, row in zip(labels, rows, strict=True)],
+        )
+    except ValidationError as exc:  # e.g. an npz key longer than a manifest allows
+        raise BenchsetError(f"benchset {cfg.name!r} cannot be recorded: {describe_errors(exc)}") from None
+    return manifest
 
 
 def _read_manifest(version_dir: Path, name: str, version: int) -> Benchset:
-    path = version_dir / MANIFEST
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BenchsetError(f"benchset manifest {path} not found") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise BenchsetError(f"benchset manifest {path} cannot be read: {exc}") from None
-    field = _Fields(path, raw)
-    if field.get("format", int) != FORMAT:
-        raise BenchsetError(f"{path}: format {raw['format']} is not supported (expected {FORMAT})")
-    if field.get("name", str) != name or field.get("version", int) != version:
-        raise BenchsetError(f"{path}: says {raw['name']!r} v{raw['version']}, expected {name!r} v{version}")
-    samples, labels = [], []
-    for i, item in enumerate(field.get("samples", list)):
-        sample = _Fields(path, item, f"samples[{i}]")
-        labels.append(str(sample.get("label", str)))
-        entries = []
-        for k, tensor in enumerate(sample.get("tensors", list)):
-            entries.append(_parse_entry(path, tensor, f"samples[{i}].tensors[{k}]", version_dir))
-        samples.append(tuple(entries))
-    sha = field.get("sha256", str)
-    decl_sha = field.get("declaration_sha256", str)
-    for key, value in (("sha256", sha), ("declaration_sha256", decl_sha)):
-        if not _SHA256.match(value):
-            raise BenchsetError(f"{path}: {key} must be 64 lowercase hex digits, got {value!r}")
+    return _benchset(read_manifest(version_dir, name, version), version_dir)
+
+
+def _benchset(manifest: Manifest, directory: Path) -> Benchset:
+    """The in-memory view of a validated manifest that lives in ``directory``."""
     return Benchset(
-        name=name,
-        version=version,
-        directory=version_dir,
-        sha256=sha,
-        created_at=str(field.get("created_at", str)),
-        source=field.get("source", str),
-        declaration_sha256=decl_sha,
-        samples=tuple(samples),
-        labels=tuple(labels),
+        name=manifest.name,
+        version=manifest.version,
+        directory=directory,
+        sha256=manifest.sha256,
+        created_at=manifest.created_at,
+        source=manifest.source,
+        declaration_sha256=manifest.declaration_sha256,
+        samples=tuple(tuple(sample.tensors) for sample in manifest.samples),
+        labels=tuple(sample.label for sample in manifest.samples),
     )
-
-
-def _parse_entry(path: Path, raw: Any, where: str, version_dir: Path) -> TensorEntry:
-    field = _Fields(path, raw, where)
-    file = field.get("file", str)
-    resolve_inside(version_dir, file, what=f"{path}: {where}.file")
-    dtype = field.get("dtype", str)
-    try:
-        plain = is_plain_dtype(np.dtype(dtype))
-    except (TypeError, ValueError, SyntaxError):  # np.dtype parses strings like "i4, (" with eval-like code
-        plain = False
-    if not plain:
-        raise BenchsetError(f"{path}: {where}.dtype {dtype!r} is not a plain numeric/bool dtype")
-    shape = field.get("shape", list)
-    if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-        raise BenchsetError(f"{path}: {where}.shape must be a list of non-negative integers, got {shape!r}")
-    sha = field.get("sha256", str)
-    if not _SHA256.match(sha):
-        raise BenchsetError(f"{path}: {where}.sha256 must be 64 lowercase hex digits, got {sha!r}")
-    return TensorEntry(field.get("name", str), file, np.dtype(dtype).name, tuple(shape), sha)
-
-
-class _Fields:
-    """Typed access to one mapping of an untrusted manifest, with errors naming file and field."""
-
-    def __init__(self, path: Path, raw: Any, where: str = "") -> None:
-        if not isinstance(raw, dict):
-            raise BenchsetError(f"{path}: {where or 'top level'} must be a mapping, got {type(raw).__name__}")
-        self.path, self.raw, self.where = path, raw, where
-
-    def get(self, key: str, kind: type[Any]) -> Any:
-        label = f"{self.where}.{key}" if self.where else key
-        if key not in self.raw:
-            raise BenchsetError(f"{self.path}: {label} is missing")
-        value = self.raw[key]
-        if kind is str and isinstance(value, datetime):  # YAML reads an unquoted timestamp as a datetime
-            value = value.isoformat()
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise BenchsetError(f"{self.path}: {label} must be a {kind.__name__}, got {type(value).__name__}")
-        return value
 
 
 def _set_sha256(samples: Sequence[Sequence[TensorEntry]]) -> str:
