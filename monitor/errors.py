@@ -29,3 +29,13 @@ class BaselineError(MonitorError):
 
 class ModelError(MonitorError):
     """A model file is missing or cannot be loaded, or inputs do not fit its signature."""
+
+
+class BusyError(MonitorError):
+    """Every check worker is taken (``daemon.workers``); the request may be retried shortly.
+
+    Not the user's mistake, and nothing was measured: exit code 3 on the command line, HTTP 429
+    with ``Retry-After`` from the API.
+    """
+
+    exit_code = 3

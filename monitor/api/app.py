@@ -38,7 +38,7 @@ from monitor.api.environments import HEX_PREFIX, NAME
 from monitor.api.guard import ErrorGuard, internal_error
 from monitor.api.handle import DaemonHandle
 from monitor.config.settings import Settings
-from monitor.errors import MonitorError
+from monitor.errors import BusyError, MonitorError
 from monitor.files import baselines
 from monitor.store import pick_latest
 
@@ -233,12 +233,17 @@ def _write_routes(app: FastAPI, handle: DaemonHandle) -> None:
     guarded: dict[int | str, dict[str, Any]] = {401: {"model": out.Problem}, 403: {"model": out.Problem}}
     auth = [Depends(authorized)]
 
-    @app.post("/api/v1/models/{name}/check", dependencies=auth, responses=guarded | _NOT_FOUND, tags=["actions"])
+    busy: dict[int | str, dict[str, Any]] = {429: {"model": out.Problem, "description": "every check worker is busy"}}
+
+    @app.post("/api/v1/models/{name}/check", dependencies=auth, responses=guarded | _NOT_FOUND | busy, tags=["actions"])
     def check_now(name: ModelName) -> out.CheckOut:
         """Run one check of the model now (isolated, recorded like a scheduled run) and return its result."""
         if name not in {m.name for m in handle.settings.models}:
             raise HTTPException(404, f"no model {name!r} in the config; models are {_model_names(handle)}")
-        result = handle.run_now(name)
+        try:
+            result = handle.run_now(name)
+        except BusyError as exc:
+            raise HTTPException(429, str(exc), headers={"Retry-After": "5"}) from None
         return out.CheckOut(model=result.model, verdict=result.verdict.value, result=out.json_safe(result.to_dict()))
 
     @app.post(

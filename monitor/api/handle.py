@@ -36,7 +36,7 @@ class DaemonHandle(Protocol):
         ...
 
     def run_now(self, model: str) -> CheckResult:
-        """Run one check synchronously (isolated) and record it."""
+        """Run one check synchronously (isolated) and record it; ``BusyError`` when no worker is free."""
         ...
 
     def reload(self) -> bool:

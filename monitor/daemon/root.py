@@ -26,7 +26,7 @@ from monitor.config import settings as config
 from monitor.config.plan import CheckPlan, plan_for
 from monitor.daemon import child as worker
 from monitor.daemon import isolate, scheduler
-from monitor.errors import MonitorError
+from monitor.errors import BusyError, MonitorError
 from monitor.files import baselines
 from monitor.results import CheckResult, Verdict, error_result
 from monitor.runtime import envsnap
@@ -38,6 +38,7 @@ log = logging.getLogger("onnxmon.daemon")
 # Reasons that mean "the check could not run at all": these back a model off.
 _RUN_FAILURES = frozenset({"timeout", "crash", "model_error", "run_error", "internal_error"})
 _GRACE_S = 10.0  # the child's own deadline fires first; the hard kill comes this much later
+_BUSY_WAIT_S = 1.0  # an API-triggered check waits this long for a free worker, then gets 429
 
 
 @dataclass
@@ -72,6 +73,10 @@ class Daemon:
         self.database_sink = _database_sink(self)
         self.sinks: list[Sink] = _sinks(self)
         self.devices = scheduler.DeviceLocks()
+        # Every isolated check holds one of daemon.workers slots, scheduled or asked for through the
+        # API, so a burst of POST .../check can never fork more children than the config allows.
+        self.workers = settings.daemon.workers
+        self._slots = threading.BoundedSemaphore(self.workers)
         self._backoff: dict[str, _Backoff] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -154,12 +159,23 @@ class Daemon:
     def run_now(self, model: str) -> CheckResult:
         """Run one isolated check of ``model`` now, dispatch its result and return it.
 
-        ``ConfigError`` (naming the known models) when the config has no such model.
+        ``ConfigError`` (naming the known models) when the config has no such model; ``BusyError``
+        when every worker slot is taken (the API answers 429), rather than queueing unboundedly.
         """
-        return self.run_plan(plan_for(self._settings, model))
+        plan = plan_for(self._settings, model)
+        if not self._slots.acquire(timeout=_BUSY_WAIT_S):
+            raise BusyError(f"all {self.workers} check workers are busy (daemon.workers); retry shortly")
+        try:
+            return self._run_isolated(plan)
+        finally:
+            self._slots.release()
 
     def run_plan(self, plan: CheckPlan) -> CheckResult:
-        """Run one isolated check of a resolved plan now, dispatch its result and return it."""
+        """Run one isolated check of a resolved plan, waiting for a worker slot, dispatch and return it."""
+        with self._slots:
+            return self._run_isolated(plan)
+
+    def _run_isolated(self, plan: CheckPlan) -> CheckResult:
         model = plan.name
         memory = self._settings.daemon.memory_limit_mb
         with self.devices.hold(scheduler.device_key(plan.model)):
