@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import subprocess
 import sys
@@ -10,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from monitor import capture
+from monitor.config.plan import plan_for
+from monitor.store import Store
 from tests import modelzoo
 from tests.workspace import Workspace
 
@@ -61,3 +66,76 @@ def test_serve_with_an_impossible_address_is_a_usage_error(ws: Workspace, args: 
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert message in result.stderr
+
+
+# --- check: an unreachable store loses nothing (issue 17, item 3) ----------------------------------
+
+
+def check(ws: Workspace, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "onnxmon"), "check", "-c", str(ws.config_file), *args],
+        cwd=ws.root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.fixture
+def baselined(ws: Workspace) -> Workspace:
+    capture.capture_baseline(plan_for(ws.settings(), "clf"))
+    return ws
+
+
+def test_check_with_an_unreachable_sqlite_store_spools_the_result_and_exits_3(baselined: Workspace) -> None:
+    spool = baselined.root / "spool-elsewhere"
+    env = {"ONNXMON_STORE__URL": "sqlite:////proc/no/such/dir/x.db", "ONNXMON_STORE__SPOOL_DIR": str(spool)}
+    result = check(baselined, "--json", env=env)
+    assert result.returncode == 3, result.stderr
+    assert "Traceback" not in result.stderr
+    assert json.loads(result.stdout)[0]["verdict"] == "pass"  # the measurement is printed all the same
+    assert "1 result(s) spooled in" in result.stderr and str(spool) in result.stderr
+    assert len(list(spool.glob("*.json"))) == 1
+    # The next check against a store that works writes the backlog back first, in order.
+    back = check(baselined, "-q", env={"ONNXMON_STORE__SPOOL_DIR": str(spool)})
+    assert back.returncode == 0, back.stderr
+    assert list(spool.glob("*.json")) == []
+    with Store(baselined.settings().store.url) as store:
+        assert len(store.history("clf", limit=10)) == 2
+
+
+def test_check_whose_store_and_spool_both_fail_prints_the_result_and_exits_3(baselined: Workspace) -> None:
+    blocker = baselined.root / "a-file"
+    blocker.write_text("not a directory")
+    env = {"ONNXMON_STORE__URL": f"sqlite:///{blocker}/x.db", "ONNXMON_STORE__SPOOL_DIR": str(blocker / "spool")}
+    result = check(baselined, "--json", env=env)
+    assert result.returncode == 3
+    assert "Traceback" not in result.stderr
+    assert json.loads(result.stdout)[0]["model"] == "clf"
+    assert "1 result(s) not recorded" in result.stderr
+
+
+@pytest.mark.postgres
+def test_check_against_a_missing_postgresql_database_spools_and_exits_3(
+    baselined: Workspace, postgres_url: str
+) -> None:
+    url = postgres_url.rsplit("/", 1)[0] + "/onnxmon_no_such_database"
+    spool = baselined.root / "pg-spool"
+    result = check(baselined, "-q", env={"ONNXMON_STORE__URL": url, "ONNXMON_STORE__SPOOL_DIR": str(spool)})
+    assert result.returncode == 3, result.stderr
+    assert "Traceback" not in result.stderr and "does not exist" in result.stderr
+    assert len(list(spool.glob("*.json"))) == 1
+
+
+# --- check: the timeout is hard, as in the daemon (issue 17, item 7) --------------------------------
+
+
+def test_check_of_a_hung_model_is_cut_at_its_timeout_in_a_child(ws: Workspace) -> None:
+    ws.add_model("spin", modelzoo.hang(iterations=1), count=1, dims={}, timeout="2s")
+    capture.capture_baseline(plan_for(ws.settings(), "spin"))
+    ws.replace_model("spin", modelzoo.hang(iterations=10**10))
+    result = check(ws, "spin", "--json", "--no-store")
+    assert result.returncode == 3, result.stderr
+    (outcome,) = json.loads(result.stdout)
+    assert [r["code"] for r in outcome["reasons"]] == ["timeout"]

@@ -9,10 +9,9 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from monitor.check import run_check
-from monitor.cli import common
+from monitor.cli import common, recording
 from monitor.config.plan import plan_for
-from monitor.config.settings import Settings
+from monitor.daemon import child
 from monitor.errors import MonitorError
 from monitor.results import CheckResult, Verdict
 
@@ -43,21 +42,19 @@ def register(app: typer.Typer) -> None:
         if not names:
             raise MonitorError(f"{settings.source}: no models configured")
         plans = [plan_for(settings, name) for name in names]  # an unknown name fails before anything runs
-        results = [run_check(plan) for plan in plans]
-        if store:
-            _record(settings, results)
+        memory = settings.daemon.memory_limit_mb
+        # Each check in its own child with the model's hard timeout, exactly as the daemon runs it.
+        results = [child.run_isolated(plan, job=child.measure_only, memory_limit_mb=memory)[0] for plan in plans]
+        recorded = recording.record(settings, results) if store else None
         if as_json:
             common.print_json([r.to_dict() for r in results])
         elif not quiet:
             common.console().print(render(results))
-        raise typer.Exit(exit_code(results))
-
-
-def _record(settings: Settings, results: list[CheckResult]) -> None:
-    node, pod = common.node_identity()
-    db = common.open_store(settings)
-    for result in results:
-        db.record_run(result, node=node, pod=pod)
+        code = exit_code(results)
+        if recorded is not None and not recorded.complete:
+            typer.echo(f"onnxmon: warning: {recorded.message()}", err=True)
+            code = code or 3  # a drift still says 1; otherwise "not recorded" is "could not measure"
+        raise typer.Exit(code)
 
 
 def render(results: list[CheckResult]) -> Table:

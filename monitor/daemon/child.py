@@ -9,14 +9,18 @@ auto-captured, its metadata).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from monitor import capture
 from monitor.check import run_check
 from monitor.config.plan import CheckPlan
+from monitor.daemon import isolate
 from monitor.errors import MonitorError
 from monitor.files import baselines
-from monitor.results import CheckResult, Verdict
+from monitor.results import CheckResult, Verdict, error_result
+
+GRACE_S = 10.0  # the child's own deadline fires first; the hard kill comes this much later
 
 
 def check_job(plan: CheckPlan) -> dict[str, Any]:
@@ -28,6 +32,37 @@ def check_job(plan: CheckPlan) -> dict[str, Any]:
     if result.verdict is Verdict.FAIL and plan.localize_on_fail:
         payload["result"]["details"]["localization"] = _localize(plan)
     return payload
+
+
+def measure_only(plan: CheckPlan) -> dict[str, Any]:
+    """The check alone (``onnxmon check``): no auto-capture, no localization."""
+    return {"result": run_check(plan).to_dict()}
+
+
+def run_isolated(
+    plan: CheckPlan,
+    *,
+    job: Callable[[CheckPlan], dict[str, Any]] = check_job,
+    memory_limit_mb: int | None = None,
+    clock: Callable[[], float] = time.time,
+) -> tuple[CheckResult, dict[str, Any] | None]:
+    """Run ``job(plan)`` in an isolated child with the plan's hard timeout; the result and any captured baseline.
+
+    The daemon and the CLI both measure through here, so ``timeout: 5s`` means the same thing to
+    both: the child's own deadline fires first, and its process group is killed ``GRACE_S`` later.
+    A timeout or a crash is an ``error`` result with reason ``timeout`` or ``crash``.
+    """
+    started = clock()
+    outcome = isolate.run(
+        job,
+        plan,
+        timeout_s=plan.timeout_s + GRACE_S,
+        memory_limit_bytes=memory_limit_mb * 1024 * 1024 if memory_limit_mb else None,
+    )
+    if outcome.kind == "ok" and outcome.value is not None:
+        return CheckResult.from_dict(outcome.value["result"]), outcome.value.get("captured_baseline")
+    code = "timeout" if outcome.kind == "timeout" else "crash"
+    return error_result(plan.name, code, outcome.detail, started, clock()), None
 
 
 def _lacks_baseline(result: CheckResult) -> bool:

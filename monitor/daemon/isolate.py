@@ -15,7 +15,9 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import resource
+import select
 import signal
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -68,7 +70,7 @@ def run(
     ctx = context()
     receiver, sender = ctx.Pipe(duplex=False)
     process = ctx.Process(  # type: ignore[attr-defined]
-        target=_child, args=(sender, function, args, memory_limit_bytes), daemon=True
+        target=_child, args=(sender, function, args, memory_limit_bytes, os.getpid()), daemon=True
     )
     began = time.monotonic()
     process.start()
@@ -120,9 +122,11 @@ def _child(
     function: ChildFunction,
     args: tuple[Any, ...],
     memory_limit_bytes: int | None,
+    owner: int,
 ) -> None:
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)  # own process group: the parent kills us and our children together
+    _die_with(owner)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
     if memory_limit_bytes:
@@ -135,6 +139,42 @@ def _child(
             sender.send(("raised", f"{type(exc).__name__}: {exc}"[:1000]))
     finally:
         sender.close()
+
+
+def _die_with(owner: int) -> None:
+    """Kill this child's process group as soon as ``owner`` (the daemon or CLI that ran it) exits.
+
+    The child's parent is multiprocessing's forkserver, which outlives a SIGKILLed daemon while any
+    child still holds its liveness pipe, so ``PR_SET_PDEATHSIG`` would never fire. Instead a thread
+    waits on a pidfd of the owner (a poll of its pid where pidfds are missing) and takes the group
+    down, so no check runs on past its hard cut with nobody left to enforce it.
+    """
+
+    def watch() -> None:
+        try:
+            handle = os.pidfd_open(owner)
+        except ProcessLookupError:
+            handle = None  # already gone
+        except (AttributeError, OSError):
+            handle = -1  # no pidfds here: poll
+        if handle is not None and handle >= 0:
+            select.select([handle], [], [])
+        elif handle == -1:
+            while _exists(owner):
+                time.sleep(0.5)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="onnxmon-owner-watch", daemon=True).start()
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _kill_group(process: Any) -> None:

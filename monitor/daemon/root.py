@@ -25,7 +25,7 @@ from monitor.config import scope
 from monitor.config import settings as config
 from monitor.config.plan import CheckPlan, plan_for
 from monitor.daemon import child as worker
-from monitor.daemon import isolate, scheduler
+from monitor.daemon import scheduler
 from monitor.errors import BusyError, MonitorError
 from monitor.files import baselines
 from monitor.results import CheckResult, Verdict, error_result
@@ -37,7 +37,6 @@ log = logging.getLogger("onnxmon.daemon")
 
 # Reasons that mean "the check could not run at all": these back a model off.
 _RUN_FAILURES = frozenset({"timeout", "crash", "model_error", "run_error", "internal_error"})
-_GRACE_S = 10.0  # the child's own deadline fires first; the hard kill comes this much later
 _BUSY_WAIT_S = 1.0  # an API-triggered check waits this long for a free worker, then gets 429
 
 
@@ -176,24 +175,12 @@ class Daemon:
             return self._run_isolated(plan)
 
     def _run_isolated(self, plan: CheckPlan) -> CheckResult:
-        model = plan.name
-        memory = self._settings.daemon.memory_limit_mb
         with self.devices.hold(scheduler.device_key(plan.model)):
-            started = self.clock()
-            outcome = isolate.run(
-                worker.check_job,
-                plan,
-                timeout_s=plan.timeout_s + _GRACE_S,
-                memory_limit_bytes=memory * 1024 * 1024 if memory else None,
+            result, captured = worker.run_isolated(
+                plan, memory_limit_mb=self._settings.daemon.memory_limit_mb, clock=self.clock
             )
-        if outcome.kind == "ok" and outcome.value is not None:
-            result = CheckResult.from_dict(outcome.value["result"])
-            captured = outcome.value.get("captured_baseline")
-            if captured and "error" not in captured:
-                self._record_captured(captured)
-        else:
-            code = "timeout" if outcome.kind == "timeout" else "crash"
-            result = error_result(model, code, outcome.detail, started, self.clock())
+        if captured and "error" not in captured:
+            self._record_captured(captured)
         self._update_backoff(plan, result)
         self.dispatch(result)
         return result

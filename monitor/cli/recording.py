@@ -1,0 +1,107 @@
+"""Recording the CLI's results the way the daemon does: to the store, else to the spool, never lost.
+
+``onnxmon check`` measures first and records second. When the history store cannot take a result
+(an unreachable PostgreSQL, a SQLite path that does not exist, a bad URL), the result goes to the
+same on-disk spool the daemon uses, and the next ``onnxmon check`` or daemon start writes it back.
+When the spool cannot take it either, the result is still printed by the caller. Either way the
+command says so in one line and exits 3 ("could not record"), never 1 (the drift code) with a
+traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from monitor.cli import common
+from monitor.config.settings import Settings, mask_url
+from monitor.results import CheckResult
+from monitor.sinks.database import DatabaseSink, is_outage
+from monitor.sinks.spool import Spool, default_directory
+from monitor.store import Store
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What became of the results: all written, spooled (with where), or neither (with why)."""
+
+    written: int
+    spooled: int
+    lost: int
+    problem: str | None = None
+    spool_dir: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.problem is None
+
+    def message(self) -> str:
+        """One line for stderr; empty when every result reached the store."""
+        if self.complete:
+            return ""
+        if self.lost:
+            return f"the history store cannot take results ({self.problem}); {self.lost} result(s) not recorded"
+        return (
+            f"the history store cannot take results ({self.problem}); {self.spooled} result(s) spooled in"
+            f" {self.spool_dir}, written back by the next check or daemon start"
+        )
+
+
+def record(settings: Settings, results: Sequence[CheckResult]) -> Recorded:
+    """Write ``results`` to the configured store through the spool; never raises for an outage."""
+    node, pod = common.node_identity()
+    store_cfg = settings.store
+    spool = Spool(
+        Path(store_cfg.spool_dir or default_directory(store_cfg.url, store_cfg.baselines_dir)),
+        max_results=store_cfg.spool_max_results,
+    )
+    try:
+        store: Store | None = common.open_store(settings)
+    except Exception as exc:  # a bad URL or an unreachable database: the store cannot even open
+        if not (is_outage(exc) or type(exc).__name__ in {"ArgumentError", "NoSuchModuleError"}):
+            raise
+        return _spool_all(spool, results, node, pod, _why(exc, store_cfg.url))
+    assert store is not None
+    sink = DatabaseSink(store, node=node, pod=pod, spool=spool, retry_s=3600.0)
+    quiet = logging.getLogger("onnxmon.sinks.database")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # the command prints its own one line about the outage
+    try:
+        with contextlib.suppress(Exception):
+            sink.flush()  # a backlog from earlier runs goes first, in measured order
+        before = sink.spooled
+        lost, failure = 0, None
+        for result in results:
+            try:
+                sink.write(result)
+            except Exception as exc:  # the spool failed too, or the store refused the row: printed, not recorded
+                lost += 1
+                failure = _why(exc, store_cfg.url)
+        spooled = sink.spooled - before
+        problem = (failure or sink.last_outage or "unknown") if (spooled or lost) else None
+        return Recorded(len(results) - spooled - lost, spooled, lost, problem, str(spool.directory))
+    finally:
+        quiet.setLevel(level)
+        sink.close()
+        store.close()
+
+
+def _spool_all(
+    spool: Spool, results: Sequence[CheckResult], node: str | None, pod: str | None, problem: str
+) -> Recorded:
+    spooled = lost = 0
+    for result in results:
+        try:
+            spool.append(result, node=node, pod=pod)
+            spooled += 1
+        except OSError:
+            lost += 1
+    return Recorded(0, spooled, lost, problem, str(spool.directory))
+
+
+def _why(exc: BaseException, url: str) -> str:
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return f"{mask_url(url)}: {type(exc).__name__}: {first}"[:300]
