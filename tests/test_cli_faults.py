@@ -139,3 +139,33 @@ def test_check_of_a_hung_model_is_cut_at_its_timeout_in_a_child(ws: Workspace) -
     assert result.returncode == 3, result.stderr
     (outcome,) = json.loads(result.stdout)
     assert [r["code"] for r in outcome["reasons"]] == ["timeout"]
+
+
+# --- names are data, not markup (issue 17, item 4) --------------------------------------------------
+
+HOSTILE_NAME = "[/]logits [bold]raw[/bold]"
+
+
+def test_rich_markup_in_an_output_name_is_shown_verbatim_in_check_and_history(ws: Workspace) -> None:
+    model = modelzoo.classifier()
+    old = model.graph.output[0].name
+    model.graph.output[0].name = HOSTILE_NAME
+    for node in model.graph.node:
+        node.input[:] = [HOSTILE_NAME if name == old else name for name in node.input]
+        node.output[:] = [HOSTILE_NAME if name == old else name for name in node.output]
+    ws.add_model("odd", model, count=2)
+    capture.capture_baseline(plan_for(ws.settings(), "odd"))
+    shown = check(ws, "odd", env={"COLUMNS": "200"})
+    assert shown.returncode == 0, shown.stderr
+    assert "Traceback" not in shown.stderr and "MarkupError" not in shown.stderr
+    assert "[bold]raw[/bold]" in shown.stdout  # fold may wrap the cell, but nothing is swallowed
+    history = subprocess.run(
+        [str(BIN / "onnxmon"), "history", "odd", "-c", str(ws.config_file)],
+        cwd=ws.root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert history.returncode == 0, history.stderr
+    assert "[/]logits" in history.stdout

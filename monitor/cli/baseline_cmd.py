@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from monitor import capture
 from monitor.cli import common
@@ -89,7 +88,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             common.print_json([b.meta.to_dict() | {"active": b.id == active} for b in items])
             return
-        table = Table("", "id", "created", "source", "samples", "model sha256", "environment")
+        table = common.PlainTable("", "id", "created", "source", "samples", "model sha256", "environment")
         for b in items:
             fp = b.meta.environment_fingerprint or "-"
             table.add_row(
@@ -129,7 +128,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             common.print_json([dataclasses.asdict(r) for r in rows])
             return
-        table = Table("id", "source", "created", "active from", "active until", "environment")
+        table = common.PlainTable("id", "source", "created", "active from", "active until", "environment")
         for r in rows:
             table.add_row(*(str(getattr(r, f, "") or "-") for f in (
                 "baseline_id", "source", "created_at", "active_from", "active_until", "environment_fingerprint"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from monitor.cli import common, recording
 from monitor.config.plan import plan_for
@@ -59,14 +60,14 @@ def register(app: typer.Typer) -> None:
 
 def render(results: list[CheckResult]) -> Table:
     """One row per output (one per model when nothing was measured)."""
-    table = Table(show_lines=False, pad_edge=False)
+    table = common.PlainTable(show_lines=False, pad_edge=False)
     for column in ("model", "output", "verdict", "max abs", "max rel", "cosine", "SNR dB", "mismatch", "reasons"):
         table.add_column(column, overflow="fold")
     for result in results:
         style = _STYLE[result.verdict]
         check_reasons = "; ".join(str(r) for r in result.reasons)
         if not result.outputs:
-            table.add_row(result.model, "-", f"[{style}]{result.verdict.value}[/]", "", "", "", "", "", check_reasons)
+            table.add_row(result.model, "-", Text(result.verdict.value, style=style), "", "", "", "", "", check_reasons)
             continue
         for i, out in enumerate(result.outputs):
             m = out.metrics
@@ -76,7 +77,7 @@ def render(results: list[CheckResult]) -> Table:
             table.add_row(
                 result.model if i == 0 else "",
                 out.name,
-                f"[{_STYLE[out.verdict]}]{out.verdict.value}[/]",
+                Text(out.verdict.value, style=_STYLE[out.verdict]),
                 common.fmt(m.max_abs_error),
                 common.fmt(m.max_rel_error),
                 common.fmt(m.cosine_similarity, ".6f"),

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from monitor import jsonsafe
 from monitor.config import settings as config
@@ -62,3 +64,15 @@ def fmt(value: float | int | None, spec: str = ".3g") -> str:
     if value is None:
         return "-"
     return format(value, spec)
+
+
+class PlainTable(Table):
+    """A rich ``Table`` whose string cells are shown exactly as written, never parsed as markup.
+
+    Model, output and node names are data: ``[/]`` in one must not crash the command and
+    ``[word]`` must not vanish from the table. Styled cells are passed as ``Text``.
+    """
+
+    def add_row(self, *renderables: Any, style: Any = None, end_section: bool = False) -> None:
+        cells = [Text(cell) if isinstance(cell, str) else cell for cell in renderables]
+        super().add_row(*cells, style=style, end_section=end_section)

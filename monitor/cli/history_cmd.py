@@ -77,7 +77,7 @@ def _since(value: str | None) -> datetime | None:
 
 
 def _table(model: str, items: list[HistoryItem]) -> Table:
-    table = Table(title=f"history of {model} (oldest first)", title_justify="left")
+    table = common.PlainTable(title=Text(f"history of {model} (oldest first)"), title_justify="left")
     for header, justify in (
         ("when (UTC)", "left"),
         ("node", "left"),

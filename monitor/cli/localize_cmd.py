@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
 from monitor.cli import common
 from monitor.config.plan import plan_for
@@ -52,8 +51,10 @@ def register(app: typer.Typer) -> None:
         if as_json:
             common.print_json(report.to_dict())
         elif not quiet:
-            console.print(report.summary())
-            table = Table("#", "node", "op", "rel error", "max abs", "inputs moved", title="top nodes by error")
+            console.print(report.summary(), markup=False)
+            table = common.PlainTable(
+                "#", "node", "op", "rel error", "max abs", "inputs moved", title="top nodes by error"
+            )
             for node in report.top:
                 table.add_row(
                     str(node.index), node.name, node.op_type, common.fmt(node.rel_error),
