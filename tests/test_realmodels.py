@@ -247,7 +247,8 @@ def float_attributes(graph: onnx.GraphProto) -> Iterator[onnx.AttributeProto]:
     """Every list-of-floats attribute: where ai.onnx.ml models keep their weights (trees, linear models)."""
     for node in graph.node:
         for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.FLOATS and len(attr.floats) > 1:
+            # nodes_hitrates is a hint to the runtime, not a weight: scaling it changes nothing
+            if attr.type == onnx.AttributeProto.FLOATS and len(attr.floats) > 1 and attr.name != "nodes_hitrates":
                 yield attr
             elif attr.type == onnx.AttributeProto.GRAPH:
                 yield from float_attributes(attr.g)
