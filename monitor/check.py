@@ -7,9 +7,9 @@ problem on the way into data: drift is a ``fail`` with reasons, anything that st
 measurement is an ``error`` with a bounded reason code.
 
 Attribution of a failing check, in order of precedence: ``model_changed`` (the model
-file hash differs from the baseline's), ``benchset_changed``, ``env_changed`` (a stable
-environment field differs, or a provider fell back), otherwise ``numeric`` (same stack,
-different numbers).
+file hash, or the hash of one of its external-data files, differs from the baseline's),
+``benchset_changed``, ``env_changed`` (a stable environment field differs, or a provider fell
+back), otherwise ``numeric`` (same stack, different numbers).
 """
 
 from __future__ import annotations
@@ -114,6 +114,7 @@ def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCaptur
                 f"{model.path} sha256 {identity.sha256[:12]} != baseline {baseline.meta.model_sha256[:12]}",
             )
         )
+    reasons.extend(external_data_changes(model.path.name, identity.external_data, baseline.meta.external_data))
     if bench.sha256 != baseline.meta.benchset_sha256:
         reasons.append(
             Reason(
@@ -155,6 +156,28 @@ def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCaptur
         attribution=attribute(verdict, reasons, env_changes),
         details=details,
     )
+
+
+def external_data_changes(model_file: str, now: Mapping[str, str], before: Mapping[str, str]) -> list[Reason]:
+    """One ``model_changed`` reason per external-data file whose sha256 differs from the baseline's.
+
+    A model saved with external data keeps its weights beside the ``.onnx``: an edited weight
+    file leaves the ``.onnx`` hash unchanged, so each file is compared on its own and named.
+    A file the model newly references, or no longer references, is a change too.
+    """
+    reasons = []
+    for location in sorted(set(now) | set(before)):
+        old, new = before.get(location), now.get(location)
+        if old == new:
+            continue
+        if old is None:
+            detail = f"{model_file} now references external data {location} (not in the baseline)"
+        elif new is None:
+            detail = f"{model_file} no longer references external data {location} (the baseline's had it)"
+        else:
+            detail = f"external data {location} of {model_file} sha256 {new[:12]} != baseline {old[:12]}"
+        reasons.append(Reason("model_changed", detail))
+    return reasons
 
 
 def attribute(verdict: Verdict, reasons: list[Reason], env_changes: list[dict[str, Any]]) -> str | None:

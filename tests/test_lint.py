@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-SCRIPTS = ("gpu-check", "fetch-helm", "ort-venv", "sync-chart-files")
+SCRIPTS = ("gpu-check", "fetch-helm", "fetch-models", "ort-venv", "sync-chart-files")
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -29,6 +29,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
             "examples",
             "scripts/gpu-check",
             "scripts/fetch-helm",
+            "scripts/fetch-models",
             "scripts/ort-venv",
         ),
         ("ruff", "format", "--check", "monitor", "tests", "bench", "examples"),

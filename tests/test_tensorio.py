@@ -34,10 +34,21 @@ def test_saved_arrays_read_back_identical_with_the_returned_checksum(tmp_path: P
     loaded[0, 0, 0] = 1  # the returned array is an ordinary writable array
 
 
-def test_scalars_and_empty_arrays_round_trip(tmp_path: Path) -> None:
-    for name, array in (("scalar", np.float32(3.5)), ("empty", np.zeros((0, 4), np.int32))):
-        save_npy(tmp_path / f"{name}.npy", np.asarray(array))
-        np.testing.assert_array_equal(load_npy(tmp_path / f"{name}.npy"), array)
+def test_scalars_and_empty_arrays_round_trip_with_their_exact_shape(tmp_path: Path) -> None:
+    # A 0-d tensor (silero-vad's ``sr`` input) once came back as shape (1,); assert_array_equal broadcasts
+    # and would not notice, so the shape is compared on its own.
+    cases = (("scalar", np.float32(3.5)), ("int-scalar", np.int64(16000)), ("empty", np.zeros((0, 4), np.int32)))
+    for name, array in cases:
+        sha = save_npy(tmp_path / f"{name}.npy", np.asarray(array))
+        loaded = load_npy(tmp_path / f"{name}.npy", expect_shape=np.shape(array), expect_sha256=sha)
+        assert loaded.shape == np.shape(array)
+        np.testing.assert_array_equal(loaded, array)
+
+
+def test_a_0d_npz_member_keeps_its_shape(tmp_path: Path) -> None:
+    np.savez(tmp_path / "s.npz", sr=np.int64(16000), x=np.zeros((2, 3), np.float32))
+    arrays = load_npz(tmp_path / "s.npz")
+    assert arrays["sr"].shape == () and int(arrays["sr"]) == 16000
 
 
 def test_big_endian_arrays_are_saved_in_native_order_with_the_same_values(tmp_path: Path) -> None:

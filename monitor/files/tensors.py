@@ -95,14 +95,18 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def save_npy(path: Path, array: np.ndarray[Any, Any], *, error: type[MonitorError] = BenchsetError) -> str:
-    """Write ``array`` as ``.npy`` (no pickles, native byte order), fsync it, and return its sha256."""
+    """Write ``array`` as ``.npy`` (no pickles, native byte order, C order), fsync it, and return its sha256.
+
+    The shape is written as it is, 0-d included: a scalar input or output must read back as ``()``.
+    """
     array = np.asarray(array)
     if not is_plain_dtype(array.dtype):
         raise error(f"cannot save {path}: dtype {array.dtype} is not a plain numeric/bool dtype")
     if not array.dtype.isnative:
         array = array.astype(array.dtype.newbyteorder("="))
     buffer = io.BytesIO()
-    npy_format.write_array(buffer, np.ascontiguousarray(array), allow_pickle=False)
+    # C order, shape kept: np.ascontiguousarray would turn a 0-d (scalar) tensor into shape (1,).
+    npy_format.write_array(buffer, np.asarray(array, order="C"), allow_pickle=False)
     data = buffer.getvalue()
     with open(path, "wb") as fp:
         fp.write(data)

@@ -9,6 +9,8 @@ requested provider missing from it is reported in ``SessionInfo.fallback``.
 
 ``run()`` validates inputs against the model signature once (the public method
 validates, the private one works) and enforces a timeout with ``RunOptions.terminate``.
+Outputs come back as arrays: a ZipMap's sequence of maps as two tensors (``nontensor.py``), any
+other non-tensor output type refused when the session is built, naming the output and its type.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import onnxruntime as ort
 from monitor.config.settings import ProviderSpec, SessionConfig
 from monitor.errors import ModelError
 from monitor.files.signature import InputSpec, check_inputs_fit
+from monitor.runtime import nontensor
 
 _OPT_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -172,6 +175,8 @@ class Session:
             outputs=tuple(_spec(o) for o in self._session.get_outputs()),
             load_seconds=load_seconds,
         )
+        for output in self.info.outputs:
+            nontensor.check_output_type(output.name, output.type, str(self.model_path))
         self._signature = [
             InputSpec(
                 spec.name,
@@ -183,7 +188,13 @@ class Session:
 
     @property
     def output_names(self) -> list[str]:
-        return [o.name for o in self.info.outputs]
+        """The compared outputs: the model's, each sequence of maps followed by its ``:keys`` tensor."""
+        names = []
+        for output in self.info.outputs:
+            names.append(output.name)
+            if nontensor.is_sequence_of_maps(output.type):
+                names.append(nontensor.keys_name(output.name))
+        return names
 
     def _placement(self) -> dict[str, int]:
         """Node count per execution provider, where this ORT version can tell."""
@@ -226,7 +237,15 @@ class Session:
             if guard.fired.is_set():
                 raise RunTimeout(f"inference exceeded {guard.timeout_s:g}s and was terminated") from None
             raise
-        return dict(zip(self.output_names, (np.asarray(v) for v in values), strict=True))
+        result: dict[str, np.ndarray] = {}
+        for output, value in zip(self.info.outputs, values, strict=True):
+            if nontensor.is_sequence_of_maps(output.type):
+                result[output.name], result[nontensor.keys_name(output.name)] = nontensor.flatten_maps(
+                    output.name, output.type, value
+                )
+            else:
+                result[output.name] = np.asarray(value)
+        return result
 
 
 class Deadline:
