@@ -45,11 +45,12 @@ def test_sigkill_of_the_daemon_kills_its_running_check_children(tmp_path: Path) 
     ws.replace_model("spin", modelzoo.hang(iterations=10**12))
     ws.write()
     served = Served(ws, free_port())
-    forkserver = [
-        c for c in children_of(served.process.pid) if b"forkserver" in Path(f"/proc/{c}/cmdline").read_bytes()
-    ]
-    served.wait_until(lambda: any(children_of(f) for f in forkserver), "a check child to be running")
-    running = [pid for f in forkserver for pid in children_of(f)]
+    try:
+        served.wait_until(lambda: check_children(served.process.pid), "a check child to be running", timeout=120)
+        running = check_children(served.process.pid)
+    except BaseException:
+        served.process.kill()
+        raise
     served.process.send_signal(signal.SIGKILL)
     served.process.wait(30)
     served.log.close()
