@@ -84,3 +84,18 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if added or removed:
         print(f"\nthe test run changed the source tree monitor/: added {added}, removed {removed}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# --- the result spool's default home is per test ----------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _state_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``XDG_STATE_HOME`` (where the default result spool lives) is a fresh folder for every test.
+
+    Daemons started in-process and ``onnxmon serve`` children (they inherit the environment) never
+    spool into the user's ``~/.local/state`` nor into another test's spool.
+    """
+    state = tmp_path_factory.mktemp("state")
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    return state

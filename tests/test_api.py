@@ -86,6 +86,7 @@ def test_readiness_is_503_when_the_store_is_unreachable(scenario: Scenario, tmp_
         "checks": {"config_loaded": True, "store_reachable": False, "scheduler_running": True},
         "failed": ["store_reachable"],
         "info": {},
+        "reasons": {},
     }
     models = client.get("/api/v1/models")
     assert models.status_code == 503

@@ -22,7 +22,7 @@ import pytest
 from monitor.daemon.root import Daemon
 from monitor.results import CheckResult, Verdict
 from monitor.sinks.database import DatabaseSink
-from monitor.sinks.spool import Spool, default_directory
+from monitor.sinks.spool import Spool, default_directory, legacy_directory
 from monitor.store import Store
 from tests.databases import postgres_schema
 from tests.serving import two_models
@@ -194,13 +194,13 @@ def test_a_restarted_postgres_is_used_again_by_the_next_run_without_a_daemon_res
 @pytest.mark.slow
 def test_a_locked_sqlite_file_spools_results_until_the_lock_is_released(ws: Workspace) -> None:
     daemon, sink = make_daemon(ws, "sqlite:///onnxmon.db")
-    assert sink.spool is not None and sink.spool.directory == ws.root / "onnxmon.db.spool"
+    assert sink.spool is not None and sink.spool.directory == default_directory(f"sqlite:///{ws.root / 'onnxmon.db'}")
     try:
         results = [daemon.run_now("clf")]
         holder = sqlite3.connect(ws.root / "onnxmon.db", isolation_level=None)
         holder.execute("BEGIN EXCLUSIVE")
         began = time.monotonic()
-        results.append(daemon.run_now("spin"))  # waits out SQLite's 5 s busy timeout once, then spools
+        results.append(daemon.run_now("spin"))  # waits out the busy timeout (write_timeout), then spools
         blocked_s = time.monotonic() - began
         results.append(daemon.run_now("clf"))  # a backlog exists: straight to the spool, no wait
         assert sink.spooled == 2
@@ -293,6 +293,6 @@ def test_a_write_the_database_refuses_is_raised_not_spooled_and_a_refused_backlo
     store.close()
 
 
-def test_the_default_spool_sits_beside_a_sqlite_file_else_beside_the_baselines(tmp_path: Path) -> None:
-    assert default_directory("sqlite:////data/onnxmon.db", tmp_path / "b") == Path("/data/onnxmon.db.spool")
-    assert default_directory("postgresql+psycopg://db/x", Path("/data/baselines")) == Path("/data/spool")
+def test_the_spool_of_onnxmon_0_1_sat_beside_a_sqlite_file_else_beside_the_baselines(tmp_path: Path) -> None:
+    assert legacy_directory("sqlite:////data/onnxmon.db", tmp_path / "b") == Path("/data/onnxmon.db.spool")
+    assert legacy_directory("postgresql+psycopg://db/x", Path("/data/baselines")) == Path("/data/spool")

@@ -414,6 +414,15 @@ def test_schema_rejects_nonsense_with_the_offending_value(
         ({"mode": "daemonset"}, "cannot share a SQLite file"),
         ({"replicas": 2, "sharding": {"enabled": True}, "database": {"url": DATABASE_URL}}, "ReadWriteMany"),
         ({"persistence": {"enabled": False}}, "nowhere to keep the SQLite file"),
+        (
+            {
+                "mode": "daemonset",
+                "database": {"url": DATABASE_URL},
+                "persistence": {"existingClaim": "onnx-models"},
+                "spool": {"persistence": {"enabled": True}},
+            },
+            "cannot share one spool claim",
+        ),
     ],
 )
 def test_template_refuses_layouts_that_cannot_work(
@@ -422,6 +431,24 @@ def test_template_refuses_layouts_that_cannot_work(
     done = run_helm(helm, values, "--skip-schema-validation", tmp=tmp_path)
     assert done.returncode != 0
     assert message in done.stderr, done.stderr
+
+
+@pytest.mark.helm
+@pytest.mark.parametrize("persistent", [False, True])
+def test_the_result_spool_has_a_volume_of_its_own(helm: str, tmp_path: Path, persistent: bool) -> None:
+    """Issue 17: a full data volume (the SQLite file) must not take the spool with it."""
+    objects = render(helm, {"spool": {"persistence": {"enabled": persistent}}}, tmp_path)
+    volumes = {v["name"]: v for v in pod_spec(objects)["volumes"]}
+    mounts = {m["name"]: m["mountPath"] for m in monitor_container(objects)["volumeMounts"]}
+    assert mounts["spool"] == "/var/lib/onnxmon-spool" != mounts["data"]
+    assert rendered_config(objects)["store"]["spool_dir"] == "/var/lib/onnxmon-spool"
+    claims = {o["metadata"]["name"] for o in objects if o["kind"] == "PersistentVolumeClaim"}
+    if persistent:
+        claim = volumes["spool"]["persistentVolumeClaim"]["claimName"]
+        assert claim in claims and claim != volumes["data"]["persistentVolumeClaim"]["claimName"]
+    else:
+        assert volumes["spool"]["emptyDir"] == {"sizeLimit": "1Gi"}
+        assert len(claims) == 1, "only the data claim"
 
 
 def test_chart_copies_of_alerts_and_dashboard_match_the_originals() -> None:

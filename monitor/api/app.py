@@ -71,7 +71,7 @@ def create_app(handle: DaemonHandle) -> FastAPI:
         description=__doc__,
         responses={500: {"model": out.Problem}, 503: {"model": out.Problem}},
     )
-    app.add_middleware(ErrorGuard, on_error=lambda: internal_error(handle))
+    app.add_middleware(ErrorGuard, on_error=lambda exc: internal_error(handle, exc))
     _health_routes(app, handle)
     _read_routes(app, handle)
     _write_routes(app, handle)
@@ -105,7 +105,9 @@ def _health_routes(app: FastAPI, handle: DaemonHandle) -> None:
         failed = sorted(name for name, ok in checks.items() if not ok)
         info_of = getattr(handle, "readiness_info", None)  # optional: numbers such as results spooled
         info = dict(info_of()) if callable(info_of) else {}
-        body = out.Readiness(ready=not failed, checks=checks, failed=failed, info=info)
+        reasons_of = getattr(handle, "readiness_reasons", None)  # optional: why each failing check fails
+        reasons = {k: str(v) for k, v in dict(reasons_of()).items() if k in failed} if callable(reasons_of) else {}
+        body = out.Readiness(ready=not failed, checks=checks, failed=failed, info=info, reasons=reasons)
         return JSONResponse(body.model_dump(), status_code=503 if failed else 200)
 
 

@@ -19,8 +19,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("monitor.api.app")
 
 
-def internal_error(handle: DaemonHandle) -> JSONResponse:
-    if not handle.store.ping():
+# DB-API outage classes (SQLAlchemy wraps the driver's under the same names; only store/ imports it),
+# and the store's own: such an error answers 503 at once, without waiting on a ping of a hung database.
+_OUTAGES = frozenset({"OperationalError", "InterfaceError", "DisconnectionError", "StoreUnavailable"})
+
+
+def internal_error(handle: DaemonHandle, exc: BaseException | None = None) -> JSONResponse:
+    outage = exc is not None and any(kind.__name__ in _OUTAGES for kind in type(exc).__mro__)
+    if outage or not handle.store.ping():
         return JSONResponse({"detail": "the history store is unreachable; retry later"}, status_code=503)
     return JSONResponse({"detail": "internal error; the daemon log has the details"}, status_code=500)
 
@@ -33,7 +39,11 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 class ErrorGuard:
     """ASGI middleware: an unexpected exception is logged with its traceback and answered with a bare JSON 500/503."""
 
-    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]], on_error: Callable[[], JSONResponse]):
+    def __init__(
+        self,
+        app: Callable[[Scope, Receive, Send], Awaitable[None]],
+        on_error: Callable[[BaseException], JSONResponse],
+    ):
         self.app = app
         self.on_error = on_error
 
@@ -50,9 +60,9 @@ class ErrorGuard:
 
         try:
             await self.app(scope, receive, tracking_send)
-        except Exception:
+        except Exception as exc:
             log.exception("unhandled error in %s %s", scope.get("method"), scope.get("path"))
             if started:
                 raise
-            response = await run_in_threadpool(self.on_error)
+            response = await run_in_threadpool(self.on_error, exc)
             await response(scope, receive, send)

@@ -61,6 +61,7 @@ class Readiness(_Out):
     checks: dict[str, bool]
     failed: list[str]
     info: dict[str, int] = {}
+    reasons: dict[str, str] = {}
 
 
 class ReasonOut(_Out):

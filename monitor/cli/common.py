@@ -43,7 +43,7 @@ def open_store(settings: config.Settings) -> Store:
     """
     from monitor.store import Store
 
-    store = Store(settings.store.url)
+    store = Store.configured(settings.store)
     if settings.store.url.startswith("sqlite"):
         store.upgrade()
     return store

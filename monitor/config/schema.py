@@ -158,10 +158,25 @@ class StoreConfig(StrictModel):
     benchsets_dir: Path = Field(default=Path("benchsets"), description="Directory of materialized benchmark sets.")
     spool_dir: Path | None = Field(
         default=None,
-        description="Where results wait while the database is down (default: next to the SQLite file,"
-        " else beside baselines_dir).",
+        description="Where results wait while the database is down or full. Default:"
+        " $XDG_STATE_HOME/onnxmon/spool/<16 hex of the store URL's sha256> (XDG_STATE_HOME defaults to"
+        " ~/.local/state), off the database's volume, one per database; set it to a volume of its own.",
     )
     spool_max_results: int = Field(default=10_000, ge=1, description="Most results kept in the spool; oldest dropped.")
+    read_timeout: Duration = Field(
+        default=3.0,
+        gt=0,
+        le=MAX_SHORT,
+        description="Longest wait of a read (/readyz, /metrics, the pages); keep it below the readiness"
+        " probe's timeout.",
+    )
+    write_timeout: Duration = Field(
+        default=10.0,
+        gt=0,
+        le=MAX_SHORT,
+        description="Longest wait of a write; then the result goes to the spool. Bounds SIGTERM's wait"
+        " for a hung database.",
+    )
     retention_passing: Duration = Field(
         default=30 * 86400.0, le=MAX_RETENTION, description="Prune passing runs older than this."
     )

@@ -4,8 +4,9 @@
 ``isolate`` so that no model can hang or crash it. A model that keeps failing to *run*
 (timeout, crash, unloadable model) is backed off exponentially instead of retried in a
 tight loop. Signals: SIGTERM stops scheduling, lets the running check finish or hit its
-timeout, flushes and exits 0; SIGHUP re-reads the config, and a bad config keeps the last
-good one (``onnxmon_config_last_reload_successful 0``).
+timeout, flushes and exits 0, within the check's timeout (+ 10 s grace) + ``store.write_timeout``
+even while the database hangs (the write then times out and the result goes to the spool);
+SIGHUP re-reads the config, and a bad config keeps the last good one (``onnxmon_config_last_reload_successful 0``).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class Daemon:
 
         self._settings = settings
         self.config_path = config_path or settings.source
-        self.store = store if store is not None else Store(settings.store.url)
+        self.store = store if store is not None else Store.configured(settings.store)
         self.clock = clock
         self.node = node if node is not None else (os.environ.get("ONNXMON_NODE_NAME") or os.environ.get("NODE_NAME"))
         self.pod = pod if pod is not None else os.environ.get("POD_NAME")
@@ -79,6 +80,7 @@ class Daemon:
         self._backoff: dict[str, _Backoff] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._reasons: dict[str, str] = {}
         self._scheduler = scheduler.build(
             settings,
             self.scheduled_check,
@@ -95,27 +97,51 @@ class Daemon:
         return self._settings
 
     def readiness(self) -> dict[str, bool]:
-        from monitor.sinks.database import DatabaseSink
-
-        spool = next((s.spool for s in self.sinks if isinstance(s, DatabaseSink) and s.spool is not None), None)
+        """Each readiness check; ``readiness_reasons`` then says why the failing ones fail."""
+        sink = self.database_sink
+        spool = sink.spool
+        problem = self._store_problem()
+        reasons = {
+            "store_reachable": problem,
+            "store_writable": sink.last_outage,  # the last write met an outage (a full disk, a lock)
+            "spool_writable": sink.spool_error,  # a result could be neither written nor spooled
+            # a full result spool means a long outage is now dropping the oldest results
+            "spool_has_room": f"the spool {spool.directory} is full" if spool is not None and spool.full else None,
+        }
+        self._reasons = {name: why for name, why in reasons.items() if why}
         return {
             "config_loaded": bool(self._settings.models) or self._settings.source is not None,
-            "store_reachable": self._store_ok(),
+            "store_reachable": problem is None,
+            "store_writable": sink.last_outage is None,
             "scheduler_running": bool(self._scheduler.running) and not self._stopping.is_set(),
-            # a full result spool means a long outage is now dropping the oldest results
-            "spool_has_room": spool is None or not spool.full,
+            "spool_writable": sink.spool_error is None,
+            "spool_has_room": reasons["spool_has_room"] is None,
         }
+
+    def readiness_reasons(self) -> dict[str, str]:
+        """Why each failing check of the last ``readiness()`` fails, one line each."""
+        return dict(self._reasons)
 
     def readiness_info(self) -> dict[str, int]:
         """Numbers beside the readiness checks: results waiting in the spool, and dropped ones."""
         sink = self.database_sink
-        return {"spooled": sink.spooled, "dropped": sink.spool.dropped if sink.spool else 0}
+        dropped = sink.spool.dropped if sink.spool else 0
+        return {"spooled": sink.spooled, "dropped": dropped, "unspooled": sink.unspooled}
 
-    def _store_ok(self) -> bool:
+    def _store_problem(self) -> str | None:
         try:
-            return bool(self.store.ping())
-        except Exception:
-            return False
+            health = getattr(self.store, "health", None)  # an injected test store may only ping
+            if callable(health):
+                problem = health()
+                return None if problem is None else str(problem)
+            return None if self.store.ping() else "the history database does not answer"
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"[:300]
+
+    def _watch_store(self, period_s: float = 30.0) -> None:
+        """The periodic ping: a database that vanished or hangs is logged even with no probe asking."""
+        while not self._stopping.wait(period_s):
+            self._store_problem()
 
     # --- running checks -------------------------------------------------------------------
 
@@ -268,6 +294,7 @@ class Daemon:
             signal.signal(signal.SIGINT, lambda *_: self._stopping.set())
             signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=self.reload, daemon=True).start())
         log.info("serving on http://%s:%d", self._settings.api.host, self._settings.api.port)
+        threading.Thread(target=self._watch_store, name="onnxmon-store-watch", daemon=True).start()
         while not self._stopping.wait(0.5):
             pass
         self.stop()
@@ -292,13 +319,21 @@ def _metrics(registry: Any | None, daemon: Daemon) -> tuple[Any, Any]:
 
 def _database_sink(daemon: Daemon) -> DatabaseSink:
     """The history sink; results measured while the database is down wait in a bounded on-disk spool."""
-    from monitor.sinks.spool import Spool, default_directory
+    from monitor.sinks.spool import Spool, default_directory, legacy_directory
 
     store_cfg = daemon.settings.store
-    spool_dir = store_cfg.spool_dir or default_directory(store_cfg.url, store_cfg.baselines_dir)
-    spool = Spool(Path(spool_dir), max_results=store_cfg.spool_max_results)
+    spool = Spool(
+        Path(store_cfg.spool_dir or default_directory(store_cfg.url)), max_results=store_cfg.spool_max_results
+    )
+    legacy = legacy_directory(store_cfg.url, store_cfg.baselines_dir)
+    if store_cfg.spool_dir is None and legacy != spool.directory and legacy.is_dir():
+        try:  # a backlog left where onnxmon 0.1 spooled by default must not be orphaned
+            spool.adopt(legacy)
+        except OSError as exc:
+            log.error("could not move the spooled results of %s to %s: %s", legacy, spool.directory, exc)
     sink = DatabaseSink(daemon.store, node=daemon.node, pod=daemon.pod, spool=spool)
     daemon.metrics.spooled.set_function(lambda: float(sink.spooled))
+    daemon.metrics.unspooled.set_function(lambda: float(sink.unspooled))
     return sink
 
 

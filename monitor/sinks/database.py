@@ -7,7 +7,14 @@ the database) queues the result on disk; while the queue is not empty every new 
 joins its tail, so history is written in the order it was measured. A background thread,
 running only while there is a backlog, retries every ``retry_s`` seconds and writes the queue
 back oldest first. Any other failure (a bug, a constraint) is not an outage: it is raised to
-the dispatcher as before, so that one bad result can never block the queue.
+the dispatcher as before, so that one bad result can never block the queue. A database without
+its schema (dropped and recreated empty: ``StoreUnavailable``) is an outage too: the results wait
+until ``onnxmon db upgrade`` ran.
+
+When the spool itself cannot be written (its disk full, its folder unwritable), the result is
+not dropped silently: it goes to the log in full, as one strict-JSON line
+(``{"event": "result_not_stored", ..., "result": {...}}`` on logger ``onnxmon.sinks.database``),
+``unspooled`` counts it and ``spool_error`` says why until a result is kept again.
 """
 
 from __future__ import annotations
@@ -16,9 +23,10 @@ import logging
 import threading
 import time
 
+from monitor import jsonsafe
 from monitor.results import CheckResult
 from monitor.sinks.spool import Spool, SpooledResult
-from monitor.store import Store
+from monitor.store import Store, StoreUnavailable
 
 log = logging.getLogger("onnxmon.sinks.database")
 
@@ -30,7 +38,7 @@ _OUTAGE_ERRORS = frozenset({"OperationalError", "InterfaceError", "Disconnection
 
 def is_outage(exc: BaseException) -> bool:
     """True when ``exc`` says the database is unreachable or unusable, not that the write is wrong."""
-    if isinstance(exc, OSError):
+    if isinstance(exc, OSError | StoreUnavailable):
         return True
     return any(kind.__name__ in _OUTAGE_ERRORS for kind in type(exc).__mro__)
 
@@ -53,6 +61,8 @@ class DatabaseSink:
         self.spool = spool
         self.retry_s = retry_s
         self.last_outage: str | None = None
+        self.spool_error: str | None = None  # why the last result could be neither written nor spooled
+        self.unspooled = 0  # such results since start, each logged in full
         self._order = threading.Lock()  # one writer at a time keeps the history in measured order
         self._retrying: threading.Thread | None = None
         self._closed = threading.Event()
@@ -74,13 +84,34 @@ class DatabaseSink:
             if not len(self.spool):
                 try:
                     self.store.record_run(result, node=self.node, pod=self.pod)
+                    self.spool_error = None
                     return
                 except Exception as exc:
                     if not is_outage(exc):
                         raise
                     self._note_outage(exc)
-            self.spool.append(result, node=self.node, pod=self.pod)
+            try:
+                self.spool.append(result, node=self.node, pod=self.pod)
+            except OSError as exc:
+                self._not_spooled(result, exc)
+                return
+            self.spool_error = None
         self._retry_in_background()
+
+    def _not_spooled(self, result: CheckResult, exc: OSError) -> None:
+        """Neither the database nor the spool took ``result``: log all of it, count it, say why."""
+        self.unspooled += 1
+        self.spool_error = f"{type(exc).__name__}: {exc}"[:300]
+        line = {
+            "event": "result_not_stored",
+            "database_error": self.last_outage,
+            "spool_error": self.spool_error,
+            "spool": self.spool_dir,
+            "node": self.node,
+            "pod": self.pod,
+            "result": result.to_dict(),
+        }
+        log.error("%s", jsonsafe.dumps(line, default=str))
 
     def flush(self) -> int:
         """Write the queued results back, oldest first; returns how many were written."""

@@ -16,11 +16,16 @@ so that one poison result cannot block the queue; it stays on disk for a person 
 
 The queue is bounded (``max_results``): when full, the oldest entry is dropped, logged and
 counted in ``dropped``, because during a long outage the newest results matter most.
+
+By default the queue lives where the database's own failure cannot reach it: not beside the
+SQLite file (a full disk there fails both), but under ``$XDG_STATE_HOME/onnxmon/spool/`` in a
+folder named by the store URL's hash (passwords masked), so two configs never share a queue.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import re
@@ -31,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from monitor import jsonsafe
+from monitor.config.settings import mask_url
 from monitor.results import CheckResult
 
 log = logging.getLogger("onnxmon.spool")
@@ -143,6 +149,23 @@ class Spool:
             written += 1
         return written, None
 
+    def adopt(self, directory: Path) -> int:
+        """Move the entries of another queue (e.g. the default of an older version) to this one's tail."""
+        other = Spool(directory)
+        moved = 0
+        for path in other.entries():
+            try:
+                entry = other.read(path)
+            except ValueError as exc:
+                other._set_aside(path, str(exc))
+                continue
+            self.append(entry.result, node=entry.node, pod=entry.pod)
+            path.unlink(missing_ok=True)
+            moved += 1
+        if moved:
+            log.warning("moved %d spooled result(s) from %s to %s", moved, directory, self.directory)
+        return moved
+
     def failed(self) -> list[Path]:
         """Entries set aside because the database refused them, oldest first."""
         folder = self.directory / FAILED_DIR
@@ -156,12 +179,21 @@ class Spool:
         log.error("spooled result %s set aside in %s: %s", path.name, folder, why[:500])
 
 
-def default_directory(store_url: str, baselines_dir: Path) -> Path:
-    """Where the spool lives by default: beside a SQLite file, else beside the baselines directory.
+def default_directory(store_url: str, environ: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_STATE_HOME/onnxmon/spool/<first 16 hex of sha256(store URL, password masked)>``.
 
-    ``sqlite:///onnxmon.db`` → ``onnxmon.db.spool``; PostgreSQL (or an in-memory SQLite) →
-    ``<parent of baselines_dir>/spool``, which is on the same volume as the baselines.
+    ``XDG_STATE_HOME`` unset, empty or relative (the XDG spec ignores relative ones) is
+    ``~/.local/state``. Off the database's volume, and one folder per database.
     """
+    env = os.environ if environ is None else environ
+    state = env.get("XDG_STATE_HOME") or ""
+    base = Path(state) if state and Path(state).is_absolute() else Path.home() / ".local" / "state"
+    digest = hashlib.sha256(mask_url(store_url).encode("utf-8")).hexdigest()[:16]
+    return base / "onnxmon" / "spool" / digest
+
+
+def legacy_directory(store_url: str, baselines_dir: Path) -> Path:
+    """Where onnxmon 0.1 put the spool by default: beside a SQLite file, else beside the baselines directory."""
     if store_url.startswith("sqlite:///"):
         file = store_url.removeprefix("sqlite:///").split("?", 1)[0]
         if file and file != ":memory:":

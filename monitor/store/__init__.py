@@ -6,6 +6,7 @@ Only this package imports SQLAlchemy; everything it hands out is a plain frozen 
 from __future__ import annotations
 
 from monitor.store.events import EVENT_KINDS
+from monitor.store.health import StoreUnavailable
 from monitor.store.records import (
     BaselineRecord,
     EnvironmentRecord,
@@ -26,5 +27,6 @@ __all__ = [
     "PruneStats",
     "RunRecord",
     "Store",
+    "StoreUnavailable",
     "pick_latest",
 ]

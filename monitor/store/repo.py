@@ -3,10 +3,14 @@
 Writes (``record_run``, ``record_baseline``, ``record_promotion``) each run in one transaction
 and turn state changes into event rows. Reads return the plain records of ``records.py``.
 Migrations are Alembic's, configured in code with the scripts inside this package.
+Every statement is time-limited (``health.limit``): reads by ``read_timeout_s`` (what ``/readyz``,
+``/metrics`` and the pages wait at most), writes by ``write_timeout_s`` (after which the result goes
+to the spool), so a database that hangs never holds a thread, nor SIGTERM, for longer.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -17,14 +21,15 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event, make_url, select, text
+from sqlalchemy import Engine, create_engine, event, make_url, select
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from monitor.config.settings import mask_url
+from monitor.config.settings import StoreConfig, mask_url
 from monitor.errors import BaselineError
 from monitor.results import CheckResult
-from monitor.store import convert, leases, queries, retention, writes
+from monitor.store import convert, health, leases, queries, retention, writes
 from monitor.store import events as transitions
 from monitor.store import schema as s
 from monitor.store.records import (
@@ -37,21 +42,36 @@ from monitor.store.records import (
 )
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+log = logging.getLogger("onnxmon.store")
 
 
 class Store:
     """The durable history: runs, output metrics, baselines, environments and events."""
 
-    def __init__(self, url: str, *, echo: bool = False) -> None:
+    def __init__(
+        self, url: str, *, echo: bool = False, read_timeout_s: float = 3.0, write_timeout_s: float = 10.0
+    ) -> None:
         self.url = url
+        self.read_timeout_s = read_timeout_s
+        self.write_timeout_s = write_timeout_s
+        self.problem: str | None = None  # what the last health check found (logged when it changes)
         self._latest_cache: dict[int, RunRecord] = {}
+        self._file = health.FileWatch.of(url)
         # A database that accepts connections but never answers must not hang a write forever.
-        connect_args = {"connect_timeout": 10} if url.startswith("postgresql") else {}
+        postgres = url.startswith("postgresql")
+        connect_args: dict[str, Any] = {"connect_timeout": 10} if postgres else {"timeout": write_timeout_s}
         self.engine: Engine = create_engine(
             url, echo=echo, json_serializer=convert.json_dumps, pool_pre_ping=True, connect_args=connect_args
         )
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
+            if self._file is not None:
+                event.listen(self.engine, "connect", lambda *_: self._file.remember() if self._file else None)
+
+    @classmethod
+    def configured(cls, store: StoreConfig) -> Store:
+        """The store of ``store.url`` with the configured read and write time limits."""
+        return cls(store.url, read_timeout_s=store.read_timeout, write_timeout_s=store.write_timeout)
 
     @property
     def display_url(self) -> str:
@@ -93,18 +113,42 @@ class Store:
         return ScriptDirectory.from_config(cfg).get_current_head()
 
     def ping(self) -> bool:
-        """True when the database answers a trivial query."""
-        try:
-            with self.engine.connect() as connection:
-                connection.execute(text("SELECT 1"))
-        except Exception:  # any failure means "not reachable"; callers report, never crash
-            return False
-        return True
+        """True when the database answers in time, has its schema and (SQLite) is still the same file."""
+        return self.health() is None
+
+    def health(self) -> str | None:
+        """None when the database is usable; else why not, in one line (logged when it changes)."""
+        problem = self._file.check() if self._file is not None else None
+        if problem is None:
+            try:
+                with self._session() as session:
+                    problem = health.probe(session.connection())
+            except Exception as exc:  # any failure means "not usable"; callers report, never crash
+                problem = health.describe(exc)
+        if problem != self.problem:
+            if problem is None:
+                log.info("history database %s usable again", self.display_url)
+            else:
+                log.error("history database %s not usable: %s", self.display_url, problem)
+        self.problem = problem
+        return problem
 
     @contextmanager
-    def _session(self) -> Iterator[Session]:
-        with Session(self.engine, expire_on_commit=False) as session, session.begin():
-            yield session
+    def _session(self, *, write: bool = False, unbounded: bool = False) -> Iterator[Session]:
+        """One transaction; reads and writes each under their time limit (``unbounded``: none, for pruning)."""
+        if write and self._file is not None and (gone := self._file.check()):
+            raise health.StoreUnavailable(gone)
+        timeout = None if unbounded else self.write_timeout_s if write else self.read_timeout_s
+        try:
+            with Session(self.engine, expire_on_commit=False) as session, session.begin():
+                health.limit(session.connection(), timeout)
+                yield session
+        except DBAPIError as exc:
+            if write and health.schema_missing(exc):
+                raise health.StoreUnavailable(
+                    f"the database has no onnxmon schema (empty or recreated): {health.UPGRADE_HINT}"
+                ) from exc
+            raise
 
     # --- writes -------------------------------------------------------------------------------
 
@@ -117,7 +161,7 @@ class Store:
         node = node or _lookup(result.environment, "node")
         pod = pod or _lookup(result.environment, "pod")
         at = convert.utc(result.started_at)
-        with self._session() as session:
+        with self._session(write=True) as session:
             model_id = writes.model_id(session, result.model, at, result.model_sha256)
             current = transitions.state_of(result)
             if current.environment_fingerprint:
@@ -160,7 +204,7 @@ class Store:
             raise BaselineError(f"baseline {meta['baseline_id']}: {exc}") from None
         environment = meta.get("environment") or {}
         fingerprint = str(environment["fingerprint"]) if environment.get("fingerprint") else None
-        with self._session() as session:
+        with self._session(write=True) as session:
             model_id = writes.model_id(session, str(meta["model"]), created, None)
             if fingerprint:
                 writes.touch_environment(session, fingerprint, environment, created)
@@ -212,7 +256,7 @@ class Store:
         Idempotent: promoting the baseline that is already active writes nothing.
         """
         at = at or datetime.now(UTC)
-        with self._session() as session:
+        with self._session(write=True) as session:
             model_id = session.scalar(select(s.Model.id).where(s.Model.name == model))
             row = session.scalars(
                 select(s.Baseline).where(s.Baseline.baseline_id == baseline_id, s.Baseline.model_id == model_id)
@@ -227,7 +271,7 @@ class Store:
     def claim(self, model: str, slot: int, holder: str) -> bool:
         """Take the lease of ``model`` for schedule ``slot`` (sharded replicas); False if taken."""
         now = datetime.now(UTC)
-        with self._session() as session:
+        with self._session(write=True) as session:
             leases.prune(session, now - leases.KEEP)
             return leases.claim(session, model, slot, holder, now)
 
@@ -243,7 +287,7 @@ class Store:
 
         Never deletes a run a baseline came from, nor the latest run of a model on a node.
         """
-        with self._session() as session:
+        with self._session(write=True, unbounded=True) as session:
             return retention.prune(
                 session,
                 now=now or datetime.now(UTC),

@@ -80,6 +80,10 @@ app.kubernetes.io/part-of: onnxmon
 {{- default (printf "%s-data" (include "onnxmon.fullname" .)) .Values.persistence.existingClaim }}
 {{- end }}
 
+{{- define "onnxmon.spoolClaimName" -}}
+{{- default (printf "%s-spool" (include "onnxmon.fullname" .)) .Values.spool.persistence.existingClaim }}
+{{- end }}
+
 {{/* daemon.mode of the rendered config follows the workload kind and replica count. */}}
 {{- define "onnxmon.daemonMode" -}}
 {{- if eq .Values.mode "daemonset" }}daemonset
@@ -109,6 +113,9 @@ bypass): each fails the render with a message that names the value to change.
 {{- if and $multi .Values.persistence.enabled (not .Values.persistence.existingClaim) (not (has "ReadWriteMany" .Values.persistence.accessModes)) (not (has "ReadOnlyMany" .Values.persistence.accessModes)) }}
 {{- fail "several pods (mode=daemonset or replicas>1) mount the same volume: set persistence.accessModes to [ReadWriteMany] or use persistence.existingClaim" }}
 {{- end }}
+{{- if and $multi .Values.spool.persistence.enabled }}
+{{- fail "several pods (mode=daemonset or replicas>1) cannot share one spool claim (each would write back the others' results): leave spool.persistence.enabled false (an emptyDir per pod)" }}
+{{- end }}
 {{- if and (not .Values.persistence.enabled) (not (include "onnxmon.databaseFromSecret" .)) }}
 {{- fail "persistence.enabled=false leaves nowhere to keep the SQLite file (the root filesystem is read-only): enable persistence or set database.url / existingSecret" }}
 {{- end }}
@@ -129,6 +136,7 @@ bypass): each fails the render with a message that names the value to change.
 {{- $store := default dict (get $config "store") }}
 {{- $data := .Values.persistence.mountPath }}
 {{- if not (hasKey $store "baselines_dir") }}{{ $_ := set $store "baselines_dir" (printf "%s/baselines" $data) }}{{ end }}
+{{- if not (hasKey $store "spool_dir") }}{{ $_ := set $store "spool_dir" .Values.spool.mountPath }}{{ end }}
 {{- if not (hasKey $store "benchsets_dir") }}{{ $_ := set $store "benchsets_dir" (printf "%s/benchsets" $data) }}{{ end }}
 {{- if include "onnxmon.databaseFromSecret" . }}
 {{- $_ := unset $store "url" }}

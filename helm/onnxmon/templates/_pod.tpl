@@ -44,6 +44,8 @@
   readOnly: true
 - name: data
   mountPath: {{ .Values.persistence.mountPath }}
+- name: spool
+  mountPath: {{ .Values.spool.mountPath }}
 - name: tmp
   mountPath: /tmp
 - name: home
@@ -176,6 +178,14 @@ spec:
         claimName: {{ include "onnxmon.claimName" . }}
       {{- else }}
       emptyDir: {}
+      {{- end }}
+    - name: spool
+      {{- if .Values.spool.persistence.enabled }}
+      persistentVolumeClaim:
+        claimName: {{ include "onnxmon.spoolClaimName" . }}
+      {{- else }}
+      emptyDir:
+        sizeLimit: {{ .Values.spool.sizeLimit }}
       {{- end }}
     - name: tmp
       emptyDir:

@@ -127,6 +127,11 @@ class Metrics:
             "onnxmon_config_last_reload_success_timestamp_seconds", "Unix time of the last good (re)load.", registry=r
         )
         self.spooled = Gauge("onnxmon_results_spooled", "Results waiting on disk for the history database.", registry=r)
+        self.unspooled = Gauge(
+            "onnxmon_results_unspooled",
+            "Results since start that neither the database nor the spool took (each logged in full).",
+            registry=r,
+        )
         Gauge("onnxmon_build_info", "Always 1; the onnxmon version.", ["version"], registry=r).labels(version).set(1)
         self.reload_ok.set(1)
         self.reload_timestamp.set(self.started_at)
