@@ -14,13 +14,13 @@ import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from monitor.cli import common
 from monitor.config.settings import Settings, mask_url
 from monitor.results import CheckResult
+from monitor.sinks import spool as spools
 from monitor.sinks.database import DatabaseSink, is_outage
-from monitor.sinks.spool import Spool, default_directory
+from monitor.sinks.spool import Spool
 from monitor.store import Store
 
 
@@ -54,10 +54,7 @@ def record(settings: Settings, results: Sequence[CheckResult]) -> Recorded:
     """Write ``results`` to the configured store through the spool; never raises for an outage."""
     node, pod = common.node_identity()
     store_cfg = settings.store
-    spool = Spool(
-        Path(store_cfg.spool_dir or default_directory(store_cfg.url, store_cfg.baselines_dir)),
-        max_results=store_cfg.spool_max_results,
-    )
+    spool = spools.configured(store_cfg)
     try:
         store: Store | None = common.open_store(settings)
     except Exception as exc:  # a bad URL or an unreachable database: the store cannot even open
@@ -81,6 +78,8 @@ def record(settings: Settings, results: Sequence[CheckResult]) -> Recorded:
                 lost += 1
                 failure = _why(exc, store_cfg.url)
         spooled = sink.spooled - before
+        lost += sink.unspooled  # neither the store nor the spool took these: the sink logged each in full
+        failure = failure or sink.spool_error
         problem = (failure or sink.last_outage or "unknown") if (spooled or lost) else None
         return Recorded(len(results) - spooled - lost, spooled, lost, problem, str(spool.directory))
     finally:

@@ -319,18 +319,9 @@ def _metrics(registry: Any | None, daemon: Daemon) -> tuple[Any, Any]:
 
 def _database_sink(daemon: Daemon) -> DatabaseSink:
     """The history sink; results measured while the database is down wait in a bounded on-disk spool."""
-    from monitor.sinks.spool import Spool, default_directory, legacy_directory
+    from monitor.sinks import spool as spools
 
-    store_cfg = daemon.settings.store
-    spool = Spool(
-        Path(store_cfg.spool_dir or default_directory(store_cfg.url)), max_results=store_cfg.spool_max_results
-    )
-    legacy = legacy_directory(store_cfg.url, store_cfg.baselines_dir)
-    if store_cfg.spool_dir is None and legacy != spool.directory and legacy.is_dir():
-        try:  # a backlog left where onnxmon 0.1 spooled by default must not be orphaned
-            spool.adopt(legacy)
-        except OSError as exc:
-            log.error("could not move the spooled results of %s to %s: %s", legacy, spool.directory, exc)
+    spool = spools.configured(daemon.settings.store)
     sink = DatabaseSink(daemon.store, node=daemon.node, pod=daemon.pod, spool=spool)
     daemon.metrics.spooled.set_function(lambda: float(sink.spooled))
     daemon.metrics.unspooled.set_function(lambda: float(sink.unspooled))

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from monitor import jsonsafe
-from monitor.config.settings import mask_url
+from monitor.config.settings import StoreConfig, mask_url
 from monitor.results import CheckResult
 
 log = logging.getLogger("onnxmon.spool")
@@ -190,6 +190,22 @@ def default_directory(store_url: str, environ: Mapping[str, str] | None = None) 
     base = Path(state) if state and Path(state).is_absolute() else Path.home() / ".local" / "state"
     digest = hashlib.sha256(mask_url(store_url).encode("utf-8")).hexdigest()[:16]
     return base / "onnxmon" / "spool" / digest
+
+
+def configured(store: StoreConfig) -> Spool:
+    """The spool of a configured store, for the daemon and the CLI alike (one queue per database).
+
+    ``store.spool_dir`` when set, else ``default_directory``; a backlog left where onnxmon 0.1
+    spooled by default is moved in first, so an upgrade never orphans queued results.
+    """
+    spool = Spool(Path(store.spool_dir or default_directory(store.url)), max_results=store.spool_max_results)
+    legacy = legacy_directory(store.url, store.baselines_dir)
+    if store.spool_dir is None and legacy != spool.directory and legacy.is_dir():
+        try:
+            spool.adopt(legacy)
+        except OSError as exc:
+            log.error("could not move the spooled results of %s to %s: %s", legacy, spool.directory, exc)
+    return spool
 
 
 def legacy_directory(store_url: str, baselines_dir: Path) -> Path:
