@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -99,3 +101,22 @@ def _state_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
     state = tmp_path_factory.mktemp("state")
     monkeypatch.setenv("XDG_STATE_HOME", str(state))
     return state
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs (root only; skipped where mount is refused), unmounted afterwards."""
+    where = tmp_path / "dbvolume"
+    where.mkdir()
+    mount = shutil.which("mount")
+    if mount is None:
+        pytest.skip("no mount binary")
+    done = subprocess.run(
+        [mount, "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)

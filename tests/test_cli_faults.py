@@ -16,6 +16,7 @@ from monitor import capture
 from monitor.config.plan import plan_for
 from monitor.store import Store
 from tests import modelzoo
+from tests.disks import fill
 from tests.workspace import Workspace
 
 BIN = Path(sys.executable).parent
@@ -169,3 +170,60 @@ def test_rich_markup_in_an_output_name_is_shown_verbatim_in_check_and_history(ws
     )
     assert history.returncode == 0, history.stderr
     assert "[/]logits" in history.stdout
+
+
+# --- one line and exit 2, never a traceback (issue 17, item 8) --------------------------------------
+
+
+def onnxmon(ws: Workspace, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "onnxmon"), *args, "-c", str(ws.config_file)],
+        cwd=ws.root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_benchset_create_with_shapes_too_big_to_allocate_is_refused_before_allocating(ws: Workspace) -> None:
+    ws.benchsets["clf"]["generate"]["dims"] = {"batch": 2**31 - 1}
+    ws.write()
+    result = onnxmon(ws, "benchset", "create", "clf-bench")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and "MemoryError" not in result.stderr
+    assert "input 'x' of shape (2147483647, 16) (float32) would take" in result.stderr
+
+
+def test_benchset_create_on_a_full_disk_is_one_line_and_leaves_no_partial_version(
+    ws: Workspace, tiny_tmpfs: Path
+) -> None:
+    ws.benchsets["clf"]["generate"]["dims"] = {"batch": 4096}  # 256 KiB a sample, 2 samples
+    ws.extra["store"] = {"url": "sqlite:///onnxmon.db", "baselines_dir": "baselines", "benchsets_dir": str(tiny_tmpfs)}
+    ws.write()
+    filler = fill(tiny_tmpfs)
+    try:
+        result = onnxmon(ws, "benchset", "create", "clf-bench")
+    finally:
+        filler.unlink()
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "cannot write v1" in result.stderr and "No space left on device" in result.stderr
+    assert not list(tiny_tmpfs.glob("clf-bench/v*"))
+    assert not list(tiny_tmpfs.glob("clf-bench/.tmp-*"))
+
+
+def test_a_polygraphy_json_nested_100k_deep_is_a_benchset_error(ws: Workspace) -> None:
+    deep = ws.root / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    ws.benchsets["deep"] = {"name": "deep", "polygraphy_json": str(deep)}
+    ws.write()
+    result = onnxmon(ws, "benchset", "create", "deep")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and "nested too deeply" in result.stderr
+
+
+def test_history_since_further_back_than_datetime_reaches_is_everything(baselined: Workspace) -> None:
+    assert check(baselined, "-q").returncode == 0
+    result = onnxmon(baselined, "history", "clf", "--since", "99999999d")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "pass" in result.stdout

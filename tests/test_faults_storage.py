@@ -11,13 +11,10 @@ SQLite connection holds ``BEGIN EXCLUSIVE``, and the checks are real isolated ch
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import logging
-import shutil
 import signal
 import sqlite3
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,6 +33,7 @@ from monitor.sinks.database import DatabaseSink
 from monitor.sinks.spool import Spool, default_directory
 from monitor.store import Store
 from tests.databases import postgres_schema
+from tests.disks import fill
 from tests.serving import Served, free_port, two_models
 from tests.workspace import Workspace
 
@@ -45,40 +43,6 @@ BOUND_S = 8.0  # /readyz, /metrics and / must answer within this while the datab
 @pytest.fixture
 def ws(tmp_path: Path) -> Workspace:
     return Workspace(tmp_path)
-
-
-@pytest.fixture
-def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MiB tmpfs for the database (root only; skipped where mount is refused)."""
-    where = tmp_path / "dbvolume"
-    where.mkdir()
-    mount = shutil.which("mount")
-    if mount is None:
-        pytest.skip("no mount binary")
-    done = subprocess.run(
-        [mount, "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
-
-
-def fill(directory: Path) -> Path:
-    """Fill the file system of ``directory`` to the last byte; returns the filler file."""
-    filler = directory / "filler"
-    with filler.open("wb", buffering=0) as handle:
-        for chunk in (65536, 4096, 1):
-            with contextlib.suppress(OSError):
-                while handle.write(b"\xff" * chunk):
-                    pass
-    with pytest.raises(OSError) as full, (directory / "probe").open("wb", buffering=0) as probe:
-        probe.write(b"x" * 4096)
-    assert full.value.errno == errno.ENOSPC
-    (directory / "probe").unlink(missing_ok=True)
-    return filler
 
 
 def make_daemon(ws: Workspace, url: str, **store: Any) -> tuple[Daemon, DatabaseSink, TestClient]:

@@ -73,7 +73,10 @@ def _since(value: str | None) -> datetime | None:
         seconds = config.parse_duration(value)
     except ValueError as exc:
         raise MonitorError(f"--since: {exc}") from None
-    return datetime.now(UTC) - timedelta(seconds=seconds)
+    try:
+        return datetime.now(UTC) - timedelta(seconds=seconds)
+    except OverflowError:  # further back than datetime reaches: everything is "since" then
+        return datetime.min.replace(tzinfo=UTC)
 
 
 def _table(model: str, items: list[HistoryItem]) -> Table:

@@ -32,6 +32,7 @@ import base64
 import binascii
 import io
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -126,6 +127,11 @@ def _required(signature: Sequence[InputSpec] | None, cfg: BenchsetConfig) -> Seq
 # --- generate ---------------------------------------------------------------------------
 
 
+# Generated sets are held in memory while they are written: bound them before drawing a number.
+MAX_TENSOR_BYTES = 2**32  # 4 GiB for one input of one sample
+MAX_SET_BYTES = 2**34  # 16 GiB for the whole set
+
+
 def generate(spec: GenerateSpec, signature: Sequence[InputSpec], *, where: str) -> tuple[list[Sample], list[str]]:
     """``spec.count`` seeded random samples drawn to fit ``signature`` (``spec.model``'s), plus the edge cases."""
     unknown = sorted(set(spec.ranges) - {s.name for s in signature})
@@ -133,6 +139,7 @@ def generate(spec: GenerateSpec, signature: Sequence[InputSpec], *, where: str) 
         raise BenchsetError(f"{where}: generate.ranges names input(s) {unknown}; model inputs are {_names(signature)}")
     shapes = {s.name: _fixed_shape(s, spec.dims, where) for s in signature}
     dtypes = {s.name: _drawable(s, where) for s in signature}
+    _check_size(shapes, dtypes, spec.count + (len(EDGE_CASES) if spec.edge_cases else 0), where)
     ranges = {s.name: _range(s.name, dtypes[s.name], spec.ranges.get(s.name), where) for s in signature}
     rng = np.random.default_rng(spec.seed)
     samples = [
@@ -145,6 +152,30 @@ def generate(spec: GenerateSpec, signature: Sequence[InputSpec], *, where: str) 
             samples.append({s.name: _edge(case, dtypes[s.name], shapes[s.name], ranges[s.name]) for s in signature})
             labels.append(case)
     return samples, labels
+
+
+def _check_size(
+    shapes: Mapping[str, tuple[int, ...]], dtypes: Mapping[str, np.dtype[Any]], samples: int, where: str
+) -> None:
+    """Refuse, before allocating, a set whose declared shapes would not fit in memory (or on disk)."""
+    per_sample = 0
+    for name, shape in shapes.items():
+        size = math.prod(shape) * dtypes[name].itemsize
+        if size > MAX_TENSOR_BYTES:
+            raise BenchsetError(
+                f"{where}: input {name!r} of shape {shape} ({dtypes[name].name}) would take"
+                f" {_gib(size)}; one generated tensor may take at most {_gib(MAX_TENSOR_BYTES)} (check generate.dims)"
+            )
+        per_sample += size
+    if per_sample * samples > MAX_SET_BYTES:
+        raise BenchsetError(
+            f"{where}: {samples} sample(s) of {_gib(per_sample)} would take {_gib(per_sample * samples)};"
+            f" a generated set may take at most {_gib(MAX_SET_BYTES)} (lower generate.count or generate.dims)"
+        )
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.3g} GiB"
 
 
 def _fixed_shape(spec: InputSpec, dims: Mapping[str, int], where: str) -> tuple[int, ...]:
@@ -319,6 +350,8 @@ def read_polygraphy_json(path: Path) -> list[Sample]:
         raise BenchsetError(f"polygraphy JSON file {path} not found") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BenchsetError(f"polygraphy JSON file {path} cannot be read: {exc}") from None
+    except RecursionError:
+        raise BenchsetError(f"polygraphy JSON file {path} is nested too deeply to be a set of inputs") from None
     if isinstance(data, dict):
         data = [data]
     if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):

@@ -227,6 +227,10 @@ def _materialize(cfg: BenchsetConfig, root: Path, clock: Callable[[], datetime])
             current = _read_manifest(set_dir / f"v{versions[-1]}", cfg.name, versions[-1])
             if current.declaration_sha256 == decl_sha:
                 return current, False
+        except OSError as exc:  # a full disk, a read-only volume: nothing half-written is left behind
+            raise BenchsetError(
+                f"benchset {cfg.name!r}: cannot write v{version} in {set_dir}: {exc.strerror or exc}"
+            ) from None
     raise BenchsetError(f"benchset {cfg.name!r}: could not claim a new version in {set_dir}")
 
 
