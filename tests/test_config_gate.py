@@ -149,3 +149,15 @@ def test_config_show_and_store_messages_mask_passwords_wherever_the_url_carries_
         assert "hunter2" not in store.display_url and "***" in store.display_url
     finally:
         store.close()
+
+
+def test_a_reload_that_changes_the_database_is_refused_not_reported_as_applied(
+    daemon: tuple[Workspace, Daemon],
+) -> None:
+    ws, instance = daemon
+    before = instance.settings.store.url
+    ws.extra["store"] = {"url": f"sqlite:///{ws.root / 'other.db'}", "baselines_dir": "baselines"}
+    ws.write()
+    assert instance.reload() is False
+    assert instance.settings.store.url == before
+    assert reload_metric(instance) == 0.0

@@ -254,6 +254,8 @@ class Daemon:
             if self.config_path is None:
                 raise MonitorError("no config file to reload from")
             fresh = scope.apply(config.load(self.config_path), gpu_name=envsnap.first_gpu_name)
+            _refuse_restart_only_changes(self._settings, fresh)
+            fresh = fresh.model_copy(update={"api": fresh.api.model_copy(update=_bound(self._settings))})
             scheduler.install_jobs(
                 self._scheduler, fresh, self.scheduled_check, first_run_within=fresh.daemon.startup_spread
             )
@@ -315,6 +317,31 @@ def _metrics(registry: Any | None, daemon: Daemon) -> tuple[Any, Any]:
         clock=daemon.clock,
     )
     return metrics.registry, metrics
+
+
+# Settings a running daemon cannot switch: its database, spool and worker pool are built once at
+# start. A reload that changes one is refused, not reported as applied. (The HTTP socket is bound
+# once too, possibly from --host/--port: a reload keeps serving where it serves.)
+_RESTART_ONLY = (
+    ("store", "url"),
+    ("store", "spool_dir"),
+    ("daemon", "workers"),
+    ("daemon", "mode"),
+)
+
+
+def _bound(settings: config.Settings) -> dict[str, object]:
+    return {"host": settings.api.host, "port": settings.api.port}
+
+
+def _refuse_restart_only_changes(current: config.Settings, fresh: config.Settings) -> None:
+    changed = [
+        f"{section}.{key}"
+        for section, key in _RESTART_ONLY
+        if getattr(getattr(current, section), key) != getattr(getattr(fresh, section), key)
+    ]
+    if changed:
+        raise MonitorError(f"{', '.join(changed)} changed: restart onnxmon to apply (a reload cannot switch them)")
 
 
 def _database_sink(daemon: Daemon) -> DatabaseSink:
