@@ -13,6 +13,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Hypothesis profiles. CI runs derandomized ("ci"), so a change can never fail on an example drawn
+# by chance; a laptop draws fresh examples ("dev"); `--hypothesis-profile fuzz` is the long random
+# run to do before handing work in (a case it finds becomes an @example). `--hypothesis-profile`
+# or HYPOTHESIS_PROFILE picks one; otherwise CI=true means "ci".
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+settings.register_profile("dev", deadline=None, print_blob=True)
+settings.register_profile(
+    "fuzz", max_examples=2000, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") == "true" else "dev"))
 
 POSTGRES_URL_ENV = "ONNXMON_TEST_POSTGRES_URL"
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"

@@ -269,7 +269,7 @@ def test_topk_is_not_measured_unless_asked() -> None:
 # --- chunking ------------------------------------------------------------------------------
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=max(60, settings.default.max_examples // 10), deadline=None)
 @given(
     shapes=st.lists(st.tuples(st.integers(1, 5), st.integers(1, 40)), min_size=1, max_size=4),
     chunk=st.integers(1, 300),
@@ -322,7 +322,7 @@ def test_p99_is_the_exact_nearest_rank_value_however_the_errors_arrive(errors: n
     assert m.p99_abs_error == _nearest_rank_p99(actual, expected)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=max(25, settings.default.max_examples // 20), deadline=None)
 @given(
     sizes=st.lists(st.integers(1, 3000), min_size=1, max_size=5),
     chunk=st.integers(1, 700),

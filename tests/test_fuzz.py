@@ -51,9 +51,10 @@ EXAMPLES = int(os.environ.get("ONNXMON_FUZZ_EXAMPLES", "0"))
 
 
 def budget(default: int) -> settings:
-    """Hypothesis settings: ``default`` examples, or ``ONNXMON_FUZZ_EXAMPLES`` for a long run."""
+    """Hypothesis settings: ``default`` examples, or a long run's (``ONNXMON_FUZZ_EXAMPLES``, the ``fuzz`` profile)."""
+    profile = settings.default.max_examples
     return settings(
-        max_examples=EXAMPLES or default,
+        max_examples=EXAMPLES or (profile if profile > 1000 else default),
         deadline=None,
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     )
