@@ -227,3 +227,13 @@ def test_history_since_further_back_than_datetime_reaches_is_everything(baseline
     result = onnxmon(baselined, "history", "clf", "--since", "99999999d")
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr and "pass" in result.stdout
+
+
+def test_baseline_capture_of_a_hung_model_is_cut_at_its_timeout(ws: Workspace) -> None:
+    ws.add_model("spin", modelzoo.hang(iterations=10**10), count=1, dims={}, timeout="2s")
+    ws.write()
+    result = onnxmon(ws, "baseline", "capture", "spin", "--timeout", "2s", "-q")
+    assert result.returncode == 3, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "did not finish: timeout" in result.stderr
+    assert not [p for p in (ws.root / "baselines" / "spin").glob("*") if not p.name.startswith(".")]

@@ -12,7 +12,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from monitor import capture
 from monitor.cli import common
 from monitor.config.plan import plan_for
-from monitor.config.settings import Settings
+from monitor.config.settings import Settings, parse_duration
+from monitor.daemon import child
+from monitor.errors import MonitorError
 from monitor.files import baselines
 
 if TYPE_CHECKING:
@@ -35,20 +37,26 @@ def register(app: typer.Typer) -> None:
         ),
         samples: int = typer.Option(1, "--samples", min=1, help="How many samples' intermediates to store."),
         note: str = typer.Option("", "--note", help="Free text kept with the baseline."),
+        timeout: str | None = typer.Option(
+            None, "--timeout", help="Hard limit, e.g. 30m (default: 3 x the model's check timeout)."
+        ),
         quiet: bool = common.QuietOption,
     ) -> None:
         """Run the benchmark set on this stack and store the outputs as a new baseline."""
         settings = common.settings(config_file)
         plan = plan_for(settings, model)  # an unknown name fails before the progress bar shows
+        limit = _duration("--timeout", timeout) if timeout else 3 * plan.timeout_s
+        options = {
+            "reference": reference,
+            "promote": promote,
+            "intermediate_samples": samples if intermediates else 0,
+            "note": note,
+        }
         with _progress(quiet) as bar:
-            task = bar.add_task(f"capturing {model}", total=None)
-            baseline = capture.capture_baseline(
-                plan,
-                reference=reference,
-                promote=promote,
-                intermediate_samples=samples if intermediates else 0,
-                note=note,
-                progress=lambda done, total: bar.update(task, completed=done, total=total),
+            bar.add_task(f"capturing {model} (at most {limit:g} s)", total=None)
+            # In an isolated child with a hard limit, like every check: a hung model cannot hang the CLI.
+            baseline = child.capture_isolated(
+                plan, options, timeout_s=limit, memory_limit_mb=settings.daemon.memory_limit_mb
             )
         _record(settings, baseline)
         if not quiet:
@@ -158,6 +166,16 @@ class _Quiet:
 
     def update(self, *args: object, **kwargs: object) -> None:
         return None
+
+
+def _duration(option: str, text: str) -> float:
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise MonitorError(f"{option}: {exc}") from None
+    if seconds <= 0:
+        raise MonitorError(f"{option}: must be longer than 0 s")
+    return seconds
 
 
 def _progress(quiet: bool) -> Progress | _Quiet:

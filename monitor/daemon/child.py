@@ -39,6 +39,41 @@ def measure_only(plan: CheckPlan) -> dict[str, Any]:
     return {"result": run_check(plan).to_dict()}
 
 
+def capture_job(plan: CheckPlan, options: dict[str, Any]) -> dict[str, Any]:
+    """``onnxmon baseline capture`` inside the child: the new baseline's id, or the one-line error."""
+    try:
+        baseline = capture.capture_baseline(plan, **options)
+    except MonitorError as exc:
+        return {"error": str(exc), "exit_code": exc.exit_code}
+    return {"id": baseline.id}
+
+
+def capture_isolated(
+    plan: CheckPlan, options: dict[str, Any], *, timeout_s: float, memory_limit_mb: int | None = None
+) -> baselines.Baseline:
+    """Capture a baseline in an isolated child, cut at ``timeout_s``; ``MonitorError`` when it cannot be had.
+
+    A model that hangs or crashes while its baseline is taken leaves no baseline (capture writes
+    into a temporary directory and renames it whole) and a one-line error, exit 3.
+    """
+    outcome = isolate.run(
+        capture_job,
+        plan,
+        options,
+        timeout_s=timeout_s + GRACE_S,
+        memory_limit_bytes=memory_limit_mb * 1024 * 1024 if memory_limit_mb else None,
+    )
+    if outcome.kind == "ok" and outcome.value is not None:
+        if "error" in outcome.value:
+            error = MonitorError(outcome.value["error"])
+            error.exit_code = int(outcome.value.get("exit_code", 2))
+            raise error
+        return baselines.get(plan.baselines_dir, outcome.value["id"])
+    error = MonitorError(f"capturing a baseline of {plan.name!r} did not finish: {outcome.kind}: {outcome.detail}")
+    error.exit_code = 3
+    raise error
+
+
 def run_isolated(
     plan: CheckPlan,
     *,
