@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -118,17 +117,7 @@ def _state_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
 @pytest.fixture
 def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs (root only; skipped where mount is refused), unmounted afterwards."""
-    where = tmp_path / "dbvolume"
-    where.mkdir()
-    mount = shutil.which("mount")
-    if mount is None:
-        pytest.skip("no mount binary")
-    done = subprocess.run(
-        [mount, "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    from tests.disks import mounted_tmpfs
+
+    with mounted_tmpfs(tmp_path / "dbvolume") as where:
         yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import errno
 import json
-import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +29,7 @@ from monitor.files import tensors as tensorio
 from monitor.results import Verdict
 from monitor.store import Store
 from tests import modelzoo
+from tests.disks import mounted_tmpfs
 from tests.serving import Served, free_port, two_models
 from tests.workspace import Workspace
 
@@ -107,20 +106,8 @@ def test_sighup_after_the_config_file_was_deleted_keeps_the_old_config(ws: Works
 @pytest.fixture
 def tiny_tmpfs(ws: Workspace) -> Iterator[Path]:
     """A 1 MiB tmpfs mounted as the baselines directory (root only; skipped where mount is refused)."""
-    where = ws.root / "baselines"
-    where.mkdir(parents=True)
-    mount = shutil.which("mount")
-    if mount is None:
-        pytest.skip("no mount binary")
-    done = subprocess.run(
-        [mount, "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    with mounted_tmpfs(ws.root / "baselines") as where:
         yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def fill(directory: Path) -> int:

@@ -53,15 +53,7 @@ def test_the_code_is_lint_clean(command: tuple[str, ...]) -> None:
     ],
 )
 def test_an_import_outside_its_folder_is_refused_by_the_linter(path: str, module: str) -> None:
-    """Ruff reads the probe from stdin under a name in the tree, so nothing is written into monitor/."""
-    result = subprocess.run(
-        [str(BIN / "ruff"), "check", "--select", "TID251", "--stdin-filename", path, "-"],
-        cwd=ROOT,
-        input=f"import {module}\n",
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = ruff_probe(path, module)
     assert result.returncode != 0
     assert f"`{module}` is banned" in result.stdout
 
@@ -75,7 +67,13 @@ def test_an_import_outside_its_folder_is_refused_by_the_linter(path: str, module
     ],
 )
 def test_an_import_inside_its_folder_is_allowed(path: str, module: str) -> None:
-    result = subprocess.run(
+    result = ruff_probe(path, module)
+    assert result.returncode == 0, result.stdout
+
+
+def ruff_probe(path: str, module: str) -> subprocess.CompletedProcess[str]:
+    """Ruff's verdict on ``import module`` as if it were ``path``: read from stdin, nothing written into monitor/."""
+    return subprocess.run(
         [str(BIN / "ruff"), "check", "--select", "TID251", "--stdin-filename", path, "-"],
         cwd=ROOT,
         input=f"import {module}\n",
@@ -83,4 +81,3 @@ def test_an_import_inside_its_folder_is_allowed(path: str, module: str) -> None:
         text=True,
         timeout=60,
     )
-    assert result.returncode == 0, result.stdout
