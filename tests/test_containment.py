@@ -12,14 +12,18 @@ import json
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
 from monitor import capture
+from monitor.api.app import create_app
 from monitor.check import run_check
 from monitor.cli import main
 from monitor.config.plan import plan_for
 from monitor.files import baselines
 from monitor.results import Verdict
+from monitor.store import Store
 from tests import modelzoo
+from tests.test_metrics import RealDaemon
 from tests.workspace import Workspace
 
 
@@ -87,3 +91,27 @@ def test_an_active_file_naming_a_path_is_refused(ws: Workspace) -> None:
     (root / "clf" / "ACTIVE").write_text("../../../etc\n")
     with pytest.raises(baselines.BaselineError, match="is not a baseline id"):
         baselines.active(root, "clf")
+
+
+@pytest.mark.parametrize("damaged", ["baseline.json", "ACTIVE"])
+def test_the_api_answers_with_the_damaged_file_named_not_a_500(ws: Workspace, damaged: str) -> None:
+    settings = ws.settings()
+    root = settings.store.baselines_dir
+    baseline = baselines.active(root, "clf")
+    assert baseline is not None
+    target = baseline.directory / damaged if damaged == "baseline.json" else root / "clf" / "ACTIVE"
+    target.write_bytes(b"\xff\xfe not utf-8")
+    store = Store(settings.store.url)
+    store.upgrade()
+    try:
+        client = TestClient(create_app(RealDaemon(settings, store)), raise_server_exceptions=False)
+        models = client.get("/api/v1/models")
+        assert models.status_code == 200
+        listed = client.get("/api/v1/models/clf/baselines")
+        if damaged == "baseline.json":
+            assert listed.status_code == 409 and str(target) in listed.json()["detail"]
+        else:
+            assert listed.status_code == 200 and not any(b["active"] for b in listed.json())
+        assert client.get("/models/clf").status_code == 200  # the status page shows the model all the same
+    finally:
+        store.close()

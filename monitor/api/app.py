@@ -171,17 +171,20 @@ def _read_routes(app: FastAPI, handle: DaemonHandle) -> None:
             raise HTTPException(404, f"no run {run_id} in the history")
         return out.RunDetail.build(record, envs.run_env_diff(handle, record))
 
-    @app.get("/api/v1/models/{name}/baselines", responses=_NOT_FOUND, tags=["baselines"])
+    @app.get(
+        "/api/v1/models/{name}/baselines", responses=_NOT_FOUND | {409: {"model": out.Problem}}, tags=["baselines"]
+    )
     def model_baselines(name: ModelName) -> list[out.BaselineOut]:
         """Baselines of a model, oldest first: on disk (the truth for which is active) and in the store."""
         _known_model(handle, name)
         root = handle.settings.store.baselines_dir
         active = _active_id(handle.settings, name)
         recorded = {b.baseline_id: b for b in handle.store.baseline_history(name)}
-        listed = [
-            out.baseline_out(b.meta, active=b.id == active, record=recorded.pop(b.id, None))
-            for b in baselines.list_baselines(root, name)
-        ]
+        try:
+            on_disk = baselines.list_baselines(root, name)
+        except MonitorError as exc:  # a damaged baseline.json: say which, not a bare 500
+            raise HTTPException(409, str(exc)) from None
+        listed = [out.baseline_out(b.meta, active=b.id == active, record=recorded.pop(b.id, None)) for b in on_disk]
         listed += [_store_only_baseline(r, active) for r in recorded.values()]
         return listed
 
@@ -304,7 +307,7 @@ def _known_model(handle: DaemonHandle, name: str) -> None:
 def _active_id(settings: Settings, model: str) -> str | None:
     try:
         return baselines.active_id(settings.store.baselines_dir, model)
-    except OSError:
+    except (OSError, MonitorError):  # an unreadable ACTIVE file: no active baseline to report
         return None
 
 
