@@ -311,3 +311,13 @@ def test_an_unexpected_error_is_a_bare_500_with_the_traceback_only_in_the_log(
     assert response.status_code == 500
     assert response.json() == {"detail": "internal error; the daemon log has the details"}
     assert "secret internals" in caplog.text
+
+
+@pytest.mark.parametrize("since", ["0.0", "-18439448", "0001-01-01T00:01:01+01:00"])
+def test_since_takes_iso_8601_in_utc_range_only_with_a_validation_error_otherwise(
+    client: TestClient, since: str
+) -> None:
+    """Found by the fuzz profile: a unix time was accepted, and an out-of-range time broke the 422 schema."""
+    answer = client.get("/api/v1/events", params={"since": since})
+    assert answer.status_code == 422
+    assert isinstance(answer.json()["detail"], list)

@@ -384,8 +384,16 @@ def test_arbitrary_bytes_as_npy_give_an_array_or_a_benchset_error(data: bytes) -
     read_npy_bounded(data)
 
 
+def forged_header_length(header_length: int) -> bytes:
+    """A version 2.0 ``.npy`` whose 4-byte header length claims ``header_length`` bytes (found by the fuzz profile)."""
+    valid = VALID_NPY[0]
+    header = valid[10:] if valid[6:8] == b"\x01\x00" else valid[12:]
+    return b"\x93NUMPY\x02\x00" + header_length.to_bytes(4, "little") + header
+
+
 @budget(200)
 @given(data=st.sampled_from(VALID_NPY).flatmap(byte_mutations))
+@example(data=forged_header_length(662_000_000))  # read(n) preallocated n bytes: 662 MB for a 176-byte file
 def test_a_mutated_npy_file_gives_an_array_or_a_benchset_error(tmp_path: Path, data: bytes) -> None:
     read_npy_bounded(data, tmp_path / "t.npy")
 

@@ -28,7 +28,7 @@ from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client.exposition import choose_encoder
-from pydantic import BeforeValidator
+from pydantic import AfterValidator, BeforeValidator
 
 from monitor import __version__
 from monitor.api import environments as envs
@@ -57,7 +57,22 @@ def _iso_only(value: Any) -> Any:
     return value
 
 
-Since = Annotated[datetime | None, BeforeValidator(_iso_only), Query(description="ISO 8601; without a zone it is UTC")]
+def _in_utc_range(when: datetime | None) -> datetime | None:
+    """A validation error (FastAPI's 422 shape) for a time UTC cannot represent, e.g. 0001-01-01T00:01+01:00."""
+    if when is not None and when.tzinfo is not None:
+        try:
+            when.astimezone(UTC)
+        except OverflowError:
+            raise ValueError(f"{when.isoformat()} is outside the range of UTC date-times") from None
+    return when
+
+
+Since = Annotated[
+    datetime | None,
+    BeforeValidator(_iso_only),
+    AfterValidator(_in_utc_range),
+    Query(description="ISO 8601; without a zone it is UTC"),
+]
 _bearer = HTTPBearer(auto_error=False, description="api.token or the content of api.token_file")
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": out.Problem}}
 _METRICS_TYPES: dict[str, Any] = {"text/plain": {}, "application/openmetrics-text": {}}
@@ -312,12 +327,10 @@ def _active_id(settings: Settings, model: str) -> str | None:
 
 
 def _utc(when: datetime | None) -> datetime | None:
+    """``when`` in UTC (naive means UTC); ``_in_utc_range`` has already refused what UTC cannot hold."""
     if when is None:
         return None
-    try:
-        return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
-    except OverflowError:
-        raise HTTPException(422, f"'since' {when.isoformat()} is out of range") from None
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
 def _store_only_baseline(record: Any, active: str | None) -> out.BaselineOut:

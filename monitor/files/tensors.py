@@ -130,7 +130,7 @@ def load_npy(
         raise error(f"tensor file {path} cannot be read: {exc.strerror}") from None
     with fp:
         size = os.fstat(fp.fileno()).st_size
-        reader = _HashingReader(fp)
+        reader = _HashingReader(fp, limit=size)
         array = read_npy_stream(
             reader, size, where=str(path), expect_dtype=expect_dtype, expect_shape=expect_shape, error=error
         )
@@ -282,19 +282,29 @@ def resolve_inside(root: Path, relative: str, *, what: str, error: type[MonitorE
 
 
 class _HashingReader(io.RawIOBase):
-    """A read-only stream that hashes every byte read through it and counts its position."""
+    """A read-only stream that hashes every byte read through it and counts its position.
 
-    def __init__(self, fp: IO[bytes]) -> None:
+    Reads are capped at the bytes the file still holds (``limit``): a buffered ``read(n)``
+    allocates ``n`` bytes before reading, so a forged 4 GiB header length in a 176-byte ``.npy``
+    would otherwise cost 4 GiB of memory before numpy even notices the EOF.
+    """
+
+    def __init__(self, fp: IO[bytes], limit: int | None = None) -> None:
         super().__init__()
         self._fp = fp
         self._digest = hashlib.sha256()
+        self._limit = limit
         self.position = 0
 
     def readable(self) -> bool:
         return True
 
     def read(self, size: int | None = -1, /) -> bytes:
-        data = self._fp.read(-1 if size is None else size)
+        want = -1 if size is None or size < 0 else size
+        if self._limit is not None:
+            left = max(self._limit - self.position, 0)
+            want = left if want < 0 else min(want, left)
+        data = self._fp.read(want)
         self._digest.update(data)
         self.position += len(data)
         return data
