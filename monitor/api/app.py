@@ -58,12 +58,12 @@ def _iso_only(value: Any) -> Any:
 
 
 def _in_utc_range(when: datetime | None) -> datetime | None:
-    """A validation error (FastAPI's 422 shape) for a time UTC cannot represent, e.g. 0001-01-01T00:01+01:00."""
+    """A valid ISO 8601 time UTC cannot hold (0001-01-01T00:00+01:00) means "from the very beginning"."""
     if when is not None and when.tzinfo is not None:
         try:
             when.astimezone(UTC)
         except OverflowError:
-            raise ValueError(f"{when.isoformat()} is outside the range of UTC date-times") from None
+            return datetime.min.replace(tzinfo=UTC)
     return when
 
 
