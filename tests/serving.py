@@ -76,3 +76,29 @@ class Served:
             return self.process.wait(60)
         finally:
             self.log.close()
+
+
+def children_of(pid: int) -> list[int]:
+    """Direct children of ``pid``, read from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def check_children(daemon: int) -> list[int]:
+    """The daemon's running isolated checks: children of its forkserver (which starts with the first check)."""
+    servers = [c for c in children_of(daemon) if b"forkserver" in _cmdline(c)]
+    return [pid for server in servers for pid in children_of(server)]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

@@ -16,36 +16,11 @@ from pathlib import Path
 import pytest
 
 from tests import modelzoo
-from tests.serving import Served, free_port, two_models
+from tests.serving import Served, check_children, free_port, two_models
 from tests.workspace import Workspace
 
 TOKEN = "burst-token-0123456789"
 WORKERS = 2
-
-
-def children_of(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
-
-
-def check_children(daemon_pid: int) -> int:
-    """Children of the daemon's forkserver: one per running isolated check."""
-    count = 0
-    for child in children_of(daemon_pid):
-        try:
-            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"forkserver" in cmdline:
-            count += len(children_of(child))
-    return count
 
 
 def post(port: int, path: str) -> tuple[int, str | None]:
@@ -90,7 +65,7 @@ def test_a_burst_of_api_checks_never_runs_more_children_than_daemon_workers(tmp_
         def watch() -> None:
             nonlocal peak
             while not done.is_set():
-                peak = max(peak, check_children(served.process.pid))
+                peak = max(peak, len(check_children(served.process.pid)))
                 healthz.append(served.get("/healthz")[0])
 
         watcher = threading.Thread(target=watch)

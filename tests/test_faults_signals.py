@@ -13,8 +13,7 @@ import time
 from pathlib import Path
 
 from tests import modelzoo
-from tests.serving import Served, free_port, two_models
-from tests.test_faults_api import children_of
+from tests.serving import Served, check_children, free_port, two_models
 from tests.workspace import Workspace
 
 
@@ -24,19 +23,6 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
-
-
-def check_children(daemon: int) -> list[int]:
-    """Children of the daemon's forkserver (it starts with the first check)."""
-    servers = [c for c in children_of(daemon) if b"forkserver" in _cmdline(c)]
-    return [pid for server in servers for pid in children_of(server)]
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
 
 
 def test_sigkill_of_the_daemon_kills_its_running_check_children(tmp_path: Path) -> None:

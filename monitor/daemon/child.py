@@ -56,13 +56,7 @@ def capture_isolated(
     A model that hangs or crashes while its baseline is taken leaves no baseline (capture writes
     into a temporary directory and renames it whole) and a one-line error, exit 3.
     """
-    outcome = isolate.run(
-        capture_job,
-        plan,
-        options,
-        timeout_s=timeout_s + GRACE_S,
-        memory_limit_bytes=memory_limit_mb * 1024 * 1024 if memory_limit_mb else None,
-    )
+    outcome = _isolated(capture_job, plan, options, timeout_s=timeout_s, memory_limit_mb=memory_limit_mb)
     if outcome.kind == "ok" and outcome.value is not None:
         if "error" in outcome.value:
             error = MonitorError(outcome.value["error"])
@@ -88,16 +82,21 @@ def run_isolated(
     A timeout or a crash is an ``error`` result with reason ``timeout`` or ``crash``.
     """
     started = clock()
-    outcome = isolate.run(
-        job,
-        plan,
-        timeout_s=plan.timeout_s + GRACE_S,
-        memory_limit_bytes=memory_limit_mb * 1024 * 1024 if memory_limit_mb else None,
-    )
+    outcome = _isolated(job, plan, timeout_s=plan.timeout_s, memory_limit_mb=memory_limit_mb)
     if outcome.kind == "ok" and outcome.value is not None:
         return CheckResult.from_dict(outcome.value["result"]), outcome.value.get("captured_baseline")
     code = "timeout" if outcome.kind == "timeout" else "crash"
     return error_result(plan.name, code, outcome.detail, started, clock()), None
+
+
+def _isolated(job: Callable[..., Any], *args: Any, timeout_s: float, memory_limit_mb: int | None) -> isolate.Outcome:
+    """``job(*args)`` in a child: its own deadline first, the process group's hard kill ``GRACE_S`` later."""
+    return isolate.run(
+        job,
+        *args,
+        timeout_s=timeout_s + GRACE_S,
+        memory_limit_bytes=memory_limit_mb * 1024 * 1024 if memory_limit_mb else None,
+    )
 
 
 def _lacks_baseline(result: CheckResult) -> bool:
