@@ -14,6 +14,7 @@ back), otherwise ``numeric`` (same stack, different numbers).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -60,8 +61,40 @@ def run_check(
     """Check ``plan``'s model against its active baseline. Failures become an ``error`` result.
 
     The plan (``monitor.config.plan.plan_for``) is resolved by the caller, so an unknown model
-    name is the caller's usage error, not a check result.
+    name is the caller's usage error, not a check result. A check that could not measure still
+    says when the model file is not the baseline's (``with_model_change``).
     """
+    result = _run_check(plan, clock=clock, capture_env=capture_env)
+    return with_model_change(plan, result) if result.verdict is Verdict.ERROR else result
+
+
+def with_model_change(plan: CheckPlan, result: CheckResult) -> CheckResult:
+    """``result`` plus ``model_changed`` reasons when the model file (or its external data) differs.
+
+    Why: a swapped model usually fails before anything is compared (other inputs, other
+    outputs), and "error: model_error" alone hides the cause an on-call engineer needs first.
+    Never raises: without a readable baseline or model file there is nothing to add.
+    """
+    if any(r.code == "model_changed" for r in result.reasons):
+        return result
+    try:
+        baseline = baselines.active(plan.baselines_dir, plan.model.name)
+        if baseline is None:
+            return result
+        identity = modelfile.identify(plan.model.path)
+    except Exception:
+        return result
+    added: list[Reason] = []
+    if identity.sha256 != baseline.meta.model_sha256:
+        detail = f"{plan.model.path} sha256 {identity.sha256[:12]} != baseline {baseline.meta.model_sha256[:12]}"
+        added.append(Reason("model_changed", detail))
+    added += external_data_changes(plan.model.path.name, identity.external_data, baseline.meta.external_data)
+    if not added:
+        return result
+    return dataclasses.replace(result, reasons=(*result.reasons, *added), model_sha256=identity.sha256)
+
+
+def _run_check(plan: CheckPlan, *, clock: Clock, capture_env: EnvCapture | None) -> CheckResult:
     started = clock()
     model_name = plan.name
     try:
@@ -131,6 +164,8 @@ def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCaptur
         "benchset_version": bench.version,
         "env_diff": env_changes,
     }
+    if session.input_casts:
+        details["input_casts"] = dict(session.input_casts)
     current = _current_benchset_version(plan)
     if current is not None and current != bench.version:
         details["benchset_note"] = (

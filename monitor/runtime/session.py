@@ -185,6 +185,7 @@ class Session:
             )
             for spec in self.info.inputs
         ]
+        self.input_casts: dict[str, str] = {}
 
     @property
     def output_names(self) -> list[str]:
@@ -207,6 +208,26 @@ class Session:
                 counts[subgraph.ep_name] = counts.get(subgraph.ep_name, 0) + len(subgraph.get_nodes())
         return counts
 
+    def fit_float_inputs(self, feeds: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        """``feeds`` with each float input cast to the model's float dtype where the two differ.
+
+        Why: an fp16 build converted without ``keep_io_types`` takes float16 inputs, while the
+        benchmark set holds the float32 inputs the model was validated with; production feeds
+        it float16, so the replay casts exactly as a client would. Each cast is remembered in
+        ``input_casts`` (input -> "float32->float16") for the check's details; integers, bools
+        and strings are never cast.
+        """
+        fitted: dict[str, np.ndarray] | None = None
+        for spec in self._signature:
+            value = feeds.get(spec.name)
+            if spec.dtype is None or value is None or value.dtype == spec.dtype:
+                continue
+            if spec.dtype.kind == "f" and value.dtype.kind == "f":
+                fitted = fitted if fitted is not None else dict(feeds)
+                fitted[spec.name] = value.astype(spec.dtype)
+                self.input_casts[spec.name] = f"{value.dtype.name}->{spec.dtype.name}"
+        return feeds if fitted is None else fitted
+
     def check_inputs(self, feeds: Mapping[str, np.ndarray], *, where: str = "inputs") -> None:
         """Raise ``ModelError`` naming the input and the expectation if ``feeds`` do not fit."""
         check_inputs_fit(feeds, self._signature, where=where)
@@ -222,8 +243,10 @@ class Session:
         """Validate ``feeds`` against the signature, then run.
 
         ``guard`` shares one watchdog across many runs (a whole replay); ``timeout_s`` makes
-        a watchdog for this run alone.
+        a watchdog for this run alone. A float input of another float dtype than the model's
+        is cast to it (see ``fit_float_inputs``); any other mismatch is a ``ModelError``.
         """
+        feeds = self.fit_float_inputs(feeds)
         self.check_inputs(feeds, where=where)
         if guard is not None:
             return self._run(feeds, guard)
