@@ -30,6 +30,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
             "scripts/gpu-check",
             "scripts/fetch-helm",
             "scripts/fetch-models",
+            "scripts/scenario-table",
             "scripts/ort-venv",
         ),
         ("ruff", "format", "--check", "monitor", "tests", "bench", "examples"),
