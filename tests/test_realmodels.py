@@ -295,11 +295,13 @@ def ground_truth(item: Prepared) -> dict[str, bool]:
 
 
 def differs(actual: Any, expected: Any) -> bool:
-    if isinstance(expected, list):  # a ZipMap: a list of {label: probability}
-        return len(actual) != len(expected) or any(
-            set(a) != set(b) or differs(np.array(list(a.values())), np.array([b[k] for k in a]))
-            for a, b in zip(actual, expected, strict=True)
+    """Plain ORT values compared by hand: maps by key, sequences element by element, strings exactly."""
+    if isinstance(expected, dict):  # a map (one row of a ZipMap): same keys, each value alike
+        return set(actual) != set(expected) or any(
+            differs(np.array(actual[k]), np.array(expected[k])) for k in expected
         )
+    if isinstance(expected, list):  # a sequence: of maps (a ZipMap) or of tensors
+        return len(actual) != len(expected) or any(differs(a, b) for a, b in zip(actual, expected, strict=True))
     a, b = np.asarray(actual), np.asarray(expected)
     if a.shape != b.shape or a.dtype != b.dtype:
         return True
