@@ -257,3 +257,39 @@ def test_a_companion_name_taken_by_another_output_is_a_model_error(tmp_path: Pat
     ws.add_model("m", model)
     with pytest.raises(ModelError, match=r"needs the name 'parts:shapes', which another output already has"):
         capture.capture_baseline(plan_for(ws.settings(), "m"))
+
+
+def test_a_string_input_is_refused_naming_it(tmp_path: Path) -> None:
+    inputs = [helper.make_tensor_value_info("words", TensorProto.STRING, ["batch"])]
+    outputs = [helper.make_tensor_value_info("same", TensorProto.STRING, ["batch"])]
+    graph = helper.make_graph([helper.make_node("Identity", ["words"], ["same"])], "g", inputs, outputs)
+    ws = Workspace(tmp_path)
+    ws.add_model("m", helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8))
+    with pytest.raises(ModelError, match=r"input 'words' is a tensor\(string\)"):
+        capture.capture_baseline(plan_for(ws.settings(), "m"))
+
+
+# --- companions as outputs everywhere: metrics and pages ------------------------------------------
+
+
+def test_companions_and_class_named_outputs_reach_metrics_and_pages(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from monitor.api.app import create_app
+    from tests.test_metrics import RealDaemon, migrated_store, scrape, series
+
+    ws = Workspace(tmp_path)
+    ws.add_model("strings", onnx.load(str(STRINGS)), dims={"input:0": 5})
+    ws.add_model("columns", onnx.load(str(CORPUS / "tree_columns.onnx")), dims={"input:0": 5})
+    for name in ("strings", "columns"):
+        capture.capture_baseline(plan_for(ws.settings(), name))
+    for store in migrated_store(tmp_path):
+        daemon = RealDaemon(ws.settings(), store)
+        for name in ("strings", "columns"):
+            assert daemon.run_now(name).verdict is Verdict.PASS
+        outputs = {labels["output"] for labels in series(scrape(daemon.registry), "onnxmon_output_checks_total")}
+        assert {"output_probability:keys", "output_label", "sémeu/ä b"} <= outputs
+        client = TestClient(create_app(daemon), raise_server_exceptions=False)
+        page = client.get("/models/strings")
+        assert page.status_code == 200 and "output_probability:keys" in page.text
+        assert "sémeu/ä b" in client.get("/models/columns").text
