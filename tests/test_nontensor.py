@@ -293,3 +293,21 @@ def test_companions_and_class_named_outputs_reach_metrics_and_pages(tmp_path: Pa
         page = client.get("/models/strings")
         assert page.status_code == 200 and "output_probability:keys" in page.text
         assert "sémeu/ä b" in client.get("/models/columns").text
+
+
+def test_text_round_trips_through_npy_exactly_and_only_where_asked(tmp_path: Path) -> None:
+    from monitor.errors import BaselineError, BenchsetError
+    from monitor.files import tensors
+
+    words = np.array([["", "é\x00x"], ["日本", "a b/c"]])
+    path = tmp_path / "t.npy"
+    tensors.save_npy(path, words, error=BaselineError, text=True)
+    back = tensors.load_npy(path, error=BaselineError, text=True)
+    assert back.dtype == words.dtype and back.tolist() == words.tolist()
+    with pytest.raises(BenchsetError, match=r"dtype <U5; only plain numeric/bool arrays"):
+        tensors.load_npy(path)  # benchsets do not take strings
+    forged = bytearray(path.read_bytes())
+    forged[-4:] = (0x110000).to_bytes(4, "little")  # beyond the last code point
+    path.write_bytes(bytes(forged))
+    with pytest.raises(BaselineError, match="beyond U"):
+        tensors.load_npy(path, error=BaselineError, text=True)
