@@ -153,7 +153,7 @@ def _store(
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
     if not path.is_file():
         raise BaselineError(f"{path}: file not found")
-    return tensors.load_npz(path, error=BaselineError)
+    return tensors.load_npz(path, error=BaselineError, text=True)
 
 
 def _default_intermediates(

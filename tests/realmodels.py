@@ -218,14 +218,16 @@ def fit_inputs(sess: ort.InferenceSession, feeds: Mapping[str, np.ndarray]) -> d
 
 def classify(actual: Any, expected: Any) -> tuple[str, bool]:
     """(identical | within | drift, float dtype changed) for one output of one sample."""
-    if isinstance(expected, list):  # a ZipMap: a list of {label: probability}
-        if len(actual) != len(expected) or any(set(a) != set(b) for a, b in zip(actual, expected, strict=True)):
+    if isinstance(expected, dict):  # a map (one row of a ZipMap): same keys, each value alike
+        if set(actual) != set(expected):
             return "drift", False
-        kinds = [
-            classify(np.array(list(a.values())), np.array([b[k] for k in a]))[0]
-            for a, b in zip(actual, expected, strict=True)
-        ]
-        return max(kinds, key=ORDER.index, default="identical"), False
+        kinds = [classify(np.asarray(actual[k]), np.asarray(expected[k])) for k in expected]
+        return max((k for k, _ in kinds), key=ORDER.index, default="identical"), any(c for _, c in kinds)
+    if isinstance(expected, list):  # a sequence: of maps (a ZipMap) or of tensors
+        if len(actual) != len(expected):
+            return "drift", False
+        kinds = [classify(a, b) for a, b in zip(actual, expected, strict=True)]
+        return max((k for k, _ in kinds), key=ORDER.index, default="identical"), any(c for _, c in kinds)
     a, b = np.asarray(actual), np.asarray(expected)
     if a.shape != b.shape:
         return "drift", False

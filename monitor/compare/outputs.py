@@ -11,7 +11,8 @@ The tolerance rule (written down once, here; ``tests/test_compare.py`` holds its
   the baseline has the same-signed Inf, is agreement; any other NaN/Inf on either side is a
   mismatch (counted in ``nan_mismatch_count`` / ``inf_mismatch_count``).
 * An **integer or bool** element mismatches when ``a != b`` (exact, atol/rtol unused);
-  other non-float dtypes (strings, objects) likewise by equality.
+  other non-float dtypes (strings, objects) likewise by equality; unicode arrays of different
+  widths are one dtype (a longer string is a mismatch of its element, not ``dtype_changed``).
 * A float output **FAILS** when any of these holds (each adds one ``Reason``):
   ``nan_mismatch`` / ``inf_mismatch`` (any position-rule violation), ``atol_rtol`` (the share of
   finite elements breaking the element rule exceeds ``max_mismatch_ratio``), ``cosine``
@@ -149,6 +150,8 @@ def repeat_spread(runs: Sequence[np.ndarray]) -> float:
     """
     if len(runs) < 2:
         return 0.0
+    if np.asarray(runs[0]).dtype.kind not in "fiub":  # strings: equal or not, no distance
+        return 0.0 if all(np.array_equal(run, runs[0]) for run in runs[1:]) else math.inf
     first = np.asarray(runs[0]).astype(np.float64, copy=False).ravel()
     spread = 0.0
     for run in runs[1:]:
@@ -175,7 +178,7 @@ def _layout_problem(name: str, n_actual: int, n_expected: int, pairs: list[Pair]
         detail = f"{n_actual} samples, baseline has {n_expected}"
         return Reason("shape_changed", detail, output=name)
     for index, (a, b) in enumerate(pairs):
-        if a.dtype != b.dtype:
+        if a.dtype != b.dtype and not a.dtype.kind == b.dtype.kind == "U":  # any width of unicode is text
             return Reason("dtype_changed", f"sample {index}: dtype {a.dtype}, baseline {b.dtype}", output=name)
         if a.shape != b.shape:
             return Reason("shape_changed", f"sample {index}: shape {a.shape}, baseline {b.shape}", output=name)

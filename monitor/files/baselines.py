@@ -148,7 +148,7 @@ class Baseline:
             raise BaselineError(f"baseline {self.id} has no intermediates for sample {sample}; stored: {stored}")
         path = self._path(rel)
         _verify_sha(path, self.meta.files.get(rel), self.id)
-        arrays = tensorio.load_npz(path, error=BaselineError)
+        arrays = tensorio.load_npz(path, error=BaselineError, text=True)
         return {_unescape(k): v for k, v in arrays.items()}
 
     def verify(self) -> list[str]:
@@ -176,7 +176,7 @@ class Baseline:
         expected = self.meta.files.get(rel)
         if expected is None:
             raise BaselineError(f"baseline {self.id}: {rel} is not listed in {META_FILE}")
-        return tensorio.load_npy(self._path(rel), expect_sha256=expected, error=BaselineError)
+        return tensorio.load_npy(self._path(rel), expect_sha256=expected, error=BaselineError, text=True)
 
 
 def new_id(model: str, outputs_digest: str, now: dt.datetime | None = None) -> str:
@@ -211,7 +211,7 @@ def write_baseline(
                 raise BaselineError(f"baseline for {meta.model!r}: sample {index} outputs {list(sample)} != {names}")
             for k, name in enumerate(names):
                 rel = _output_file(index, k)
-                files[rel] = tensorio.save_npy(temp / rel, np.asarray(sample[name]), error=BaselineError)
+                files[rel] = tensorio.save_npy(temp / rel, np.asarray(sample[name]), error=BaselineError, text=True)
                 digest.update(files[rel].encode())
         inter_meta: dict[str, Any] = {}
         if intermediates:

@@ -40,6 +40,11 @@ def model_signature(model_path: Path, *, outputs: bool = False) -> list[InputSpe
         if not value.type.HasField("tensor_type"):
             raise ModelError(f"model {model_path}: {value.name!r} is not a tensor; only tensor inputs are supported")
         tensor = value.type.tensor_type
+        if tensor.elem_type == onnx.TensorProto.STRING and not outputs:
+            raise ModelError(
+                f"model {model_path}: input {value.name!r} is a tensor(string); benchmark sets hold numeric and"
+                " bool tensors only, so models with string inputs cannot be checked yet"
+            )
         try:
             dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type))
         except (KeyError, TypeError, ValueError):

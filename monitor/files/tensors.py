@@ -10,6 +10,11 @@ was expected and what was found. ``.npz`` archives are opened member by member w
 same reader, so a key holding pickled objects is refused with its file and key named.
 
 A caller that owns a different error type (baselines) passes ``error=BaselineError``.
+
+Text: a caller that stores strings (baselines hold string outputs, ``runtime/nontensor.py``)
+passes ``text=True`` and then numpy's fixed-width unicode (``<U``) is accepted as well: it is
+pickle-free, has a fixed item size (so the byte-count check holds) and is validated to hold
+only real code points. Benchmark sets do not pass it: their manifest names plain dtypes only.
 """
 
 from __future__ import annotations
@@ -46,6 +51,15 @@ class ByteReader(Protocol):
 def is_plain_dtype(dtype: np.dtype[Any]) -> bool:
     """True for bool/int/uint/float/complex scalars; False for objects, strings, records, datetimes."""
     return dtype.kind in PLAIN_KINDS and dtype.fields is None and dtype.subdtype is None and not dtype.hasobject
+
+
+def is_text_dtype(dtype: np.dtype[Any]) -> bool:
+    """True for numpy's fixed-width unicode (``<U1`` and wider), the one string dtype stored."""
+    return dtype.kind == "U" and dtype.itemsize > 0 and dtype.fields is None and dtype.subdtype is None
+
+
+def _storable(dtype: np.dtype[Any], text: bool) -> bool:
+    return is_plain_dtype(dtype) or (text and is_text_dtype(dtype))
 
 
 def open_regular(path: Path) -> IO[bytes]:
@@ -94,14 +108,17 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def save_npy(path: Path, array: np.ndarray[Any, Any], *, error: type[MonitorError] = BenchsetError) -> str:
+def save_npy(
+    path: Path, array: np.ndarray[Any, Any], *, error: type[MonitorError] = BenchsetError, text: bool = False
+) -> str:
     """Write ``array`` as ``.npy`` (no pickles, native byte order, C order), fsync it, and return its sha256.
 
     The shape is written as it is, 0-d included: a scalar input or output must read back as ``()``.
     """
     array = np.asarray(array)
-    if not is_plain_dtype(array.dtype):
-        raise error(f"cannot save {path}: dtype {array.dtype} is not a plain numeric/bool dtype")
+    if not _storable(array.dtype, text):
+        kinds = "plain numeric/bool or unicode" if text else "plain numeric/bool"
+        raise error(f"cannot save {path}: dtype {array.dtype} is not a {kinds} dtype")
     if not array.dtype.isnative:
         array = array.astype(array.dtype.newbyteorder("="))
     buffer = io.BytesIO()
@@ -122,6 +139,7 @@ def load_npy(
     expect_shape: Sequence[int] | None = None,
     expect_sha256: str | None = None,
     error: type[MonitorError] = BenchsetError,
+    text: bool = False,
 ) -> np.ndarray[Any, Any]:
     """Read one ``.npy`` file safely; every expectation given is checked, header first."""
     try:
@@ -132,7 +150,7 @@ def load_npy(
         size = os.fstat(fp.fileno()).st_size
         reader = _HashingReader(fp, limit=size)
         array = read_npy_stream(
-            reader, size, where=str(path), expect_dtype=expect_dtype, expect_shape=expect_shape, error=error
+            reader, size, where=str(path), expect_dtype=expect_dtype, expect_shape=expect_shape, error=error, text=text
         )
         if fp.read(1):  # the size check makes this unreachable unless the file grew meanwhile
             raise error(f"tensor file {path} has bytes after the array data")
@@ -160,7 +178,11 @@ def load_npy_bytes(
 
 
 def load_npz(
-    source: Path | IO[bytes], *, label: str | None = None, error: type[MonitorError] = BenchsetError
+    source: Path | IO[bytes],
+    *,
+    label: str | None = None,
+    error: type[MonitorError] = BenchsetError,
+    text: bool = False,
 ) -> dict[str, np.ndarray[Any, Any]]:
     """Every array of an ``.npz`` archive (a path or an open stream) by key, each read safely."""
     path = label or f"npz file {source}"
@@ -182,7 +204,7 @@ def load_npz(
             _check_declared_size(info, where, error)
             try:
                 with archive.open(info) as member:
-                    arrays[key] = read_npy_stream(member, info.file_size, where=where, error=error)
+                    arrays[key] = read_npy_stream(member, info.file_size, where=where, error=error, text=text)
             except MonitorError:
                 raise
             except Exception as exc:  # corrupt deflate data, bad extra fields, unknown compression
@@ -212,11 +234,13 @@ def read_npy_stream(
     expect_dtype: str | np.dtype[Any] | None = None,
     expect_shape: Sequence[int] | None = None,
     error: type[MonitorError] = BenchsetError,
+    text: bool = False,
 ) -> np.ndarray[Any, Any]:
     """Parse a header from ``fp`` (``size`` bytes in all), validate it, then read exactly the data."""
     dtype, shape, fortran_order = _read_header(fp, where, error)
-    if not is_plain_dtype(dtype):
-        raise error(f"{where} holds dtype {dtype}; only plain numeric/bool arrays are accepted (no pickled objects)")
+    if not _storable(dtype, text):
+        kinds = "plain numeric/bool or unicode" if text else "plain numeric/bool"
+        raise error(f"{where} holds dtype {dtype}; only {kinds} arrays are accepted (no pickled objects)")
     if expect_dtype is not None and dtype != np.dtype(expect_dtype):
         raise error(f"{where} has dtype {dtype.name}, expected {np.dtype(expect_dtype).name}")
     if expect_shape is not None and tuple(shape) != tuple(expect_shape):
@@ -237,6 +261,8 @@ def read_npy_stream(
         if not chunk:
             raise error(f"{where} is truncated: expected {expected_bytes} data byte(s), read {len(buffer)}")
         buffer += chunk
+    if dtype.kind == "U" and np.any(np.frombuffer(buffer, dtype=dtype.byteorder.replace("|", "=") + "u4") > 0x10FFFF):
+        raise error(f"{where} holds {dtype} characters beyond U+10FFFF: not text")
     array = np.frombuffer(buffer, dtype=dtype)
     return array.reshape(shape, order="F" if fortran_order else "C")
 

@@ -9,8 +9,9 @@ requested provider missing from it is reported in ``SessionInfo.fallback``.
 
 ``run()`` validates inputs against the model signature once (the public method
 validates, the private one works) and enforces a timeout with ``RunOptions.terminate``.
-Outputs come back as arrays: a ZipMap's sequence of maps as two tensors (``nontensor.py``), any
-other non-tensor output type refused when the session is built, naming the output and its type.
+Outputs come back as arrays: strings, sequences and maps as the companion tensors that
+``nontensor.py`` names (``name``, ``name:keys``, ``name:shapes``); any other output type (an
+optional, a sequence of sequences) is refused when the session is built, naming the output and its type.
 """
 
 from __future__ import annotations
@@ -177,6 +178,7 @@ class Session:
         )
         for output in self.info.outputs:
             nontensor.check_output_type(output.name, output.type, str(self.model_path))
+        self._output_names = _companion_names(self.info.outputs, str(self.model_path))
         self._signature = [
             InputSpec(
                 spec.name,
@@ -189,13 +191,8 @@ class Session:
 
     @property
     def output_names(self) -> list[str]:
-        """The compared outputs: the model's, each sequence of maps followed by its ``:keys`` tensor."""
-        names = []
-        for output in self.info.outputs:
-            names.append(output.name)
-            if nontensor.is_sequence_of_maps(output.type):
-                names.append(nontensor.keys_name(output.name))
-        return names
+        """The compared outputs: the model's, each followed by its companions (``name:keys``, ``name:shapes``)."""
+        return list(self._output_names)
 
     def _placement(self) -> dict[str, int]:
         """Node count per execution provider, where this ORT version can tell."""
@@ -262,12 +259,10 @@ class Session:
             raise
         result: dict[str, np.ndarray] = {}
         for output, value in zip(self.info.outputs, values, strict=True):
-            if nontensor.is_sequence_of_maps(output.type):
-                result[output.name], result[nontensor.keys_name(output.name)] = nontensor.flatten_maps(
-                    output.name, output.type, value
-                )
-            else:
+            if nontensor.is_plain(output.type):
                 result[output.name] = np.asarray(value)
+            else:
+                result.update(nontensor.flatten(output.name, output.type, value))
         return result
 
 
@@ -299,6 +294,20 @@ class Deadline:
     def __exit__(self, *exc: object) -> None:
         if self._timer is not None:
             self._timer.cancel()
+
+
+def _companion_names(outputs: Sequence[TensorSpec], model: str) -> tuple[str, ...]:
+    """Every compared tensor name; ``ModelError`` when a companion collides with another output."""
+    names: list[str] = []
+    for output in outputs:
+        for name in nontensor.companions(output.name, output.type):
+            if name in names:
+                raise ModelError(
+                    f"model {model}: output {output.name!r} ({output.type}) needs the name {name!r},"
+                    " which another output already has"
+                )
+            names.append(name)
+    return tuple(names)
 
 
 def _spec(node_arg: Any) -> TensorSpec:

@@ -4,7 +4,12 @@ skl2onnx is how most tabular models reach ONNX Runtime, and its defaults are wha
 a classifier's probabilities come out as a ZipMap, ``seq(map(int64, float))``, not a tensor.
 The set: a logistic regression with the default ZipMap and with ``zipmap=False``, a random-forest
 regressor (a TreeEnsembleRegressor node) and a scaler + PCA + gradient-boosting pipeline
-(ZipMap again). Small on purpose: every file stays well under 100 kB.
+(ZipMap again). Trained on *string* labels (non-ASCII, a slash and a space among them, as class
+names from real data have): a logistic regression whose ``output_label`` is a ``tensor(string)``
+and whose ZipMap has string keys, ``seq(map(string, float))``; and a decision tree converted with
+``zipmap="columns"``, one float output per class, named after the class (``sémeu/ä b``), so
+hostile output names reach file names, tables, pages and metric labels. Small on purpose: every
+file stays well under 100 kB.
 
     .venv/bin/python tests/corpus/make_sklearn.py
 """
@@ -22,10 +27,12 @@ from sklearn.ensemble import GradientBoostingClassifier, RandomForestRegressor
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
+from sklearn.tree import DecisionTreeClassifier
 
 OUT = Path(__file__).resolve().parent / "sklearn"
 FEATURES = 6
 TYPES = [("input", FloatTensorType([None, FEATURES]))]
+LABELS = ["cat", "dog", "émeu/ä b"]  # string class names, one non-ASCII with a slash and a space
 
 
 def main() -> None:
@@ -46,6 +53,15 @@ def main() -> None:
     xr, yr = make_regression(n_samples=200, n_features=FEATURES, random_state=0)
     forest = RandomForestRegressor(n_estimators=6, max_depth=4, random_state=0).fit(xr.astype(np.float32), yr)
     save(to_onnx(forest, initial_types=TYPES, target_opset={"": 17, "ai.onnx.ml": 3}), "forest_regressor.onnx")
+    names = np.array(LABELS)[y]
+    strings = LogisticRegression(max_iter=500).fit(x, names)
+    save(to_onnx(strings, initial_types=TYPES, target_opset={"": 17, "ai.onnx.ml": 3}), "logreg_strings.onnx")
+    tree = DecisionTreeClassifier(max_depth=3, random_state=0).fit(x, names)
+    columns = {id(tree): {"zipmap": "columns"}}
+    save(
+        to_onnx(tree, initial_types=TYPES, options=columns, target_opset={"": 17, "ai.onnx.ml": 3}),
+        "tree_columns.onnx",
+    )
 
 
 def save(model: object, name: str) -> None:
