@@ -245,8 +245,9 @@ def test_an_unsupported_output_type_is_an_error_verdict_naming_the_output(tmp_pa
     ws.replace_model("m", optional_model())
     result = run_check(plan_for(ws.settings(), "m"))
     assert result.verdict is Verdict.ERROR
-    (reason,) = result.reasons
+    reason, *rest = result.reasons
     assert reason.code == "model_error" and "optional(tensor(float))" in reason.detail
+    assert [r.code for r in rest] == ["model_changed"]  # the file is not the baseline's
 
 
 def test_a_companion_name_taken_by_another_output_is_a_model_error(tmp_path: Path) -> None:
