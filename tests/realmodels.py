@@ -83,6 +83,16 @@ def not_applicable(scenario: str) -> dict[str, str]:
     return {model: why for model, why in (data["not_applicable"].get(scenario) or {}).items()}
 
 
+def fetched_digest() -> str:
+    """sha256 of the manifest's fetched part, as ``scripts/fetch-models`` writes it to READY.
+
+    Committed models are not part of it: adding one must not send everyone back to the fetch.
+    """
+    manifest = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))
+    fetched = {key: manifest.get(key) for key in ("format", "wheels", "models", "derived")}
+    return hashlib.sha256(json.dumps(fetched, sort_keys=True).encode()).hexdigest()
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("ONNXMON_CORPUS_DIR") or Path.home() / ".cache" / "onnxmon-corpus")
 
@@ -92,7 +102,7 @@ def source_file(model: CorpusModel) -> Path:
     if model.committed:
         return CORPUS / model.relative
     ready = cache_dir() / "READY"
-    want = hashlib.sha256(MANIFEST.read_bytes()).hexdigest()
+    want = fetched_digest()
     if not ready.is_file() or ready.read_text(encoding="utf-8").strip() != want:
         unavailable("realmodels", f"corpus not fetched for this manifest in {cache_dir()}: run scripts/fetch-models")
     return cache_dir() / model.relative
