@@ -18,9 +18,16 @@ The tolerance rule (written down once, here; ``tests/test_compare.py`` holds its
   (cosine similarity < ``cosine_min``), ``snr`` (SNR dB < ``snr_min_db``), ``topk`` (top-k
   agreement < ``topk_min_agreement``). An exact output FAILS with ``exact_mismatch`` when
   ``mismatch_ratio > max_mismatch_ratio``, or with ``topk``. Thresholds left ``None`` are off.
-* A changed dtype or shape (or sample count), or an output with a baseline that the model did
-  not produce, is verdict **error** (``dtype_changed`` / ``shape_changed`` / ``missing_output``):
-  nothing could be measured. An extra output with no baseline is ignored, not compared.
+* A float output whose dtype changed to another float dtype (float16, float32, float64; e.g. an
+  fp32 baseline and an fp16 output after a conversion with ``keep_io_types=False``) is compared
+  in float64 by the rules above, and **FAILS** with ``dtype_changed`` (naming both dtypes) beside
+  whatever numeric reasons the comparison finds: the dtype change is itself a drift, so it fails
+  even when every value is within tolerance. ``bitwise_equal`` is then false. (numpy has no
+  bfloat16; onnxmon does not represent it.)
+* Any other dtype change (int <-> float, int32 <-> int64, bool, strings, or a dtype pair that
+  differs between samples), a changed shape (or sample count), or an output with a baseline that
+  the model did not produce, is verdict **error** (``dtype_changed`` / ``shape_changed`` /
+  ``missing_output``): nothing could be measured. An extra output with no baseline is ignored.
 
 Why distribution metrics sit beside the element-wise rule: the element rule looks at each number
 alone, with a slack proportional to it. A saturated softmax squashes a changed weight into
@@ -44,7 +51,9 @@ Metric definitions (over all samples of one output; error = a - b)
   ``ceil(0.99 * n)``-th smallest of the ``n`` errors (so 0 when 99% of them are 0), never above
   the max.
 * Max ULP distance is counted in the output's *own* float dtype via integer views of the bit
-  patterns (+0 and -0 are 0 ULP apart; adjacent floats are 1 apart). None for non-floats.
+  patterns (+0 and -0 are 0 ULP apart; adjacent floats are 1 apart). None for non-floats. When
+  the float dtype changed it is counted in the *coarser* of the two: both sides are rounded to
+  it first (an fp16 output against an fp32 baseline: fp16 ULPs, the baseline rounded to fp16).
 * Top-k agreement (when ``topk_k`` is set): the share of rows along the last axis whose top-k
   index *sets* match. Ties are broken by ``argpartition``, so identical rows always agree.
   None for 0-d outputs or when not asked.
@@ -119,7 +128,16 @@ def compare_output(
     if problem is not None:
         return _error(name, tolerance, problem, pairs[0][0] if pairs else np.zeros(0))
     dtype = pairs[0][1].dtype if pairs else np.dtype(np.float64)
-    if dtype.kind == "f" and dtype.itemsize in (2, 4, 8):
+    observed = pairs[0][0].dtype if pairs else dtype
+    drift = _float_dtype_drift(name, observed, dtype)
+    if drift is not None:  # two float dtypes: both sides in float64, ULPs in the coarser dtype
+        coarse = min(observed, dtype, key=lambda d: d.itemsize)
+        wide = [(a.astype(np.float64), b.astype(np.float64)) for a, b in pairs]
+        metrics, finite_mismatches = stream_metrics(
+            wide, tolerance, chunk_elements, exact=False, workers=workers, ulp_dtype=coarse
+        )
+        metrics = _replace(metrics, bitwise_equal=False)
+    elif _is_float(dtype):
         metrics, finite_mismatches = stream_metrics(pairs, tolerance, chunk_elements, exact=False, workers=workers)
     elif dtype.kind in "iub":
         metrics, finite_mismatches = stream_metrics(pairs, tolerance, chunk_elements, exact=True, workers=workers)
@@ -129,6 +147,8 @@ def compare_output(
         agreement = _topk_agreement(pairs, tolerance.topk_k, chunk_elements)
         metrics = _replace(metrics, topk_agreement=agreement)
     reasons = _judge(name, metrics, tolerance, finite_mismatches, exact=dtype.kind != "f")
+    if drift is not None:
+        reasons = (drift, *reasons)
     shape = tuple(pairs[0][1].shape) if pairs else ()
     return OutputStats(
         name=name,
@@ -136,7 +156,7 @@ def compare_output(
         metrics=metrics,
         tolerance=tolerance,
         reasons=reasons,
-        dtype=str(dtype),
+        dtype=str(observed),
         shape=shape,
     )
 
@@ -170,13 +190,33 @@ def repeat_spread(runs: Sequence[np.ndarray]) -> float:
 # --- validation and judgement -------------------------------------------------------------
 
 
+def _is_float(dtype: np.dtype[np.generic]) -> bool:
+    """float16, float32 or float64: the dtypes the tolerance rule and the chunked pass measure."""
+    return dtype.kind == "f" and dtype.itemsize in (2, 4, 8)
+
+
+def _float_dtype_drift(name: str, observed: np.dtype[np.generic], baseline: np.dtype[np.generic]) -> Reason | None:
+    """The ``dtype_changed`` reason of a float output that changed float dtype; None if unchanged."""
+    if observed == baseline:
+        return None
+    detail = f"dtype {observed}, baseline {baseline}: compared in float64, a failure whatever the values"
+    return Reason("dtype_changed", detail, output=name)
+
+
 def _layout_problem(name: str, n_actual: int, n_expected: int, pairs: list[Pair]) -> Reason | None:
     if n_actual != n_expected:
         detail = f"{n_actual} samples, baseline has {n_expected}"
         return Reason("shape_changed", detail, output=name)
     for index, (a, b) in enumerate(pairs):
-        if a.dtype != b.dtype:
+        first = pairs[0]
+        floats = _is_float(a.dtype) and _is_float(b.dtype)
+        if a.dtype != b.dtype and not floats:
             return Reason("dtype_changed", f"sample {index}: dtype {a.dtype}, baseline {b.dtype}", output=name)
+        if (a.dtype, b.dtype) != (first[0].dtype, first[1].dtype):  # one dtype pair for every sample
+            detail = (
+                f"sample {index}: dtype {a.dtype}, baseline {b.dtype}; sample 0: {first[0].dtype}, {first[1].dtype}"
+            )
+            return Reason("dtype_changed", detail, output=name)
         if a.shape != b.shape:
             return Reason("shape_changed", f"sample {index}: shape {a.shape}, baseline {b.shape}", output=name)
     return None

@@ -63,23 +63,40 @@ Pair = tuple[Array, Array]
 
 
 def stream_metrics(
-    pairs: list[Pair], tol: AppliedTolerance, chunk: int, *, exact: bool, workers: int = DEFAULT_WORKERS
+    pairs: list[Pair],
+    tol: AppliedTolerance,
+    chunk: int,
+    *,
+    exact: bool,
+    workers: int = DEFAULT_WORKERS,
+    ulp_dtype: np.dtype[np.generic] | None = None,
 ) -> tuple[OutputMetrics, int]:
-    """Metrics over all ``pairs`` and the count of finite elements breaking the element rule."""
+    """Metrics over all ``pairs`` and the count of finite elements breaking the element rule.
+
+    ``ulp_dtype`` (for float64 pairs cast up from two different float dtypes) is the dtype the
+    max ULP distance is counted in; by default it is the pairs' own dtype.
+    """
     total = sum(a.size for a, _ in pairs)
     chunk = min(chunk, max(total, 1))
     threads = max(1, min(workers, -(-total // chunk)))
-    done = _run(pairs, tol, chunk, threads, exact=exact, guess=True)
+    done = _run(pairs, tol, chunk, threads, exact=exact, guess=True, ulp_dtype=ulp_dtype)
     p99 = _p99(done)
     if p99 is None:  # the guessed p99 floor was too high for this data: measure again, unguessed
-        done = _run(pairs, tol, chunk, threads, exact=exact, guess=False)
+        done = _run(pairs, tol, chunk, threads, exact=exact, guess=False, ulp_dtype=ulp_dtype)
         p99 = _p99(done)
     assert p99 is not None, "an unguessed floor is always proven"
     return _merge(done, total, p99, exact=exact)
 
 
 def _run(
-    pairs: list[Pair], tol: AppliedTolerance, chunk: int, threads: int, *, exact: bool, guess: bool
+    pairs: list[Pair],
+    tol: AppliedTolerance,
+    chunk: int,
+    threads: int,
+    *,
+    exact: bool,
+    guess: bool,
+    ulp_dtype: np.dtype[np.generic] | None = None,
 ) -> list[_Worker]:
     """Feed every chunk to ``threads`` workers; each pulls the next chunk when it is free."""
     chunks: Iterator[tuple[int, Pair]] = enumerate(pieces(pairs, chunk))
@@ -87,7 +104,8 @@ def _run(
     keep = p99_rank_from_top(sum(a.size for a, _ in pairs))
 
     def work() -> _Worker:
-        worker = _Worker(pairs[0][1].dtype, tol, chunk, Largest(keep, chunk, guess=guess), exact=exact)
+        largest = Largest(keep, chunk, guess=guess)
+        worker = _Worker(pairs[0][1].dtype, tol, chunk, largest, exact=exact, ulp_dtype=ulp_dtype)
         while True:
             with lock:  # packing small samples concatenates, so the iterator itself is guarded
                 item = next(chunks, None)
@@ -132,9 +150,17 @@ class _Worker:
     """One thread's scratch buffers, its order-free totals and the per-chunk float sums."""
 
     def __init__(
-        self, dtype: np.dtype[np.generic], tol: AppliedTolerance, chunk: int, largest: Largest, *, exact: bool
+        self,
+        dtype: np.dtype[np.generic],
+        tol: AppliedTolerance,
+        chunk: int,
+        largest: Largest,
+        *,
+        exact: bool,
+        ulp_dtype: np.dtype[np.generic] | None = None,
     ) -> None:
         self.exact, self.tol = exact, tol
+        self.ulp_dtype = None if ulp_dtype is None or ulp_dtype == dtype else np.dtype(ulp_dtype)
         self.floor = max(tol.atol, _TINY)
         self.float64_input = dtype == np.float64
         self.int_view = np.dtype(f"i{dtype.itemsize}")
@@ -268,6 +294,11 @@ class _Worker:
 
     def _ulp(self, int_a: Array, int_b: Array, int_diff: Array, diff_max: int, diff_min: int) -> None:
         """Max ULP distance in the output's own dtype from the bit-pattern difference."""
+        if self.ulp_dtype is not None:  # two float dtypes compared in float64: count in the coarser
+            self.max_ulp = max(
+                self.max_ulp, _coarse_ulp(int_a.view(np.float64), int_b.view(np.float64), self.ulp_dtype)
+            )
+            return
         # Same-sign floats are ordered like their bit patterns, so the difference is exact and
         # never overflows; opposite signs are |a| + |b| in ULPs (+0 and -0 are 0 apart).
         n = int_a.size
@@ -288,6 +319,22 @@ class _Worker:
         out = buffer[: raw.size]
         np.copyto(out, raw, casting="unsafe")
         return out
+
+
+def _coarse_ulp(a: F64, b: F64, dtype: np.dtype[np.generic]) -> int:
+    """Max ULP distance of float64 values rounded to the narrower float ``dtype`` (fp16 or fp32).
+
+    Rounding float64 to ``dtype`` once is the same as casting the finer original straight down,
+    and the coarser original survives its round trip through float64 exactly.
+    """
+    view = np.dtype(f"i{dtype.itemsize}")
+    int_a = a.astype(dtype).view(view).astype(np.int64)
+    int_b = b.astype(dtype).view(view).astype(np.int64)
+    magnitude = (1 << (8 * dtype.itemsize - 1)) - 1
+    same_sign = (int_a ^ int_b) >= 0
+    across = (int_a & magnitude) + (int_b & magnitude)  # opposite signs: |a| + |b| in ULPs
+    distance = np.where(same_sign, np.abs(int_a - int_b), across)
+    return int(distance.max()) if distance.size else 0
 
 
 def _merge(workers: list[_Worker], count: int, p99: float, *, exact: bool) -> tuple[OutputMetrics, int]:
