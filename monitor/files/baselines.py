@@ -131,6 +131,15 @@ class Baseline:
             result[name] = self._load(rel)
         return result
 
+    def element_counts(self) -> dict[str, int]:
+        """Elements of every output over all samples, from the ``.npy`` headers (no data is read)."""
+        counts = dict.fromkeys(self.meta.outputs, 0)
+        for index in range(self.meta.sample_count):
+            for name, spec in self.meta.outputs.items():
+                shape = tensorio.npy_shape(self._path(_output_file(index, int(spec["index"]))), error=BaselineError)
+                counts[name] += int(np.prod(shape, dtype=object))
+        return counts
+
     def outputs(self) -> dict[str, list[np.ndarray]]:
         """Every output over all samples: ``{name: [sample0, sample1, ...]}``."""
         per_output: dict[str, list[np.ndarray]] = {name: [] for name in self.meta.outputs}
