@@ -42,6 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.compare import p99 as compare_p99
+from monitor.compare.formulas import coarse_ulp, cosine, dot, snr_db
 from monitor.compare.p99 import Largest, p99_rank_from_top
 from monitor.results import AppliedTolerance, OutputMetrics
 
@@ -51,9 +52,6 @@ DEFAULT_CHUNK_ELEMENTS = 1 << 16
 # Two threads: numpy releases the GIL inside each pass, so two workers cut the wall time (1.2-1.9x
 # on a lightly loaded two-core machine); more would take cores from the model being monitored.
 DEFAULT_WORKERS = min(2, os.cpu_count() or 1)
-# OpenBLAS computes a dot of <= 10000 elements on the calling thread: row-wise dots of 8192
-# elements get BLAS speed without waking its thread pool.
-_DOT_ROW = 1 << 13
 _TINY = float(np.finfo(np.float64).tiny)
 
 Array = npt.NDArray[np.generic]
@@ -201,7 +199,7 @@ class _Worker:
             return
         self.bitwise_equal = False
         a, b = self._as_float64(raw_a, self.a64), self._as_float64(raw_b, self.b64)
-        ss_a, ss_b = _dot(a, a), _dot(b, b)
+        ss_a, ss_b = dot(a, a), dot(b, b)
         if self.exact:
             self.finite_mismatch += differ
             self.finite_count += n
@@ -210,7 +208,7 @@ class _Worker:
             self._ulp(int_a, int_b, int_diff, diff_max, diff_min)
         else:
             raw_a, raw_b, a, b = self._position_rule(raw_a, raw_b, a, b)
-            ss_a, ss_b = _dot(a, a), _dot(b, b)
+            ss_a, ss_b = dot(a, a), dot(b, b)
             int_a, int_b = raw_a.view(self.int_view), raw_b.view(self.int_view)
             int_diff = np.subtract(int_a, int_b, out=self.int_diff[:n])
             self._ulp(int_a, int_b, int_diff, int(int_diff.max()), int(int_diff.min()))
@@ -221,7 +219,7 @@ class _Worker:
         """Fold one chunk's errors into the maxima and counts; return (ss_err, dot_ab, sum_abs)."""
         n = a.size
         err = np.subtract(a, b, out=self.err[:n])
-        ss_err, dot_ab = _dot(err, err), _dot(a, b)
+        ss_err, dot_ab = dot(err, err), dot(a, b)
         np.abs(err, out=err)  # |d| once, reused by every metric below
         chunk_max = float(err.max())
         if chunk_max == 0.0:
@@ -271,7 +269,7 @@ class _Worker:
         """Bitwise-equal chunk: errors are exactly zero; only the squares and NaN/Inf remain."""
         n = raw.size
         values = self._as_float64(raw, self.a64)
-        squares = _dot(values, values)
+        squares = dot(values, values)
         finite = n
         if not self.exact and not math.isfinite(squares):
             nan, inf = int(np.count_nonzero(np.isnan(values))), int(np.count_nonzero(np.isinf(values)))
@@ -279,7 +277,7 @@ class _Worker:
             finite = n - nan - inf
             if nan or inf:
                 kept = values[np.isfinite(values)]
-                squares = _dot(kept, kept)
+                squares = dot(kept, kept)
         self.finite_count += finite
         return squares, squares, 0.0, squares, 0.0
 
@@ -304,9 +302,7 @@ class _Worker:
     def _ulp(self, int_a: Array, int_b: Array, int_diff: Array, diff_max: int, diff_min: int) -> None:
         """Max ULP distance in the output's own dtype from the bit-pattern difference."""
         if self.ulp_dtype is not None:  # two float dtypes compared in float64: count in the coarser
-            self.max_ulp = max(
-                self.max_ulp, _coarse_ulp(int_a.view(np.float64), int_b.view(np.float64), self.ulp_dtype)
-            )
+            self.max_ulp = max(self.max_ulp, coarse_ulp(int_a.view(np.float64), int_b.view(np.float64), self.ulp_dtype))
             return
         # Same-sign floats are ordered like their bit patterns, so the difference is exact and
         # never overflows; opposite signs are |a| + |b| in ULPs (+0 and -0 are 0 apart).
@@ -328,22 +324,6 @@ class _Worker:
         out = buffer[: raw.size]
         np.copyto(out, raw, casting="unsafe")
         return out
-
-
-def _coarse_ulp(a: F64, b: F64, dtype: np.dtype[np.generic]) -> int:
-    """Max ULP distance of float64 values rounded to the narrower float ``dtype`` (fp16 or fp32).
-
-    Rounding float64 to ``dtype`` once is the same as casting the finer original straight down,
-    and the coarser original survives its round trip through float64 exactly.
-    """
-    view = np.dtype(f"i{dtype.itemsize}")
-    int_a = a.astype(dtype).view(view).astype(np.int64)
-    int_b = b.astype(dtype).view(view).astype(np.int64)
-    magnitude = (1 << (8 * dtype.itemsize - 1)) - 1
-    same_sign = (int_a ^ int_b) >= 0
-    across = (int_a & magnitude) + (int_b & magnitude)  # opposite signs: |a| + |b| in ULPs
-    distance = np.where(same_sign, np.abs(int_a - int_b), across)
-    return int(distance.max()) if distance.size else 0
 
 
 def _merge(workers: list[_Worker], count: int, p99: float, *, exact: bool) -> tuple[OutputMetrics, int]:
@@ -368,8 +348,8 @@ def _merge(workers: list[_Worker], count: int, p99: float, *, exact: bool) -> tu
         rms_error=math.sqrt(ss_err / finite) if finite else 0.0,
         max_rel_error=max(w.max_rel for w in workers),
         p99_abs_error=p99,
-        cosine_similarity=_cosine(dot_ab, ss_a, ss_b),
-        snr_db=_snr_db(ss_b, ss_err),
+        cosine_similarity=cosine(dot_ab, ss_a, ss_b),
+        snr_db=snr_db(ss_b, ss_err),
         max_ulp=None if exact else max(w.max_ulp for w in workers),
         mismatch_count=mismatches,
         mismatch_ratio=mismatches / count if count else 0.0,
@@ -388,27 +368,3 @@ def _error_ratio(workers: list[_Worker], mismatches: int, finite_mismatch: int, 
     if mismatches > finite_mismatch or (exact and mismatches):
         return math.inf
     return max(w.max_ratio for w in workers)
-
-
-def _dot(x: F64, y: F64) -> float:
-    """Float64 dot product on the calling thread only (see the module docstring)."""
-    if x.size % _DOT_ROW == 0:  # every full chunk: one call
-        return float(np.vecdot(x.reshape(-1, _DOT_ROW), y.reshape(-1, _DOT_ROW)).sum())
-    head = x.size - x.size % _DOT_ROW
-    return _dot(x[:head], y[:head]) + float(np.einsum("i,i->", x[head:], y[head:]))
-
-
-def _cosine(dot_ab: float, ss_a: float, ss_b: float) -> float:
-    if ss_a == 0.0 and ss_b == 0.0:
-        return 1.0
-    if ss_a == 0.0 or ss_b == 0.0:
-        return 0.0
-    return max(-1.0, min(1.0, dot_ab / math.sqrt(ss_a) / math.sqrt(ss_b)))
-
-
-def _snr_db(ss_b: float, ss_err: float) -> float:
-    if ss_err == 0.0:
-        return math.inf
-    if ss_b == 0.0:
-        return -math.inf
-    return 10.0 * math.log10(ss_b / ss_err)
