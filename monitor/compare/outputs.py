@@ -1,6 +1,7 @@
 """Compare a model's outputs with their baseline: the metrics and the tolerance rule.
 
-Pure numpy over lists of arrays (one array per benchmark sample); nothing here runs a model.
+Pure numpy over lists of arrays (one array per benchmark sample), or fed one sample at a time
+through ``accumulate.py``; nothing here runs a model.
 
 The tolerance rule (written down once, here; ``tests/test_compare.py`` holds its table)
 -------------------------------------------------------------------------------------
@@ -60,10 +61,13 @@ Metric definitions (over all samples of one output; error = a - b)
 
 Cost: one chunked pass of ``chunk_elements`` elements over the flattened samples, on
 ``workers`` threads, with fixed float64 buffers per thread; memory is O(chunk) plus the p99
-candidates (up to 2% of the elements, in float64, per worker). ``monitor/compare/stream.py`` holds that
-accumulator and why its results do not depend on the thread count; ``bench/bench_compare.py``
-measures it. Sums of squares are float64 dots over chunks; values past ~1e154 overflow those
-sums (cosine/SNR become NaN) - outputs that large are out of scope.
+candidates (up to 2% of the elements, in float64, per worker). The pass is fed one sample at a
+time (``accumulate.OutputAccumulator``; a check drops each sample after its feed), and the
+lists API here is a thin wrapper over it, so both give the same stats to the bit.
+``monitor/compare/stream.py`` holds the pass and why its results depend neither on the thread
+count nor on how the data is split into samples; ``bench/bench_compare.py`` measures it. Sums of
+squares are float64 dots over chunks; values past ~1e154 overflow those sums (cosine/SNR become
+NaN) - outputs that large are out of scope.
 """
 
 from __future__ import annotations
