@@ -6,12 +6,16 @@ effect, and the environment snapshot taken after the first inference (cuDNN load
 lazily). The first baseline of a model becomes active; later ones become active only
 when promoted (``--promote`` or ``onnxmon baseline promote``), so a new capture is never
 silently promoted over an existing baseline.
+
+Each sample's outputs are written into the baseline's temporary directory as soon as they
+exist (``files/baseline_writer.py``), so memory holds one sample, not the benchmark set; the
+baseline still appears atomically, with the same ids and checksums as before.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,7 +24,7 @@ import numpy as np
 from monitor.config.plan import CheckPlan
 from monitor.config.settings import ModelConfig, ProviderSpec, SessionConfig
 from monitor.errors import BaselineError
-from monitor.files import baselines, modelfile, tensors
+from monitor.files import baseline_writer, baselines, modelfile, tensors
 from monitor.files import benchsets as benchset
 from monitor.runtime import envsnap
 from monitor.runtime.session import Session
@@ -55,18 +59,18 @@ def capture_baseline(
     providers: Sequence[ProviderSpec] = REFERENCE_PROVIDERS if reference else model.providers
     session_cfg = REFERENCE_SESSION if reference else model.session
     session = Session(model.path, providers, session_cfg)
-    samples = []
-    intermediates: dict[int, dict[str, np.ndarray]] = {}
-    for index in range(len(bench)):
-        feeds = bench.load_sample(index)
-        samples.append(session.run(feeds, where=f"benchset {bench.name!r} sample {index}"))
-        if index < intermediate_samples:
-            grab = capture_intermediates or _default_intermediates(model, providers, session_cfg)
-            intermediates[index] = grab(session, feeds)
-        if progress:
-            progress(index + 1, len(bench))
-    meta = _meta(model, bench, session, "reference" if reference else "captured", capture_env(), note)
-    return _store(plan, meta, samples, intermediates, promote)
+    # Each sample's outputs go to disk as soon as they exist: memory holds one sample, not the set.
+    with baseline_writer.BaselineWriter(plan.baselines_dir, model.name) as writer:
+        for index in range(len(bench)):
+            feeds = bench.load_sample(index)
+            writer.add_sample(session.run(feeds, where=f"benchset {bench.name!r} sample {index}"))
+            if index < intermediate_samples:
+                grab = capture_intermediates or _default_intermediates(model, providers, session_cfg)
+                writer.add_intermediates(index, grab(session, feeds))
+            if progress:
+                progress(index + 1, len(bench))
+        meta = _meta(model, bench, session, "reference" if reference else "captured", capture_env(), note)
+        return _store(plan, meta, writer, promote)
 
 
 def import_baseline(
@@ -85,27 +89,30 @@ def import_baseline(
     model = plan.model
     bench = benchset.ensure(plan.benchset, plan.benchsets_dir)
     session = Session(model.path, model.providers, model.session)
+    samples: Iterable[Mapping[str, np.ndarray]]
     if kind == "onnx-test-data":
         if len(files) != 1:
             raise BaselineError("onnx-test-data import takes exactly one directory")
         samples = benchset.read_onnx_test_outputs(files[0], output_names=session.output_names)
+        count = len(samples)
     else:
-        samples = [_read_npz(path) for path in files]
-    if len(samples) != len(bench):
+        samples, count = (_read_npz(path) for path in files), len(files)  # read one file at a time
+    if count != len(bench):
         raise BaselineError(
-            f"import for {model.name!r}: {len(samples)} output sample(s) given, benchset"
+            f"import for {model.name!r}: {count} output sample(s) given, benchset"
             f" {bench.name!r} v{bench.version} has {len(bench)} sample(s); give one per sample, in order"
         )
     wanted = set(session.output_names)
-    for index, sample in enumerate(samples):
-        if set(sample) != wanted:
-            raise BaselineError(
-                f"import for {model.name!r}: sample {index} has outputs {sorted(sample)}, model outputs are"
-                f" {sorted(wanted)}"
-            )
-    ordered = [{name: s[name] for name in session.output_names} for s in samples]
-    meta = _meta(model, bench, session, "imported", envsnap.capture(), note)
-    return _store(plan, meta, ordered, {}, promote)
+    with baseline_writer.BaselineWriter(plan.baselines_dir, model.name) as writer:
+        for index, sample in enumerate(samples):
+            if set(sample) != wanted:
+                raise BaselineError(
+                    f"import for {model.name!r}: sample {index} has outputs {sorted(sample)}, model outputs are"
+                    f" {sorted(wanted)}"
+                )
+            writer.add_sample({name: sample[name] for name in session.output_names})
+        meta = _meta(model, bench, session, "imported", envsnap.capture(), note)
+        return _store(plan, meta, writer, promote)
 
 
 def _meta(
@@ -136,15 +143,12 @@ def _meta(
 
 
 def _store(
-    plan: CheckPlan,
-    meta: baselines.BaselineMeta,
-    samples: Sequence[Mapping[str, np.ndarray]],
-    intermediates: Mapping[int, Mapping[str, np.ndarray]],
-    promote: bool,
+    plan: CheckPlan, meta: baselines.BaselineMeta, writer: baseline_writer.BaselineWriter, promote: bool
 ) -> baselines.Baseline:
+    """Commit the written samples as a baseline; the model's first baseline becomes active."""
     root = plan.baselines_dir
     first = baselines.active_id(root, plan.name) is None
-    baseline = baselines.write_baseline(root, meta, samples, intermediates or None)
+    baseline = writer.commit(meta)
     if promote or first:
         baselines.promote(root, baseline.id, by="capture --promote" if promote else "first baseline")
     return baseline

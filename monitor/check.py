@@ -6,6 +6,12 @@ compares every output, records the environment the numbers came from, and turns 
 problem on the way into data: drift is a ``fail`` with reasons, anything that stops the
 measurement is an ``error`` with a bounded reason code.
 
+Memory is bounded by one sample, not by the benchmark set: each sample runs (with its
+repeats), its baseline outputs are loaded (``Baseline.sample_outputs``), both are fed to a
+``compare.Comparison`` and dropped before the next sample runs. The comparison needs the
+baseline's element counts up front (read from the ``.npy`` headers) to size its chunked pass.
+The timeout covers the whole check, comparison included: it is one deadline from the start.
+
 Attribution of a failing check, in order of precedence: ``model_changed`` (the model
 file hash, or the hash of one of its external-data files, differs from the baseline's),
 ``benchset_changed``, ``env_changed`` (a stable environment field differs, or a provider fell
@@ -34,6 +40,7 @@ from monitor.runtime.session import Deadline, RunTimeout, Session
 
 Clock = Callable[[], float]
 EnvCapture = Callable[[], "envsnap.EnvSnapshot"]
+SampleSink = Callable[[int, Mapping[str, np.ndarray]], None]
 
 _ERROR_CODES: tuple[tuple[type[MonitorError], str], ...] = (
     (ModelError, "model_error"),
@@ -45,7 +52,7 @@ _ERROR_CODES: tuple[tuple[type[MonitorError], str], ...] = (
 
 @dataclass(frozen=True)
 class Replay:
-    """Raw outputs of one replay: per output, one array per sample, plus repeat spread."""
+    """Raw outputs of one replay: per output, one array per sample (none when streamed), plus repeat spread."""
 
     outputs: dict[str, list[np.ndarray]]
     spread: dict[str, float]
@@ -127,9 +134,21 @@ def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCaptur
     bench = benchset.open_benchset(plan.benchsets_dir, baseline.meta.benchset, baseline.meta.benchset_version)
     session = Session(model.path, model.providers, model.session)
     tolerances = plan.tolerances(session.output_names)
-    replay = replay_benchset(session, bench, plan.repeats, deadline=deadline, clock=clock)
+    comparison = compare.Comparison(
+        list(baseline.meta.outputs),
+        session.output_names,
+        tolerances,
+        samples=baseline.meta.sample_count,
+        elements=baseline.element_counts(),
+    )
+
+    def feed(index: int, produced: Mapping[str, np.ndarray]) -> None:
+        if index < baseline.meta.sample_count:  # a count mismatch is judged by finish()
+            comparison.feed(produced, baseline.sample_outputs(index))
+
+    replay = replay_benchset(session, bench, plan.repeats, deadline=deadline, clock=clock, each=feed)
     snapshot = capture_env()
-    outputs = compare.compare_outputs(replay.outputs, baseline.outputs(), tolerances)
+    outputs = comparison.finish(len(bench))
     outputs = tuple(_with_repeat_spread(o, replay.spread.get(o.name)) for o in outputs)
 
     reasons: list[Reason] = []
@@ -230,22 +249,42 @@ def attribute(verdict: Verdict, reasons: list[Reason], env_changes: list[dict[st
 
 
 def replay_benchset(
-    session: Session, bench: benchset.Benchset, repeats: int, *, deadline: float | None = None, clock: Clock = time.time
+    session: Session,
+    bench: benchset.Benchset,
+    repeats: int,
+    *,
+    deadline: float | None = None,
+    clock: Clock = time.time,
+    each: SampleSink | None = None,
 ) -> Replay:
-    """Run every sample ``repeats`` times; keep the first run and the spread between repeats."""
+    """Run every sample ``repeats`` times; keep the first run and the spread between repeats.
+
+    With ``each``, a sample's first-run outputs go to ``each(index, outputs)`` as soon as it has
+    run and are not kept (``Replay.outputs`` stays empty): memory holds one sample, not the set.
+    ``Replay.seconds`` counts the replay only, not the time spent in ``each``.
+    """
     outputs: dict[str, list[np.ndarray]] = {name: [] for name in session.output_names}
     spread: dict[str, float] = {}
     began = time.perf_counter()
+    elsewhere = 0.0
     with Deadline(_remaining(deadline, clock)) as guard:
         for index in range(len(bench)):
             feeds = bench.load_sample(index)
             where = f"benchset {bench.name!r} sample {index}"
             runs = [session.run(feeds, guard=guard, where=where) for _ in range(repeats)]
             for name in session.output_names:
-                outputs[name].append(runs[0][name])
                 if repeats > 1:
                     spread[name] = max(spread.get(name, 0.0), compare.repeat_spread([r[name] for r in runs]))
-    return Replay(outputs=outputs, spread=spread, seconds=time.perf_counter() - began)
+                if each is None:
+                    outputs[name].append(runs[0][name])
+            if each is not None:
+                handed = time.perf_counter()
+                first = runs[0]
+                del feeds, runs  # the sink holds the only reference from here on
+                each(index, first)
+                del first
+                elsewhere += time.perf_counter() - handed
+    return Replay(outputs=outputs, spread=spread, seconds=time.perf_counter() - began - elsewhere)
 
 
 def _remaining(deadline: float | None, clock: Clock) -> float | None:

@@ -60,7 +60,7 @@ REASON_CODES: frozenset[str] = frozenset(
         "benchset_changed",  # the benchmark set hash differs from the baseline's
         # could not measure (verdict error)
         "shape_changed",
-        "dtype_changed",
+        "dtype_changed",  # a float output that became another float dtype is measured and fails instead
         "missing_output",
         "model_error",  # model missing / unloadable / inputs do not fit
         "benchset_error",

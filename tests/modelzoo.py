@@ -269,3 +269,18 @@ def hang(iterations: int = 10**9, width: int = 64) -> onnx.ModelProto:
         ],
     )
     return _model(graph)
+
+
+def scale(factor: float = 1.5, width: int = 8, *, output_dtype: int = TensorProto.FLOAT) -> onnx.ModelProto:
+    """x[batch, width] -> Mul by ``factor`` -> ``y``, cast to ``output_dtype`` when it is not float32."""
+    nodes = [helper.make_node("Mul", ["x", "k"], ["y" if output_dtype == TensorProto.FLOAT else "m"], name="mul")]
+    if output_dtype != TensorProto.FLOAT:
+        nodes.append(helper.make_node("Cast", ["m"], ["y"], name="cast", to=output_dtype))
+    graph = helper.make_graph(
+        nodes,
+        "scale",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width])],
+        [helper.make_tensor_value_info("y", output_dtype, ["batch", width])],
+        [numpy_helper.from_array(np.array(factor, np.float32), "k")],
+    )
+    return _model(graph)

@@ -76,6 +76,24 @@ def test_fp16_conversion_is_reported_as_drift(ws: Workspace) -> None:
     assert 1e-5 < y.metrics.max_abs_error < 1e-1, "fp16 rounding, not garbage"
 
 
+def test_an_fp16_output_against_an_fp32_baseline_is_measured_and_fails_with_dtype_changed(ws: Workspace) -> None:
+    # An fp16 conversion with keep_io_types=False changes the output's dtype: the values are
+    # still compared (in float64) and the dtype change is a failure of its own.
+    ws.add_model("scale", modelzoo.scale(1.5), tolerance={"default": {"atol": 1e-2, "rtol": 1e-2}})
+    captured(ws, "scale")
+    ws.replace_model("scale", modelzoo.scale(1.5, output_dtype=onnx.TensorProto.FLOAT16))
+    result = run_check(plan_for(ws.settings(), "scale"))
+    assert result.verdict is Verdict.FAIL
+    (y,) = result.outputs
+    assert y.verdict is Verdict.FAIL
+    assert y.dtype == "float16"
+    assert y.reasons[0].code == "dtype_changed"
+    assert "float16" in y.reasons[0].detail and "float32" in y.reasons[0].detail
+    assert y.metrics.element_count > 0 and y.is_measured
+    assert y.metrics.max_abs_error > 0.0 and y.metrics.max_ulp is not None
+    assert y.metrics.snr_db > 40.0, "fp16 rounding, not garbage"
+
+
 def test_int8_dynamic_quantization_is_reported_as_drift(ws: Workspace, tmp_path: Path) -> None:
     model_path = ws.add_model("clf", modelzoo.classifier())
     captured(ws)

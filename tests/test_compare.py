@@ -197,8 +197,12 @@ def test_agreeing_nans_leave_finite_metrics_untouched() -> None:
     ("actual", "expected", "code"),
     [
         (np.zeros((2, 3), np.float32), np.zeros((3, 2), np.float32), "shape_changed"),
-        (np.zeros(3, np.float16), np.zeros(3, np.float32), "dtype_changed"),
+        (np.zeros((2, 3), np.float16), np.zeros((3, 2), np.float32), "shape_changed"),
         (np.zeros(3, np.int64), np.zeros(3, np.int32), "dtype_changed"),
+        (np.zeros(3, np.float32), np.zeros(3, np.int32), "dtype_changed"),
+        (np.zeros(3, np.int64), np.zeros(3, np.float32), "dtype_changed"),
+        (np.zeros(3, np.bool_), np.zeros(3, np.float32), "dtype_changed"),
+        (np.array(["a"]), np.zeros(1, np.float32), "dtype_changed"),
     ],
 )
 def test_layout_change_is_an_error_not_an_exception(actual: np.ndarray, expected: np.ndarray, code: str) -> None:
@@ -206,6 +210,74 @@ def test_layout_change_is_an_error_not_an_exception(actual: np.ndarray, expected
     assert stats.verdict is Verdict.ERROR
     assert codes(stats) == {code}
     assert not stats
+
+
+# A float output that changed float dtype: measured in float64, and a failure whatever the values.
+FLOAT_DTYPE_CHANGES = [
+    # id, actual, expected, reason codes, max ULP (counted in the coarser dtype)
+    (
+        "fp16 vs fp32, within atol",
+        np.array([1.0, 2.0, 0.1], np.float16),
+        np.array([1.0, 2.0, 0.1], np.float32),
+        {"dtype_changed"},
+        0,  # the fp16 output is the baseline rounded to fp16: 0 fp16 ULPs apart
+    ),
+    (
+        "fp16 vs fp32, far off",
+        np.array([1.5, 2.0], np.float16),
+        np.array([1.0, 2.0], np.float32),
+        {"dtype_changed", "atol_rtol"},
+        512,
+    ),
+    (
+        "fp32 vs fp16, equal values",
+        np.array([0.5, -3.0], np.float32),
+        np.array([0.5, -3.0], np.float16),
+        {"dtype_changed"},
+        0,
+    ),
+    (
+        "fp64 vs fp32, NaN moved",
+        np.array([np.nan, 1.0]),
+        np.array([0.0, 1.0], np.float32),
+        {"dtype_changed", "nan_mismatch"},
+        0,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("actual", "expected", "code_set", "ulp"),
+    [c[1:] for c in FLOAT_DTYPE_CHANGES],
+    ids=[c[0] for c in FLOAT_DTYPE_CHANGES],
+)
+def test_a_float_dtype_change_is_compared_in_float64_and_fails(
+    actual: np.ndarray, expected: np.ndarray, code_set: set[str], ulp: int
+) -> None:
+    stats = compare(actual, expected, tol(1e-3))
+    assert stats.verdict is Verdict.FAIL
+    assert codes(stats) == code_set
+    assert stats.reasons[0].code == "dtype_changed"
+    assert str(actual.dtype) in stats.reasons[0].detail and str(expected.dtype) in stats.reasons[0].detail
+    assert stats.dtype == str(actual.dtype)
+    assert stats.metrics.max_ulp == ulp
+    assert not stats.metrics.bitwise_equal
+    assert stats.metrics.element_count == actual.size
+
+
+def test_a_float_dtype_change_measures_the_float64_difference() -> None:
+    expected = np.array([1.0, 2.0, 3.0], np.float32)
+    actual = expected.astype(np.float16) + np.float16(0.5)
+    m = compare(actual, expected, tol(1e-3)).metrics
+    assert m.max_abs_error == pytest.approx(0.5)
+    assert m.mismatch_count == 3
+    assert math.isfinite(m.snr_db) and m.cosine_similarity > 0.9
+
+
+def test_a_float_dtype_pair_that_changes_between_samples_is_an_error() -> None:
+    actual = [np.zeros(2, np.float16), np.zeros(2, np.float32)]
+    stats = compare_output("y", actual, [np.zeros(2, np.float32)] * 2, tol())
+    assert (stats.verdict, codes(stats)) == (Verdict.ERROR, {"dtype_changed"})
 
 
 def test_a_changed_sample_count_is_a_shape_change() -> None:

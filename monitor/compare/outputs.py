@@ -1,6 +1,7 @@
 """Compare a model's outputs with their baseline: the metrics and the tolerance rule.
 
-Pure numpy over lists of arrays (one array per benchmark sample); nothing here runs a model.
+Pure numpy over lists of arrays (one array per benchmark sample), or fed one sample at a time
+through ``accumulate.py``; nothing here runs a model.
 
 The tolerance rule (written down once, here; ``tests/test_compare.py`` holds its table)
 -------------------------------------------------------------------------------------
@@ -19,9 +20,16 @@ The tolerance rule (written down once, here; ``tests/test_compare.py`` holds its
   (cosine similarity < ``cosine_min``), ``snr`` (SNR dB < ``snr_min_db``), ``topk`` (top-k
   agreement < ``topk_min_agreement``). An exact output FAILS with ``exact_mismatch`` when
   ``mismatch_ratio > max_mismatch_ratio``, or with ``topk``. Thresholds left ``None`` are off.
-* A changed dtype or shape (or sample count), or an output with a baseline that the model did
-  not produce, is verdict **error** (``dtype_changed`` / ``shape_changed`` / ``missing_output``):
-  nothing could be measured. An extra output with no baseline is ignored, not compared.
+* A float output whose dtype changed to another float dtype (float16, float32, float64; e.g. an
+  fp32 baseline and an fp16 output after a conversion with ``keep_io_types=False``) is compared
+  in float64 by the rules above, and **FAILS** with ``dtype_changed`` (naming both dtypes) beside
+  whatever numeric reasons the comparison finds: the dtype change is itself a drift, so it fails
+  even when every value is within tolerance. ``bitwise_equal`` is then false. (numpy has no
+  bfloat16; onnxmon does not represent it.)
+* Any other dtype change (int <-> float, int32 <-> int64, bool, strings, or a dtype pair that
+  differs between samples), a changed shape (or sample count), or an output with a baseline that
+  the model did not produce, is verdict **error** (``dtype_changed`` / ``shape_changed`` /
+  ``missing_output``): nothing could be measured. An extra output with no baseline is ignored.
 
 Why distribution metrics sit beside the element-wise rule: the element rule looks at each number
 alone, with a slack proportional to it. A saturated softmax squashes a changed weight into
@@ -45,17 +53,22 @@ Metric definitions (over all samples of one output; error = a - b)
   ``ceil(0.99 * n)``-th smallest of the ``n`` errors (so 0 when 99% of them are 0), never above
   the max.
 * Max ULP distance is counted in the output's *own* float dtype via integer views of the bit
-  patterns (+0 and -0 are 0 ULP apart; adjacent floats are 1 apart). None for non-floats.
+  patterns (+0 and -0 are 0 ULP apart; adjacent floats are 1 apart). None for non-floats. When
+  the float dtype changed it is counted in the *coarser* of the two: both sides are rounded to
+  it first (an fp16 output against an fp32 baseline: fp16 ULPs, the baseline rounded to fp16).
 * Top-k agreement (when ``topk_k`` is set): the share of rows along the last axis whose top-k
   index *sets* match. Ties are broken by ``argpartition``, so identical rows always agree.
   None for 0-d outputs or when not asked.
 
 Cost: one chunked pass of ``chunk_elements`` elements over the flattened samples, on
 ``workers`` threads, with fixed float64 buffers per thread; memory is O(chunk) plus the p99
-candidates (up to 2% of the elements, in float64, per worker). ``monitor/compare/stream.py`` holds that
-accumulator and why its results do not depend on the thread count; ``bench/bench_compare.py``
-measures it. Sums of squares are float64 dots over chunks; values past ~1e154 overflow those
-sums (cosine/SNR become NaN) - outputs that large are out of scope.
+candidates (up to 2% of the elements, in float64, per worker). The pass is fed one sample at a
+time (``accumulate.OutputAccumulator``; a check drops each sample after its feed), and the
+lists API here is a thin wrapper over it, so both give the same stats to the bit.
+``monitor/compare/stream.py`` holds the pass and why its results depend neither on the thread
+count nor on how the data is split into samples; ``bench/bench_compare.py`` measures it. Sums of
+squares are float64 dots over chunks; values past ~1e154 overflow those sums (cosine/SNR become
+NaN) - outputs that large are out of scope.
 """
 
 from __future__ import annotations
@@ -64,14 +77,20 @@ import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-import numpy.typing as npt
 
-from monitor.compare.stream import DEFAULT_CHUNK_ELEMENTS, DEFAULT_WORKERS, Pair, stream_metrics
-from monitor.results import AppliedTolerance, OutputMetrics, OutputStats, Reason, Verdict
+from monitor.compare.accumulate import Comparison, OutputAccumulator, missing
+from monitor.compare.stream import DEFAULT_CHUNK_ELEMENTS, DEFAULT_WORKERS
+from monitor.results import AppliedTolerance, OutputStats
 
-__all__ = ["DEFAULT_CHUNK_ELEMENTS", "DEFAULT_WORKERS", "compare_output", "compare_outputs", "repeat_spread"]
-
-Array = npt.NDArray[np.generic]
+__all__ = [
+    "DEFAULT_CHUNK_ELEMENTS",
+    "DEFAULT_WORKERS",
+    "Comparison",
+    "OutputAccumulator",
+    "compare_output",
+    "compare_outputs",
+    "repeat_spread",
+]
 
 
 def compare_outputs(
@@ -83,7 +102,8 @@ def compare_outputs(
 
     An output in ``expected`` but absent from ``actual`` is an error (``missing_output``); an
     output in ``actual`` with no baseline is ignored: there is nothing to compare it with.
-    ``tolerances`` must hold every baseline output name (the caller merges defaults).
+    ``tolerances`` must hold every baseline output name (the caller merges defaults). A check
+    feeds a ``Comparison`` one sample at a time instead; the results are the same.
     """
     missing_tol = [name for name in expected if name not in tolerances]
     if missing_tol:
@@ -91,9 +111,8 @@ def compare_outputs(
     results = []
     for name, baseline in expected.items():
         if name not in actual:
-            detail = f"output {name!r} has a baseline but the model did not produce it; produced: {sorted(actual)}"
-            first = np.asarray(baseline[0]) if len(baseline) else np.zeros(0)
-            results.append(_error(name, tolerances[name], Reason("missing_output", detail, output=name), first))
+            first = np.asarray(baseline[0]) if len(baseline) else None
+            results.append(missing(name, tolerances[name], list(actual), first))
             continue
         results.append(compare_output(name, actual[name], baseline, tolerances[name]))
     return tuple(results)
@@ -111,35 +130,18 @@ def compare_output(
     """Judge one output (one array per sample) against its baseline; never raises on bad data.
 
     ``workers`` threads share the chunks; the metrics are the same, to the bit, for any count.
+    A thin wrapper over ``OutputAccumulator``, fed the samples in order.
     """
-    if min(chunk_elements, workers) < 1 or (tolerance.topk_k is not None and tolerance.topk_k < 1):
-        detail = f"{chunk_elements}, {workers} and {tolerance.topk_k}"
-        raise ValueError(f"chunk_elements, workers and topk_k must be >= 1, got {detail}")
-    pairs = [(np.asarray(a), np.asarray(b)) for a, b in zip(actual, expected, strict=False)]
-    problem = _layout_problem(name, len(actual), len(expected), pairs)
-    if problem is not None:
-        return _error(name, tolerance, problem, pairs[0][0] if pairs else np.zeros(0))
-    dtype = pairs[0][1].dtype if pairs else np.dtype(np.float64)
-    if dtype.kind == "f" and dtype.itemsize in (2, 4, 8):
-        metrics, finite_mismatches = stream_metrics(pairs, tolerance, chunk_elements, exact=False, workers=workers)
-    elif dtype.kind in "iub":
-        metrics, finite_mismatches = stream_metrics(pairs, tolerance, chunk_elements, exact=True, workers=workers)
-    else:  # strings, objects, complex, long double: equality only
-        metrics, finite_mismatches = _equality_only(pairs), 0
-    if tolerance.topk_k is not None:
-        agreement = _topk_agreement(pairs, tolerance.topk_k, chunk_elements)
-        metrics = _replace(metrics, topk_agreement=agreement)
-    reasons = _judge(name, metrics, tolerance, finite_mismatches, exact=dtype.kind != "f")
-    shape = tuple(pairs[0][1].shape) if pairs else ()
-    return OutputStats(
-        name=name,
-        verdict=Verdict.FAIL if reasons else Verdict.PASS,
-        metrics=metrics,
-        tolerance=tolerance,
-        reasons=reasons,
-        dtype=str(dtype),
-        shape=shape,
+    elements = sum(np.asarray(b).size for b in expected)
+    accumulator = OutputAccumulator(
+        name, tolerance, samples=len(expected), elements=elements, chunk_elements=chunk_elements, workers=workers
     )
+    pairs = list(zip(actual, expected, strict=False))
+    if len(actual) != len(expected):
+        pairs = pairs[:1]  # the result is an error: the first sample only names the observed dtype
+    for a, b in pairs:
+        accumulator.feed(a, b)
+    return accumulator.finish(len(actual))
 
 
 def repeat_spread(runs: Sequence[np.ndarray]) -> float:
@@ -168,108 +170,3 @@ def repeat_spread(runs: Sequence[np.ndarray]) -> float:
         if diff.size:
             spread = max(spread, float(diff.max()))
     return spread
-
-
-# --- validation and judgement -------------------------------------------------------------
-
-
-def _layout_problem(name: str, n_actual: int, n_expected: int, pairs: list[Pair]) -> Reason | None:
-    if n_actual != n_expected:
-        detail = f"{n_actual} samples, baseline has {n_expected}"
-        return Reason("shape_changed", detail, output=name)
-    for index, (a, b) in enumerate(pairs):
-        if a.dtype != b.dtype and not a.dtype.kind == b.dtype.kind == "U":  # any width of unicode is text
-            return Reason("dtype_changed", f"sample {index}: dtype {a.dtype}, baseline {b.dtype}", output=name)
-        if a.shape != b.shape:
-            return Reason("shape_changed", f"sample {index}: shape {a.shape}, baseline {b.shape}", output=name)
-    return None
-
-
-def _error(name: str, tolerance: AppliedTolerance, reason: Reason, observed: Array) -> OutputStats:
-    """An output that could not be measured: metrics stay at their unmeasured defaults."""
-    return OutputStats(
-        name=name,
-        verdict=Verdict.ERROR,
-        metrics=OutputMetrics(bitwise_equal=False),
-        tolerance=tolerance,
-        reasons=(reason,),
-        dtype=str(observed.dtype),
-        shape=tuple(observed.shape),
-    )
-
-
-def _judge(
-    name: str, m: OutputMetrics, tol: AppliedTolerance, finite_mismatches: int, *, exact: bool
-) -> tuple[Reason, ...]:
-    reasons: list[Reason] = []
-    if exact:
-        if m.mismatch_ratio > tol.max_mismatch_ratio:
-            detail = f"{m.mismatch_count} of {m.element_count} elements differ (max ratio {tol.max_mismatch_ratio})"
-            reasons.append(Reason("exact_mismatch", detail, output=name))
-    else:
-        if m.nan_mismatch_count:
-            reasons.append(Reason("nan_mismatch", f"{m.nan_mismatch_count} NaN positions differ", output=name))
-        if m.inf_mismatch_count:
-            reasons.append(Reason("inf_mismatch", f"{m.inf_mismatch_count} Inf positions differ", output=name))
-        ratio = finite_mismatches / m.element_count if m.element_count else 0.0
-        if ratio > tol.max_mismatch_ratio:
-            detail = (
-                f"{finite_mismatches} of {m.element_count} elements ({ratio:.3g}) outside |a-b| <= atol + rtol*|b| "
-                f"(atol={tol.atol:g}, rtol={tol.rtol:g}, max ratio {tol.max_mismatch_ratio:g}); "
-                f"max abs error {m.max_abs_error:.3g}, max rel error {m.max_rel_error:.3g}"
-            )
-            reasons.append(Reason("atol_rtol", detail, output=name))
-        if tol.cosine_min is not None and not m.cosine_similarity >= tol.cosine_min:
-            detail = f"cosine similarity {m.cosine_similarity:.9f} < {tol.cosine_min}"
-            reasons.append(Reason("cosine", detail, output=name))
-        if tol.snr_min_db is not None and not m.snr_db >= tol.snr_min_db:
-            reasons.append(Reason("snr", f"SNR {m.snr_db:.2f} dB < {tol.snr_min_db} dB", output=name))
-    minimum = tol.topk_min_agreement
-    if minimum is not None and m.topk_agreement is not None and m.topk_agreement < minimum:
-        detail = f"top-{tol.topk_k} agreement {m.topk_agreement:.4f} < {minimum}"
-        reasons.append(Reason("topk", detail, output=name))
-    return tuple(reasons)
-
-
-def _replace(metrics: OutputMetrics, **changes: object) -> OutputMetrics:
-    import dataclasses
-
-    return dataclasses.replace(metrics, **changes)  # type: ignore[arg-type]
-
-
-def _equality_only(pairs: list[Pair]) -> OutputMetrics:
-    count = sum(a.size for a, _ in pairs)
-    differ = sum(int(np.count_nonzero(a != b)) for a, b in pairs)
-    return OutputMetrics(
-        element_count=count,
-        mismatch_count=differ,
-        mismatch_ratio=differ / count if count else 0.0,
-        bitwise_equal=differ == 0,
-        error_ratio=math.inf if differ else 0.0,
-    )
-
-
-def _topk_agreement(pairs: list[Pair], k: int, chunk: int) -> float | None:
-    """Share of last-axis rows whose top-k index sets match; None when there are no rows."""
-    rows = agree = 0
-    for a, b in pairs:
-        if a.ndim == 0 or a.shape[-1] == 0 or a.dtype.kind not in "fiub":
-            continue
-        width = a.shape[-1]
-        rows_a, rows_b = a.reshape(-1, width), b.reshape(-1, width)
-        step = max(1, chunk // width)
-        for start in range(0, rows_a.shape[0], step):
-            top_a = _topk_sets(rows_a[start : start + step], k)
-            top_b = _topk_sets(rows_b[start : start + step], k)
-            agree += int(np.count_nonzero((top_a == top_b).all(axis=1)))
-            rows += top_a.shape[0]
-    return agree / rows if rows else None
-
-
-def _topk_sets(rows: Array, k: int) -> npt.NDArray[np.intp]:
-    """Sorted indices of each row's k largest values (NaN never ranks high)."""
-    width = rows.shape[-1]
-    negated = -rows.astype(np.float64)
-    if k >= width:
-        return np.broadcast_to(np.arange(width), negated.shape)
-    return np.sort(np.argpartition(negated, k - 1, axis=-1)[:, :k], axis=-1)

@@ -1,4 +1,4 @@
-"""The chunked accumulator behind ``monitor.compare.outputs``: every float/int metric in one pass.
+"""The chunked accumulator behind ``monitor.compare``: every float/int metric in one pass, fed per sample.
 
 ``compare.py`` owns the tolerance rule and the metric definitions; this module only computes
 them fast, with memory bounded by the chunk size plus the p99 candidates (up to 2% of the
@@ -21,8 +21,8 @@ Costs measured in ``bench/bench_compare.py``:
 * p99 keeps the largest ``k`` errors seen (``k`` = 1% of the elements, known up front) behind a
   rising threshold: one compare and one sparse ``np.compress`` per chunk. The log-spaced
   histogram it replaces (``np.bincount`` into ~15k bins) was half of the whole run, and this is
-  exact. The threshold starts at a guess from the first chunk; when the errors shrink along the
-  stream so much that the guess proves too high, the stream runs a second time (2x the cost).
+  exact. The threshold starts at 0 and rises only to proven values (``p99.py`` says why there is
+  no guess: the data is gone after its feed, so there is no second pass to fall back on).
 * The relative error is skipped for a chunk whose ``max|d| / floor`` cannot beat the running max,
   and divided out only for the elements that could (when they are under 1/8 of the chunk); the
   ``atol + rtol*|b|`` count is skipped when ``max|d| <= atol``. ``|d|`` is computed once per chunk.
@@ -42,6 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.compare import p99 as compare_p99
+from monitor.compare.formulas import coarse_ulp, cosine, dot, snr_db
 from monitor.compare.p99 import Largest, p99_rank_from_top
 from monitor.results import AppliedTolerance, OutputMetrics
 
@@ -51,10 +52,6 @@ DEFAULT_CHUNK_ELEMENTS = 1 << 16
 # Two threads: numpy releases the GIL inside each pass, so two workers cut the wall time (1.2-1.9x
 # on a lightly loaded two-core machine); more would take cores from the model being monitored.
 DEFAULT_WORKERS = min(2, os.cpu_count() or 1)
-# The guessed p99 floor is the (4 * 1%)-largest error of a worker's first chunk, its ~p96.
-# OpenBLAS computes a dot of <= 10000 elements on the calling thread: row-wise dots of 8192
-# elements get BLAS speed without waking its thread pool.
-_DOT_ROW = 1 << 13
 _TINY = float(np.finfo(np.float64).tiny)
 
 Array = npt.NDArray[np.generic]
@@ -62,79 +59,115 @@ F64 = npt.NDArray[np.float64]
 Pair = tuple[Array, Array]
 
 
-def stream_metrics(
-    pairs: list[Pair], tol: AppliedTolerance, chunk: int, *, exact: bool, workers: int = DEFAULT_WORKERS
-) -> tuple[OutputMetrics, int]:
-    """Metrics over all ``pairs`` and the count of finite elements breaking the element rule."""
-    total = sum(a.size for a, _ in pairs)
-    chunk = min(chunk, max(total, 1))
-    threads = max(1, min(workers, -(-total // chunk)))
-    done = _run(pairs, tol, chunk, threads, exact=exact, guess=True)
-    p99 = _p99(done)
-    if p99 is None:  # the guessed p99 floor was too high for this data: measure again, unguessed
-        done = _run(pairs, tol, chunk, threads, exact=exact, guess=False)
-        p99 = _p99(done)
-    assert p99 is not None, "an unguessed floor is always proven"
-    return _merge(done, total, p99, exact=exact)
+class ChunkStream:
+    """The chunked pass over one output, fed one sample's (actual, baseline) pair at a time.
 
-
-def _run(
-    pairs: list[Pair], tol: AppliedTolerance, chunk: int, threads: int, *, exact: bool, guess: bool
-) -> list[_Worker]:
-    """Feed every chunk to ``threads`` workers; each pulls the next chunk when it is free."""
-    chunks: Iterator[tuple[int, Pair]] = enumerate(pieces(pairs, chunk))
-    lock = threading.Lock()
-    keep = p99_rank_from_top(sum(a.size for a, _ in pairs))
-
-    def work() -> _Worker:
-        worker = _Worker(pairs[0][1].dtype, tol, chunk, Largest(keep, chunk, guess=guess), exact=exact)
-        while True:
-            with lock:  # packing small samples concatenates, so the iterator itself is guarded
-                item = next(chunks, None)
-            if item is None:
-                return worker
-            worker.update(item[0], *item[1])
-
-    if threads == 1:
-        return [work()]
-    with ThreadPoolExecutor(threads, thread_name_prefix="onnxmon-compare") as pool:
-        return [future.result() for future in [pool.submit(work) for _ in range(threads)]]
-
-
-def pieces(pairs: list[Pair], chunk: int) -> Iterator[Pair]:
-    """Flattened (actual, baseline) pieces of at most ``chunk`` elements; small samples are packed.
-
-    Every metric is order-free (sums, maxima, an order statistic), so packing changes nothing but
-    the number of numpy calls per element.
+    ``elements`` bounds the elements that will be fed (the baseline's sizes summed over its
+    samples): it fixes the chunk size, the thread count and the p99 candidates kept (1% of it), so
+    the result is the same for any split of the same data into samples. Chunk indices run on
+    across samples, and small samples are packed together across feeds. Memory: the workers'
+    buffers plus, between feeds, at most one chunk of pending elements (copied, so a sample is
+    never kept alive after its feed).
     """
-    pending_a: list[Array] = []
-    pending_b: list[Array] = []
-    pending = 0
-    for a, b in pairs:
-        flat_a, flat_b = a.reshape(-1), b.reshape(-1)  # views for contiguous arrays
+
+    def __init__(
+        self,
+        dtype: np.dtype[np.generic],
+        tol: AppliedTolerance,
+        chunk: int,
+        *,
+        exact: bool,
+        elements: int,
+        workers: int = DEFAULT_WORKERS,
+        ulp_dtype: np.dtype[np.generic] | None = None,
+    ) -> None:
+        self.exact, self.elements, self.count = exact, elements, 0
+        self.chunk = chunk = min(chunk, max(elements, 1))
+        threads = max(1, min(workers, -(-elements // chunk)))
+        keep = p99_rank_from_top(elements)
+        self.workers = [
+            _Worker(dtype, tol, chunk, Largest(keep, chunk), exact=exact, ulp_dtype=ulp_dtype) for _ in range(threads)
+        ]
+        self.next_index = 0
+        self.pending_a: list[Array] = []
+        self.pending_b: list[Array] = []
+        self.pending = 0
+
+    def feed(self, actual: Array, expected: Array) -> None:
+        """Measure one sample's pair (same dtype and shape; contiguous or not)."""
+        self.count += actual.size
+        if self.count > self.elements:
+            raise ValueError(f"{self.count} elements fed, more than the {self.elements} announced")
+        self._consume(list(self._pieces(actual.reshape(-1), expected.reshape(-1))))
+
+    def finish(self) -> tuple[OutputMetrics, int]:
+        """The metrics over everything fed, and the count of finite elements breaking the element rule."""
+        if self.pending:
+            self._consume([(np.concatenate(self.pending_a), np.concatenate(self.pending_b))])
+            self.pending_a, self.pending_b, self.pending = [], [], 0
+        p99 = compare_p99.p99(sum(w.finite_count for w in self.workers), [w.largest for w in self.workers])
+        return _merge(self.workers, self.count, p99, exact=self.exact)
+
+    def _pieces(self, flat_a: Array, flat_b: Array) -> Iterator[Pair]:
+        """Pieces of exactly ``chunk`` elements; a short tail waits in ``pending`` for the next feeds.
+
+        Every metric is order-free (sums, maxima, an order statistic), so packing changes nothing
+        but the number of numpy calls per element.
+        """
+        chunk = self.chunk
         for start in range(0, flat_a.size, chunk):
             piece_a, piece_b = flat_a[start : start + chunk], flat_b[start : start + chunk]
             if piece_a.size == chunk:
                 yield piece_a, piece_b
                 continue
-            pending_a.append(piece_a)
-            pending_b.append(piece_b)
-            pending += piece_a.size
-            if pending >= chunk:
-                packed_a, packed_b = np.concatenate(pending_a), np.concatenate(pending_b)
+            self.pending_a.append(piece_a.copy())  # a copy: a view would pin the whole sample
+            self.pending_b.append(piece_b.copy())
+            self.pending += piece_a.size
+            if self.pending >= chunk:
+                packed_a, packed_b = np.concatenate(self.pending_a), np.concatenate(self.pending_b)
                 yield packed_a[:chunk], packed_b[:chunk]
-                pending_a, pending_b, pending = [packed_a[chunk:]], [packed_b[chunk:]], packed_a.size - chunk
-    if pending:
-        yield np.concatenate(pending_a), np.concatenate(pending_b)
+                self.pending_a, self.pending_b = [packed_a[chunk:]], [packed_b[chunk:]]
+                self.pending = packed_a.size - chunk
+
+    def _consume(self, pieces: list[Pair]) -> None:
+        """Measure ``pieces`` on the workers; each thread pulls the next piece when it is free."""
+        items = list(enumerate(pieces, start=self.next_index))
+        self.next_index += len(items)
+        if len(self.workers) == 1 or len(items) <= 1:  # which worker takes a chunk never matters
+            for index, (a, b) in items:
+                self.workers[0].update(index, a, b)
+            return
+        queue = iter(items)
+        lock = threading.Lock()
+
+        def work(worker: _Worker) -> None:
+            while True:
+                with lock:
+                    item = next(queue, None)
+                if item is None:
+                    return
+                worker.update(item[0], *item[1])
+
+        with ThreadPoolExecutor(len(self.workers), thread_name_prefix="onnxmon-compare") as pool:
+            for future in [pool.submit(work, worker) for worker in self.workers]:
+                future.result()
 
 
 class _Worker:
     """One thread's scratch buffers, its order-free totals and the per-chunk float sums."""
 
     def __init__(
-        self, dtype: np.dtype[np.generic], tol: AppliedTolerance, chunk: int, largest: Largest, *, exact: bool
+        self,
+        dtype: np.dtype[np.generic],
+        tol: AppliedTolerance,
+        chunk: int,
+        largest: Largest,
+        *,
+        exact: bool,
+        ulp_dtype: np.dtype[np.generic] | None = None,
     ) -> None:
         self.exact, self.tol = exact, tol
+        self.ulp_dtype = None if ulp_dtype is None or ulp_dtype == dtype else np.dtype(ulp_dtype)
         self.floor = max(tol.atol, _TINY)
         self.float64_input = dtype == np.float64
         self.int_view = np.dtype(f"i{dtype.itemsize}")
@@ -166,7 +199,7 @@ class _Worker:
             return
         self.bitwise_equal = False
         a, b = self._as_float64(raw_a, self.a64), self._as_float64(raw_b, self.b64)
-        ss_a, ss_b = _dot(a, a), _dot(b, b)
+        ss_a, ss_b = dot(a, a), dot(b, b)
         if self.exact:
             self.finite_mismatch += differ
             self.finite_count += n
@@ -175,7 +208,7 @@ class _Worker:
             self._ulp(int_a, int_b, int_diff, diff_max, diff_min)
         else:
             raw_a, raw_b, a, b = self._position_rule(raw_a, raw_b, a, b)
-            ss_a, ss_b = _dot(a, a), _dot(b, b)
+            ss_a, ss_b = dot(a, a), dot(b, b)
             int_a, int_b = raw_a.view(self.int_view), raw_b.view(self.int_view)
             int_diff = np.subtract(int_a, int_b, out=self.int_diff[:n])
             self._ulp(int_a, int_b, int_diff, int(int_diff.max()), int(int_diff.min()))
@@ -186,7 +219,7 @@ class _Worker:
         """Fold one chunk's errors into the maxima and counts; return (ss_err, dot_ab, sum_abs)."""
         n = a.size
         err = np.subtract(a, b, out=self.err[:n])
-        ss_err, dot_ab = _dot(err, err), _dot(a, b)
+        ss_err, dot_ab = dot(err, err), dot(a, b)
         np.abs(err, out=err)  # |d| once, reused by every metric below
         chunk_max = float(err.max())
         if chunk_max == 0.0:
@@ -236,7 +269,7 @@ class _Worker:
         """Bitwise-equal chunk: errors are exactly zero; only the squares and NaN/Inf remain."""
         n = raw.size
         values = self._as_float64(raw, self.a64)
-        squares = _dot(values, values)
+        squares = dot(values, values)
         finite = n
         if not self.exact and not math.isfinite(squares):
             nan, inf = int(np.count_nonzero(np.isnan(values))), int(np.count_nonzero(np.isinf(values)))
@@ -244,7 +277,7 @@ class _Worker:
             finite = n - nan - inf
             if nan or inf:
                 kept = values[np.isfinite(values)]
-                squares = _dot(kept, kept)
+                squares = dot(kept, kept)
         self.finite_count += finite
         return squares, squares, 0.0, squares, 0.0
 
@@ -268,6 +301,9 @@ class _Worker:
 
     def _ulp(self, int_a: Array, int_b: Array, int_diff: Array, diff_max: int, diff_min: int) -> None:
         """Max ULP distance in the output's own dtype from the bit-pattern difference."""
+        if self.ulp_dtype is not None:  # two float dtypes compared in float64: count in the coarser
+            self.max_ulp = max(self.max_ulp, coarse_ulp(int_a.view(np.float64), int_b.view(np.float64), self.ulp_dtype))
+            return
         # Same-sign floats are ordered like their bit patterns, so the difference is exact and
         # never overflows; opposite signs are |a| + |b| in ULPs (+0 and -0 are 0 apart).
         n = int_a.size
@@ -312,8 +348,8 @@ def _merge(workers: list[_Worker], count: int, p99: float, *, exact: bool) -> tu
         rms_error=math.sqrt(ss_err / finite) if finite else 0.0,
         max_rel_error=max(w.max_rel for w in workers),
         p99_abs_error=p99,
-        cosine_similarity=_cosine(dot_ab, ss_a, ss_b),
-        snr_db=_snr_db(ss_b, ss_err),
+        cosine_similarity=cosine(dot_ab, ss_a, ss_b),
+        snr_db=snr_db(ss_b, ss_err),
         max_ulp=None if exact else max(w.max_ulp for w in workers),
         mismatch_count=mismatches,
         mismatch_ratio=mismatches / count if count else 0.0,
@@ -332,32 +368,3 @@ def _error_ratio(workers: list[_Worker], mismatches: int, finite_mismatch: int, 
     if mismatches > finite_mismatch or (exact and mismatches):
         return math.inf
     return max(w.max_ratio for w in workers)
-
-
-def _p99(workers: list[_Worker]) -> float | None:
-    """Nearest-rank p99 over every worker's candidates (see ``compare_p99.p99``)."""
-    return compare_p99.p99(sum(w.finite_count for w in workers), [w.largest for w in workers])
-
-
-def _dot(x: F64, y: F64) -> float:
-    """Float64 dot product on the calling thread only (see the module docstring)."""
-    if x.size % _DOT_ROW == 0:  # every full chunk: one call
-        return float(np.vecdot(x.reshape(-1, _DOT_ROW), y.reshape(-1, _DOT_ROW)).sum())
-    head = x.size - x.size % _DOT_ROW
-    return _dot(x[:head], y[:head]) + float(np.einsum("i,i->", x[head:], y[head:]))
-
-
-def _cosine(dot_ab: float, ss_a: float, ss_b: float) -> float:
-    if ss_a == 0.0 and ss_b == 0.0:
-        return 1.0
-    if ss_a == 0.0 or ss_b == 0.0:
-        return 0.0
-    return max(-1.0, min(1.0, dot_ab / math.sqrt(ss_a) / math.sqrt(ss_b)))
-
-
-def _snr_db(ss_b: float, ss_err: float) -> float:
-    if ss_err == 0.0:
-        return math.inf
-    if ss_b == 0.0:
-        return -math.inf
-    return 10.0 * math.log10(ss_b / ss_err)

@@ -8,21 +8,19 @@ Layout (``root`` is ``store.baselines_dir``)::
     <root>/<model>/ACTIVE                           the active baseline id (one per model)
     <root>/<model>/promotions.jsonl                 who promoted what, when (append-only)
 
-A baseline is written into a temporary directory next to its final place and renamed
-into place only when every file is on disk and fsynced, so a crash or a full disk never
-leaves a half-written baseline, and nothing half-written ever becomes active. Every
-tensor is checksummed and verified when loaded.
+A baseline is written (``baseline_writer.py``, one sample at a time) into a temporary
+directory next to its final place and renamed into place only when every file is on disk
+and fsynced, so a crash or a full disk never leaves a half-written baseline, and nothing
+half-written ever becomes active. Every tensor is checksummed and verified when loaded.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 import re
-import shutil
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -127,9 +125,18 @@ class Baseline:
         """The expected outputs of sample ``index``, verified."""
         result = {}
         for name, spec in self.meta.outputs.items():
-            rel = _output_file(index, int(spec["index"]))
+            rel = output_file(index, int(spec["index"]))
             result[name] = self._load(rel)
         return result
+
+    def element_counts(self) -> dict[str, int]:
+        """Elements of every output over all samples, from the ``.npy`` headers (no data is read)."""
+        counts = dict.fromkeys(self.meta.outputs, 0)
+        for index in range(self.meta.sample_count):
+            for name, spec in self.meta.outputs.items():
+                shape = tensorio.npy_shape(self._path(output_file(index, int(spec["index"]))), error=BaselineError)
+                counts[name] += int(np.prod(shape, dtype=object))
+        return counts
 
     def outputs(self) -> dict[str, list[np.ndarray]]:
         """Every output over all samples: ``{name: [sample0, sample1, ...]}``."""
@@ -183,77 +190,6 @@ def new_id(model: str, outputs_digest: str, now: dt.datetime | None = None) -> s
     """Sortable, unique id: UTC time of capture plus a short digest of the outputs."""
     moment = (now or dt.datetime.now(dt.UTC)).strftime("%Y%m%dT%H%M%S%fZ")
     return f"{model}-{moment}-{outputs_digest[:8]}"
-
-
-def write_baseline(
-    root: Path,
-    meta: BaselineMeta,
-    samples: Sequence[Mapping[str, np.ndarray]],
-    intermediates: Mapping[int, Mapping[str, np.ndarray]] | None = None,
-) -> Baseline:
-    """Write ``samples`` (outputs per sample) atomically; ``meta.id`` may be empty (then generated).
-
-    The output set and dtypes must be the same in every sample.
-    """
-    if not samples:
-        raise BaselineError(f"baseline for {meta.model!r}: no samples to store")
-    names = list(samples[0])
-    model_dir = Path(root) / meta.model
-    model_dir.mkdir(parents=True, exist_ok=True)
-    temp = model_dir / f".tmp-{os.getpid()}-{os.urandom(4).hex()}"
-    temp.mkdir()
-    try:
-        files: dict[str, str] = {}
-        digest = hashlib.sha256()
-        (temp / "outputs").mkdir()
-        for index, sample in enumerate(samples):
-            if list(sample) != names:
-                raise BaselineError(f"baseline for {meta.model!r}: sample {index} outputs {list(sample)} != {names}")
-            for k, name in enumerate(names):
-                rel = _output_file(index, k)
-                files[rel] = tensorio.save_npy(temp / rel, np.asarray(sample[name]), error=BaselineError, text=True)
-                digest.update(files[rel].encode())
-        inter_meta: dict[str, Any] = {}
-        if intermediates:
-            (temp / "intermediates").mkdir()
-            inter_files = {}
-            for index, tensors in intermediates.items():
-                rel = f"intermediates/s{index:04d}.npz"
-                arrays: dict[str, Any] = {_escape(k): np.asarray(v) for k, v in tensors.items()}
-                np.savez_compressed(temp / rel, **arrays)
-                files[rel] = tensorio.sha256_file(temp / rel)
-                inter_files[str(index)] = rel
-            inter_meta = {"samples": sorted(intermediates), "files": inter_files}
-        baseline_id = meta.id or new_id(meta.model, digest.hexdigest())
-        outputs = {name: {"index": k, "dtype": str(np.asarray(samples[0][name]).dtype)} for k, name in enumerate(names)}
-        final_meta = BaselineMeta(
-            **(
-                meta.to_dict()
-                | {
-                    "id": baseline_id,
-                    "sample_count": len(samples),
-                    "outputs": outputs,
-                    "files": files,
-                    "intermediates": inter_meta,
-                }
-            )
-        )
-        _write_json(temp / META_FILE, final_meta.to_dict())
-        tensorio.fsync_dir(temp)
-        final = model_dir / baseline_id
-        if final.exists():
-            raise BaselineError(f"baseline {baseline_id} already exists at {final}")
-        temp.rename(final)
-        tensorio.fsync_dir(model_dir)
-    except OSError as exc:  # a full disk, a read-only volume: nothing half-written stays behind
-        shutil.rmtree(temp, ignore_errors=True)
-        raise BaselineError(
-            f"cannot write a baseline for {meta.model!r} under {model_dir}: {exc.strerror or exc}"
-        ) from exc
-    except BaseException:
-        shutil.rmtree(temp, ignore_errors=True)
-        raise
-    return Baseline(final_meta, final)
 
 
 def check_id(baseline_id: str, *, where: str = "baseline id") -> str:
@@ -359,7 +295,7 @@ def _model_dirs(root: Path) -> Iterator[Path]:
         yield from (d for d in sorted(Path(root).iterdir()) if d.is_dir())
 
 
-def _output_file(sample: int, output_index: int) -> str:
+def output_file(sample: int, output_index: int) -> str:
     return f"outputs/s{sample:04d}_o{output_index:02d}.npy"
 
 
@@ -368,7 +304,7 @@ def _verify_sha(path: Path, expected: str | None, baseline_id: str) -> None:
         raise BaselineError(f"baseline {baseline_id}: {path} does not match its sha256 in {META_FILE}")
 
 
-def _escape(name: str) -> str:
+def escape(name: str) -> str:
     # npz member names become file names inside the zip; keep tensor names reversible.
     return name.replace("%", "%25").replace("/", "%2F")
 
@@ -377,7 +313,7 @@ def _unescape(name: str) -> str:
     return name.replace("%2F", "/").replace("%25", "%")
 
 
-def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+def write_json(path: Path, data: Mapping[str, Any]) -> None:
     with path.open("w", encoding="utf-8") as handle:
         handle.write(jsonsafe.dumps(data, indent=2, sort_keys=True, default=str))
         handle.flush()

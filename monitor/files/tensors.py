@@ -159,6 +159,19 @@ def load_npy(
     return array
 
 
+def npy_shape(path: Path, *, error: type[MonitorError] = BenchsetError) -> tuple[int, ...]:
+    """The shape an ``.npy`` file's header declares, reading the header only (no data, no checksum).
+
+    For sizing work up front; the data and its sha256 are still verified when the array is loaded.
+    """
+    try:
+        fp = open_regular(path)
+    except OSError as exc:
+        raise error(f"tensor file {path} cannot be read: {exc.strerror}") from None
+    with fp:
+        return _read_header(fp, str(path), error)[1]
+
+
 def load_npy_bytes(
     data: bytes,
     *,
