@@ -84,6 +84,7 @@ def test_a_child_killed_with_sigkill_is_recorded_as_a_crash(ws: Workspace, daemo
     assert result.verdict is Verdict.ERROR
     assert result.reasons[0].code == "crash"
     assert "SIGKILL" in result.reasons[0].detail
+    assert [r.code for r in result.reasons[1:]] == ["model_changed"], "the crashing file is not the baseline's"
 
 
 def test_a_model_that_keeps_failing_to_run_is_backed_off(ws: Workspace) -> None:
@@ -122,7 +123,7 @@ def test_sigterm_mid_run_lets_the_check_finish_records_it_and_exits_zero(ws: Wor
     with Store(ws.settings().store.url) as store:
         latest = {r.model: r for r in store.latest_per_model()}
     assert latest["spin"].verdict == "error"
-    assert [r.code for r in latest["spin"].reasons] == ["timeout"]
+    assert [r.code for r in latest["spin"].reasons] == ["timeout", "model_changed"]
     assert latest["clf"].verdict == "pass"
 
 

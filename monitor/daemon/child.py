@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from monitor import capture
-from monitor.check import run_check
+from monitor.check import run_check, with_model_change
 from monitor.config.plan import CheckPlan
 from monitor.daemon import isolate
 from monitor.errors import MonitorError
@@ -79,14 +79,15 @@ def run_isolated(
 
     The daemon and the CLI both measure through here, so ``timeout: 5s`` means the same thing to
     both: the child's own deadline fires first, and its process group is killed ``GRACE_S`` later.
-    A timeout or a crash is an ``error`` result with reason ``timeout`` or ``crash``.
+    A timeout or a crash is an ``error`` result with reason ``timeout`` or ``crash`` (and
+    ``model_changed`` when the model file is not the baseline's: a new model that segfaults).
     """
     started = clock()
     outcome = _isolated(job, plan, timeout_s=plan.timeout_s, memory_limit_mb=memory_limit_mb)
     if outcome.kind == "ok" and outcome.value is not None:
         return CheckResult.from_dict(outcome.value["result"]), outcome.value.get("captured_baseline")
     code = "timeout" if outcome.kind == "timeout" else "crash"
-    return error_result(plan.name, code, outcome.detail, started, clock()), None
+    return with_model_change(plan, error_result(plan.name, code, outcome.detail, started, clock())), None
 
 
 def _isolated(job: Callable[..., Any], *args: Any, timeout_s: float, memory_limit_mb: int | None) -> isolate.Outcome:
