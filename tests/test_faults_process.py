@@ -74,8 +74,9 @@ def test_a_check_that_needs_more_memory_than_its_cap_fails_alone_and_the_daemon_
         leaked = daemon.run_now("grow")
         took = time.monotonic() - began
         assert leaked.verdict is Verdict.ERROR
-        (reason,) = leaked.reasons
+        reason, *rest = leaked.reasons
         assert reason.code in {"run_error", "crash"}, reason
+        assert [r.code for r in rest] == ["model_changed"], "the file that leaks is not the baseline's"
         assert took < 20, "the cap stopped it, not the timeout"
         assert daemon.run_now("clf").verdict is Verdict.PASS
         assert {r.model: str(r.verdict) for r in store.latest_per_model()} == {"grow": "error", "clf": "pass"}

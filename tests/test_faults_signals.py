@@ -47,3 +47,36 @@ def test_sigkill_of_the_daemon_kills_its_running_check_children(tmp_path: Path) 
     for pid in survivors:  # leave nothing behind, whatever the verdict
         os.kill(pid, signal.SIGKILL)
     assert survivors == [], f"check children {survivors} outlived the SIGKILLed daemon"
+
+
+def test_a_sighup_the_moment_the_port_opens_reloads_instead_of_killing_the_daemon(tmp_path: Path) -> None:
+    """A supervisor may reload as soon as the daemon listens; the handler must already be there."""
+    import socket
+    import subprocess
+
+    from tests.serving import BIN
+
+    ws = Workspace(tmp_path)
+    two_models(ws)
+    port = free_port()
+    with (tmp_path / "serve.log").open("w") as log:
+        process = subprocess.Popen(
+            [str(BIN / "onnxmon"), "serve", "-c", str(ws.config_file), "--port", str(port)],
+            cwd=tmp_path,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and process.poll() is None:
+                with socket.socket() as probe:
+                    if probe.connect_ex(("127.0.0.1", port)) == 0:
+                        break
+                time.sleep(0.001)
+            process.send_signal(signal.SIGHUP)
+            time.sleep(1.0)
+            assert process.poll() is None, f"a SIGHUP at start-up killed the daemon (exit {process.returncode})"
+        finally:
+            process.send_signal(signal.SIGTERM)
+            code = process.wait(60)
+    assert code == 0, (tmp_path / "serve.log").read_text()[-2000:]

@@ -286,19 +286,28 @@ class Daemon:
         log.info("scheduler stopped; results flushed")
 
     def serve(self, *, install_signals: bool = True) -> int:
-        """Run the scheduler and the HTTP server until SIGTERM/SIGINT; returns the exit code."""
+        """Run the scheduler and the HTTP server until SIGTERM/SIGINT; returns the exit code.
+
+        The signal handlers go in first: once ``/healthz`` answers, a SIGHUP or SIGTERM must reach
+        the handler, not the default action that kills the process (a supervisor that reloads
+        right after the readiness probe passed did exactly that). A SIGHUP only asks for a reload;
+        the loop below starts it, so a reload never races the scheduler's start.
+        """
         from monitor.api import server as httpserver
 
-        server = httpserver.start(self, self._settings.api.host, self._settings.api.port)
-        self.start()
+        reload_wanted = threading.Event()
         if install_signals:
             signal.signal(signal.SIGTERM, lambda *_: self._stopping.set())
             signal.signal(signal.SIGINT, lambda *_: self._stopping.set())
-            signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=self.reload, daemon=True).start())
+            signal.signal(signal.SIGHUP, lambda *_: reload_wanted.set())
+        server = httpserver.start(self, self._settings.api.host, self._settings.api.port)
+        self.start()
         log.info("serving on http://%s:%d", self._settings.api.host, self._settings.api.port)
         threading.Thread(target=self._watch_store, name="onnxmon-store-watch", daemon=True).start()
-        while not self._stopping.wait(0.5):
-            pass
+        while not self._stopping.wait(0.1):
+            if reload_wanted.is_set():
+                reload_wanted.clear()
+                threading.Thread(target=self.reload, name="onnxmon-reload", daemon=True).start()
         self.stop()
         server.stop()
         self.store.close()
