@@ -261,7 +261,9 @@ def _comparison_detail(
         why = "the environment or session settings differ from the baseline's" if not same_stack else ""
         if stored is not None and stored != level:
             why = why or f"the baseline's intermediates ran at level {stored}, this run at {level}"
-        return f"{why or 'no bitwise guarantee'}: changed means above the subject's spread over two runs (max {floor:.3g})"
+        return (
+            f"{why or 'no bitwise guarantee'}: changed means above the subject's spread over two runs (max {floor:.3g})"
+        )
     return (
         f"against a different execution ({side}): changed means above the reference's spread over two runs"
         f" (max {floor:.3g})"

@@ -68,9 +68,7 @@ class Rule:
 
     def __post_init__(self) -> None:
         # Top-k agreement is a classifier's figure; an intermediate has no meaningful last axis.
-        object.__setattr__(
-            self, "tolerance", dataclasses.replace(self.tolerance, topk_k=None, topk_min_agreement=None)
-        )
+        object.__setattr__(self, "tolerance", dataclasses.replace(self.tolerance, topk_k=None, topk_min_agreement=None))
 
     def measure(self, name: str, actual: np.ndarray, reference: np.ndarray, noise: float = 0.0) -> TensorError:
         """Judge ``actual`` against ``reference``; ``noise`` is the floor for *changed* (0: bitwise)."""
@@ -129,7 +127,9 @@ def spread(first: np.ndarray, second: np.ndarray) -> float:
     return _max_abs_and_scale(a, b, 1.0, 0.0)[0]
 
 
-def _max_abs_and_scale(got: np.ndarray, want: np.ndarray, rel_threshold: float, abs_floor: float) -> tuple[float, float]:
+def _max_abs_and_scale(
+    got: np.ndarray, want: np.ndarray, rel_threshold: float, abs_floor: float
+) -> tuple[float, float]:
     """(max |got - want| in float64 under the position rule, the reference's floored std)."""
     if want.dtype.kind not in "fiub":  # strings and objects: equal or not
         same = bool(np.array_equal(got, want))

@@ -53,9 +53,12 @@ Predicate = Literal["changed", "out_of_tolerance"]
 
 
 class TensorSource(Protocol):
-    producible: frozenset[str]
-    runs: int
-    skipped: dict[str, str]
+    @property
+    def producible(self) -> frozenset[str]: ...
+    @property
+    def runs(self) -> int: ...
+    @property
+    def skipped(self) -> dict[str, str]: ...
 
     def fetch(self, names: Iterable[str]) -> dict[str, np.ndarray]: ...
 
