@@ -11,7 +11,9 @@ Only the model's own tensors are exposed and compared, so every answer names a n
 (never a node of ORT's optimized graph such as ``ReorderOutput_*`` or ``*/MatmulTransposeFusion/``).
 Exposing a tensor as a graph output can stop ORT's fusions and layout passes and change the numbers
 (the observer effect). Every exposed run's final outputs are checked bitwise against a plain run at
-the same optimization level; on a difference the exposed graph is run one level lower (``all`` ->
+the same optimization level (at capture, every chunk is also run twice and must repeat bitwise:
+some fused kernels give other bits when the exposed set changes); on a difference the exposed
+graph is run one level lower (``all`` ->
 ``extended`` -> ``basic`` -> ``disable``), where exposing no longer changes what is computed, and
 the report says so (``graph_level``, ``graph_level_detail``). Stored intermediates record the level
 they were captured at (the entry ``onnxmon:graph_level``) and localization against them runs at
@@ -70,7 +72,7 @@ def localize(
     *,
     providers: Sequence[ProviderSpec],
     session: SessionConfig,
-    against: str = "unoptimized",
+    against: str | None = None,
     reference_model_path: Path | None = None,
     reference_intermediates: Mapping[str, np.ndarray] | None = None,
     same_stack: bool = True,
@@ -85,9 +87,12 @@ def localize(
 ) -> LocalizationReport:
     """Name the first node that changed and the first out of tolerance, both nodes of ``model_path``.
 
+    ``against`` defaults to ``model`` when ``reference_model_path`` is given, else ``unoptimized``.
     ``mode="auto"`` bisects graphs of more than 300 nodes and scans all nodes otherwise.
     ``time_budget_s`` stops the search when exceeded; the report then says ``complete=False``.
     """
+    if against is None:
+        against = "model" if reference_model_path is not None else "unoptimized"
     side: Against = "unoptimized" if against == "reference" else against  # type: ignore[assignment]
     _validate(side, reference_model_path, reference_intermediates, mode, chunk_size, graph_level, threshold_rule)
     if not rel_threshold > 0 or not abs_floor >= 0:
@@ -201,26 +206,29 @@ def capture_intermediates(
     """Every tensor of the model (node outputs and final outputs) as the exposed graph computes it.
 
     Stored with a baseline so a later drift can be localized ``against="baseline"``. The exposed
-    graph runs at the production level, or lower where exposing changes the final outputs there
-    (see the module docstring); the level is stored under ``LEVEL_KEY``.
+    graph runs at the production level, or lower where exposing changes the final outputs there or
+    where two exposed passes are not bitwise equal (see the module docstring); the level is stored
+    under ``LEVEL_KEY``.
     """
     _check_chunk_size(chunk_size)
     model_path = Path(model_path)
     model = load_model(model_path)
     names = node_outputs(model)
     levels, _ = _levels(session, graph_level, None)
-    captured: dict[str, np.ndarray] = {}
     for position, level in enumerate(levels):
+        last = position == len(levels) - 1
         at_level = session.model_copy(update={"graph_optimization_level": level})
         plain = Session(model_path, providers, at_level).run(feeds, where="capture feeds")
         with ExposingRunner(model, feeds, providers=providers, session=at_level, production=plain) as runner:
+            source = Repeated(runner)
             wanted = [n for n in names if n in runner.producible]
-            captured = {}
+            captured: dict[str, np.ndarray] = {}
             for start in range(0, len(wanted), chunk_size):
-                captured.update(runner.fetch(wanted[start : start + chunk_size]))
-                if runner.observer_mismatch and position < len(levels) - 1:
+                captured.update(source.fetch(wanted[start : start + chunk_size]))
+                faithful = not runner.observer_mismatch and not any(source.noise.values())
+                if not faithful and not last:
                     break
-            if not runner.observer_mismatch or position == len(levels) - 1:
+            else:
                 return {**plain, **captured, LEVEL_KEY: np.array(level)}
     raise AssertionError("unreachable: the last level always returns")
 

@@ -158,14 +158,17 @@ class Search:
     # -- measuring ---------------------------------------------------------------------------
 
     def measure(self, names: Iterable[str]) -> None:
-        todo = [n for n in dict.fromkeys(names) if n in self.matchable and n not in self.errors]
+        todo = [n for n in dict.fromkeys(names) if n in self.subject.producible and n not in self.errors]
         todo = [n for n in todo if n not in self.skipped]
         for start in range(0, len(todo), self.chunk_size):
             self.budget.check()
-            chunk = todo[start : start + self.chunk_size]
-            got = self.subject.fetch(chunk)
+            # The chunk is exposed whole, matchable or not: the same chunks as ``capture_intermediates``
+            # exposed make the same graphs, which is what keeps a replay bitwise equal to the capture.
+            exposed = todo[start : start + self.chunk_size]
+            got = self.subject.fetch(exposed)
             if self.stop_on_observer and getattr(self.subject, "observer_mismatch", None):
                 raise ObserverEffect
+            chunk = [name for name in exposed if name in self.matchable]
             want = self.reference.fetch(self.alias[name] for name in chunk)
             for name in chunk:
                 reference = want.get(self.alias[name])
@@ -225,7 +228,7 @@ class Search:
     def run_all(self) -> SearchResult:
         complete = True
         try:
-            self.measure(name for node in self.candidates for name in node.outputs)
+            self.measure(name for node in self.nodes for name in node.outputs)
         except OutOfTime:
             complete = False
         return self._result(complete, [])
