@@ -140,7 +140,8 @@ def served_history(tmp_path: Path) -> Iterator[tuple[Daemon, dict[str, Any]]]:
         status, checked = second.call("POST", "/api/v1/models/mlp/check")
         assert status == 200 and checked["verdict"] == "fail", checked
         localization = checked["result"]["details"].get("localization", {})
-        assert localization.get("first", {}).get("name") == "matmul_2", localization
+        assert localization.get("first_changed", {}).get("name") == "matmul_2", localization
+        assert localization.get("first_out_of_tolerance", {}).get("name") == "matmul_2", localization
         facts = {
             "drift_run": second.runs("mlp")[0]["id"],
             "promoted": newest,

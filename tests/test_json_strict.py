@@ -272,12 +272,10 @@ def test_baseline_files_are_strict(setup: Setup) -> None:
 
 def test_the_localization_report_is_strict_and_reads_back() -> None:
     nodes = (
-        NodeDivergence(0, "a", "Relu", ("y",), math.inf, math.inf, 1e-6, True, False),
-        NodeDivergence(1, "b", "Add", ("z",), math.nan, math.nan, -math.inf, True, True),
+        NodeDivergence(0, "a", "Relu", ("y",), math.inf, math.inf, 1e-6, True, True, False),
+        NodeDivergence(1, "b", "Add", ("z",), math.nan, math.nan, -math.inf, True, True, True),
     )
-    report = LocalizationReport(
-        "clf", "reference", "all", "direct", False, "", nodes[0], nodes, nodes, runs=1, seconds=0.5
-    )
+    report = LocalizationReport("clf", "unoptimized", "all", nodes[0], nodes[0], nodes, nodes, runs=1, seconds=0.5)
     text = json.dumps(report.to_dict(), allow_nan=False)
     assert spellings(strict(text)) == {"Infinity", "-Infinity", "NaN"}
     again = LocalizationReport.from_dict(strict(text))

@@ -15,6 +15,7 @@ import pytest
 from monitor.config.settings import ProviderSpec, SessionConfig
 from monitor.errors import MonitorError
 from monitor.localize.engine import (
+    LEVEL_KEY,
     LocalizationReport,
     capture_intermediates,
     localize,
@@ -23,6 +24,7 @@ from monitor.localize.engine import (
     tensor_error,
 )
 from monitor.localize.graph import ExposingRunner, load_model, save_optimized_model
+from monitor.localize.rule import Rule
 from tests import modelzoo
 
 CPU = [ProviderSpec(name="CPUExecutionProvider")]
@@ -68,12 +70,14 @@ def test_perturbed_weight_is_localized_to_its_consuming_node(
         reference_model_path=models["mlp"],
         mode=mode,  # type: ignore[arg-type]
     )
-    assert report.first is not None
-    assert (report.first.name, report.first.op_type) == ("matmul_20", "MatMul")
-    assert report.first.inputs_diverged is False  # the node itself changed, not something upstream
+    for first in (report.first_changed, report.first_out_of_tolerance):
+        assert first is not None
+        assert (first.name, first.op_type) == ("matmul_20", "MatMul")
+        assert first.inputs_changed is False  # the node itself changed, not something upstream
     assert report.mode == mode and report.complete and not report
+    assert report.against == "model" and report.comparison == "noise_floor"
     downstream = [n for n in report.profile if n.index > report.first.index]
-    assert downstream and all(n.diverged and n.inputs_diverged for n in downstream)
+    assert downstream and all(n.changed and n.inputs_changed for n in downstream)
 
 
 def test_bisect_uses_fewer_runs_than_nodes(models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]) -> None:
@@ -93,8 +97,9 @@ def test_unchanged_model_has_no_divergent_node(
     models: dict[str, Path], mlp_feeds: dict[str, np.ndarray], mode: str
 ) -> None:
     report = localize(models["mlp"], mlp_feeds, providers=CPU, session=PRODUCTION, mode=mode)  # type: ignore[arg-type]
-    assert report and report.first is None
-    assert all(not n.diverged for n in report.profile)
+    assert report and report.first_out_of_tolerance is None
+    assert all(not n.out_of_tolerance for n in report.profile)
+    assert report.against == "unoptimized" and report.nondeterministic_reference == ()
 
 
 def test_fp16_conversion_is_localized_and_the_error_persists(
@@ -106,9 +111,16 @@ def test_fp16_conversion_is_localized_and_the_error_persists(
     path = modelzoo.save(fp16, tmp_path / "fp16.onnx")
     # fp16 rounding is ~5e-4 of a tensor's spread here: below the 1% default, above 0.1%.
     report = localize(
-        path, mlp_feeds, providers=CPU, session=PRODUCTION, reference_model_path=models["mlp"], rel_threshold=1e-3
+        path,
+        mlp_feeds,
+        providers=CPU,
+        session=PRODUCTION,
+        reference_model_path=models["mlp"],
+        threshold_rule="std",
+        rel_threshold=1e-3,
     )
-    assert report.first is not None and not report.first.inputs_diverged
+    assert report.first_changed is not None and not report.first_changed.inputs_changed
+    assert report.first is not None and report.first.index >= report.first_changed.index
     diverged = [n for n in report.profile if n.diverged]
     after_first = [n for n in report.profile if n.index >= report.first.index]
     assert report.first.index <= float(np.median([n.index for n in diverged]))
@@ -116,12 +128,14 @@ def test_fp16_conversion_is_localized_and_the_error_persists(
     assert all(n.rel_error > 0 for n in after_first)
 
 
-def test_exposing_a_fused_tensor_is_detected_and_the_faithful_path_reproduces_production(
+def test_exposing_a_fused_tensor_drops_the_graph_level_and_says_so(
     models: dict[str, Path], fused_feeds: dict[str, np.ndarray]
 ) -> None:
     report = localize(models["fused"], fused_feeds, providers=CPU, session=PRODUCTION)
-    assert report.observer_effect and report.path == "fusion_faithful"
-    assert "match production bitwise" in report.observer_detail
+    assert report.graph_level != "all"
+    assert "changed the final outputs" in report.graph_level_detail
+    model_nodes = {n.name for n in onnx.load(str(models["fused"])).graph.node}
+    assert {n.name for n in report.profile} <= model_nodes  # no node of ORT's optimized graph leaks
 
 
 def test_fusion_faithful_graph_gives_production_outputs_bitwise(
@@ -149,8 +163,8 @@ def test_perturbed_weight_inside_a_fusion_names_the_fused_node(
     report = localize(
         models["fused_perturbed"], fused_feeds, providers=CPU, session=PRODUCTION, reference_model_path=models["fused"]
     )
-    assert report.path == "fusion_faithful" and report.first is not None
-    assert report.first.outputs == ("relu2",) and not report.first.inputs_diverged
+    assert report.graph_level != "all" and report.first_changed is not None
+    assert report.first_changed.name == "matmul_2" and not report.first_changed.inputs_changed
 
 
 def test_chunk_size_does_not_change_the_answer(models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]) -> None:
@@ -185,8 +199,9 @@ def test_baseline_intermediates_localize_the_perturbed_node(
             reference_intermediates=baseline,
             mode=mode,
         )
-        assert report.against == "baseline" and report.first is not None
-        assert report.first.name == "matmul_20" and not report.first.inputs_diverged
+        assert report.against == "baseline" and report.comparison == "bitwise"
+        for first in (report.first_changed, report.first_out_of_tolerance):
+            assert first is not None and first.name == "matmul_20" and not first.inputs_changed
 
 
 def test_time_budget_cuts_the_search_short(models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]) -> None:
@@ -245,7 +260,8 @@ def test_plot_is_svg_with_the_first_divergence_marked(
     svg = plot_svg(report)
     root = ET.fromstring(svg)
     assert root.tag.endswith("svg")
-    assert "first: matmul_20 (MatMul)" in svg
+    assert "first changed: matmul_20 (MatMul)" in svg
+    assert "first out of tolerance: matmul_20 (MatMul)" in svg
     assert len(root.findall("{http://www.w3.org/2000/svg}circle")) == len(report.profile)
 
 
@@ -298,5 +314,76 @@ def test_perturbed_conv_in_a_cnn_is_localized(tmp_path: Path) -> None:
     subject = modelzoo.save(modelzoo.perturb_initializer(cnn, "cw2", 3.0, index=40), tmp_path / "cnn_perturbed.onnx")
     feeds = {"x": np.random.default_rng(5).normal(0, 1, (1, 3, 16, 16)).astype(np.float32)}
     report = localize(subject, feeds, providers=CPU, session=PRODUCTION, reference_model_path=reference)
-    assert report.first is not None and not report.first.inputs_diverged
-    assert set(report.first.outputs) & {"conv2", "crelu2"}
+    # Against the unoptimized reference every optimized kernel may change bits (first_changed can be
+    # an earlier Conv); the check's tolerance names the perturbed one.
+    assert report.first_out_of_tolerance is not None
+    assert set(report.first_out_of_tolerance.outputs) & {"conv2", "crelu2"}
+    same_level = localize(
+        subject, feeds, providers=CPU, session=SessionConfig(graph_optimization_level="disable"),
+        reference_model_path=reference,
+    )  # fmt: skip
+    assert same_level.first_changed is not None and not same_level.first_changed.inputs_changed
+    assert set(same_level.first_changed.outputs) & {"conv2", "crelu2"}
+
+
+# --- the two rules on one tensor (monitor/localize/rule.py) -------------------------------------
+
+TOLERANCE_RULE = Rule()  # the check's default atol 1e-5, rtol 1e-4
+
+
+@pytest.mark.parametrize(
+    ("actual", "reference", "changed", "out_of_tolerance"),
+    [
+        (np.float32(1.0), np.float32(1.0), False, False),  # 0-d tensors are tensors
+        (np.array(1.0, np.float32), np.array(1.0 + 1e-6, np.float32), True, False),  # bitwise moved, inside atol
+        (np.array(1.0, np.float32), np.array(1.01, np.float32), True, True),
+        (np.array([1, 2, 3], np.int64), np.array([1, 2, 3], np.int64), False, False),
+        (np.array([1, 2, 4], np.int64), np.array([1, 2, 3], np.int64), True, True),  # integers are exact
+        (np.array([True, False]), np.array([True, True]), True, True),
+        (np.array(7, np.int64), np.array(7, np.int64), False, False),
+        (np.zeros((2, 3), np.float32), np.zeros((3, 2), np.float32), True, True),  # a shape change diverges
+        (np.zeros(3, np.float16), np.zeros(3, np.float32), True, True),  # so does a dtype change
+        (np.array([NAN, 1.0]), np.array([NAN, 1.0]), False, False),
+    ],
+)
+def test_changed_and_out_of_tolerance(
+    actual: np.ndarray, reference: np.ndarray, changed: bool, out_of_tolerance: bool
+) -> None:
+    error = TOLERANCE_RULE.measure("t", np.asarray(actual), np.asarray(reference))
+    assert (error.changed, error.out_of_tolerance) == (changed, out_of_tolerance)
+
+
+def test_a_noise_floor_hides_differences_below_it() -> None:
+    a, b = np.array([1.0, 2.0], np.float32), np.array([1.0, 2.0 + 2.4e-7], np.float32)
+    assert TOLERANCE_RULE.measure("t", a, b).changed
+    assert not TOLERANCE_RULE.measure("t", a, b, noise=1e-6).changed
+
+
+def test_against_a_different_model_float_dtypes_compare_by_value() -> None:
+    rule = Rule(cast_floats=True)
+    error = rule.measure("t", np.array([1.0, 2.0], np.float16), np.array([1.0, 2.0], np.float32))
+    assert not error.changed and not error.out_of_tolerance
+
+
+def test_qdq_subject_is_paired_by_dequantize_outputs() -> None:
+    from monitor.localize.search import _aliases
+
+    subject = frozenset({"relu0", "relu0_DequantizeLinear_Output", "mm1"})
+    alias = _aliases(subject, frozenset({"relu0", "mm1"}), pair_dequantized=True)
+    assert alias == {"relu0_DequantizeLinear_Output": "relu0", "mm1": "mm1"}
+
+
+def test_capture_records_the_level_it_ran_at(models: dict[str, Path], fused_feeds: dict[str, np.ndarray]) -> None:
+    stored = capture_intermediates(models["fused"], fused_feeds, providers=CPU, session=PRODUCTION)
+    level = str(stored[LEVEL_KEY])
+    assert level != "all" and {"mm1", "add1", "relu1"} <= set(stored)
+    report = localize(
+        models["fused_perturbed"],
+        fused_feeds,
+        providers=CPU,
+        session=PRODUCTION,
+        against="baseline",
+        reference_intermediates=stored,
+    )
+    assert report.graph_level == level and report.comparison == "bitwise"
+    assert report.first_changed is not None and report.first_changed.name == "matmul_2"

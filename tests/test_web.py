@@ -100,7 +100,7 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
         drifted = CheckResult.from_dict(worker.check_job(plan_for(settings, "mlp"))["result"])
         drifted = dataclasses.replace(drifted, environment=changed.environment)
         daemon.dispatch(drifted)
-        assert drifted.verdict is Verdict.FAIL and "first" in drifted.details["localization"]
+        assert drifted.verdict is Verdict.FAIL and "first_changed" in drifted.details["localization"]
         runs = {r.model: [x.id for x in store.runs(r.model)] for r in store.latest_per_model()}
         yield History(
             settings=settings,
@@ -191,7 +191,8 @@ def test_run_page_shows_the_localized_drift_and_the_env_diff_against_the_baselin
 ) -> None:
     html = page(client, f"/runs/{history.drift_run}")
     text = text_of(html)
-    assert "First divergent node: matmul_2 (MatMul, #6)" in text
+    assert "First changed node: matmul_2 (MatMul, #6)" in text
+    assert "First node out of tolerance: matmul_2 (MatMul, #6)" in text
     assert "this node introduced the change" in text
     assert "relative error per node" in html and "<circle" in html, "the per-node plot is inline"
     diff = html[html.index("Environment against the baseline") :]

@@ -1,7 +1,14 @@
-"""``onnxmon localize MODEL``: name the first ONNX node whose output moved, and how the error grew."""
+"""``onnxmon localize MODEL`` and ``onnxmon sqnr MODEL``: where in the model the numbers moved.
+
+``localize`` names two of the model's nodes: the first whose output *changed* while its inputs
+did not, and the first *out of tolerance* (the check's own tolerance, or ``--threshold-rule
+std``). Exit codes: 0 no node out of tolerance, 1 a node is, 2 a usage or config mistake, 3
+localization itself failed (a crash is never reported as "a node diverged").
+"""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
@@ -9,6 +16,10 @@ import typer
 from monitor.cli import common
 from monitor.config.plan import plan_for
 from monitor.config.settings import parse_duration
+from monitor.errors import MonitorError
+
+CRASHED = 3
+KEYWORDS = ("auto", "baseline", "unoptimized", "reference")
 
 
 def register(app: typer.Typer) -> None:
@@ -17,51 +28,123 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Argument(..., help="Model name from the config."),
         config_file: str | None = common.ConfigOption,
         sample: int = typer.Option(0, "--sample", min=0, help="Benchmark sample to replay."),
-        against: str = typer.Option("auto", "--against", help="auto | baseline | reference"),
+        against: str = typer.Option(
+            "auto", "--against", help="auto | baseline | unoptimized | PATH of a reference model (e.g. the fp32 build)."
+        ),
         mode: str = typer.Option("auto", "--mode", help="auto | all | bisect"),
+        graph_level: str | None = typer.Option(
+            None,
+            "--graph-level",
+            help="ORT optimization level of the exposed graph: disable|basic|extended|layout|all.",
+        ),
+        threshold_rule: str = typer.Option(
+            "tolerance", "--threshold-rule", help="tolerance (the check's atol/rtol, per tensor) | std (1% of std)."
+        ),
         chunk_size: int = typer.Option(64, "--chunk-size", min=1, help="Tensors exposed per run (bounds memory)."),
-        threshold: float = typer.Option(0.01, "--threshold", help="Divergence: fraction of the reference std."),
+        threshold: float = typer.Option(0.01, "--threshold", help="With --threshold-rule std: fraction of the std."),
         budget: str | None = typer.Option(None, "--budget", help="Time budget, e.g. 60s; partial report after it."),
         svg: Path | None = typer.Option(None, "--svg", help="Write the per-node error plot (SVG) here."),
         as_json: bool = common.JsonOption,
         quiet: bool = common.QuietOption,
     ) -> None:
-        """Re-run one input with intermediate tensors exposed and name the first node that diverged."""
+        """Re-run one input with the model's tensors exposed: first node that changed, first out of tolerance."""
         from monitor.localize import configured
         from monitor.localize import engine as localize
 
-        if against not in ("auto", "baseline", "reference"):
-            raise typer.BadParameter(f"--against must be auto, baseline or reference, not {against!r}")
         if mode not in ("auto", "all", "bisect"):
             raise typer.BadParameter(f"--mode must be auto, all or bisect, not {mode!r}")
+        if threshold_rule not in ("tolerance", "std"):
+            raise typer.BadParameter(f"--threshold-rule must be tolerance or std, not {threshold_rule!r}")
+        reference = None if against in KEYWORDS else Path(against.removeprefix("model:"))
+        if reference is not None and not reference.is_file():
+            raise typer.BadParameter(f"--against {against!r}: not auto|baseline|unoptimized and no such model file")
         plan = plan_for(common.settings(config_file), model)
         console = common.console()
-        with console.status(f"localizing {model} …", spinner="dots") if not (quiet or as_json) else _nothing():
-            report = configured.localize_model(
-                plan,
-                sample=sample,
-                against=against,  # type: ignore[arg-type]
-                mode=mode,  # type: ignore[arg-type]
-                chunk_size=chunk_size,
-                rel_threshold=threshold,
-                time_budget_s=parse_duration(budget) if budget else None,
-            )
+        try:
+            with console.status(f"localizing {model} …", spinner="dots") if not (quiet or as_json) else _nothing():
+                report = configured.localize_model(
+                    plan,
+                    sample=sample,
+                    against="model" if reference is not None else against,  # type: ignore[arg-type]
+                    reference_model=reference,
+                    mode=mode,  # type: ignore[arg-type]
+                    graph_level=graph_level,
+                    threshold_rule=threshold_rule,  # type: ignore[arg-type]
+                    chunk_size=chunk_size,
+                    rel_threshold=threshold,
+                    time_budget_s=parse_duration(budget) if budget else None,
+                )
+        except MonitorError as exc:
+            if exc.exit_code != 1:
+                raise
+            _crashed(exc)
+        except Exception as exc:  # a crash of localization is exit 3, never 1 ("a node diverged")
+            _crashed(exc)
         if svg is not None:
             svg.write_text(localize.plot_svg(report), encoding="utf-8")
         if as_json:
             common.print_json(report.to_dict())
         elif not quiet:
             console.print(report.summary(), markup=False)
+            for line in (report.comparison_detail, report.rule_detail, report.graph_level_detail, *report.notes):
+                console.print(f"  {line}", markup=False)
             table = common.PlainTable(
-                "#", "node", "op", "rel error", "max abs", "inputs moved", title="top nodes by error"
-            )
+                "#", "node", "op", "rel error", "max abs", "changed", "out of tol", "inputs changed",
+                title="top nodes by error",
+            )  # fmt: skip
             for node in report.top:
                 table.add_row(
                     str(node.index), node.name, node.op_type, common.fmt(node.rel_error),
-                    common.fmt(node.max_abs_error), "yes" if node.inputs_diverged else "no",
+                    common.fmt(node.max_abs_error), _yes(node.changed), _yes(node.out_of_tolerance),
+                    _yes(node.inputs_changed),
                 )  # fmt: skip
             console.print(table)
-        raise typer.Exit(0 if report.first is None else 1)
+        raise typer.Exit(0 if report.first_out_of_tolerance is None else 1)
+
+    @app.command("sqnr")
+    def sqnr_cmd(
+        model: str = typer.Argument(..., help="Model name from the config (the quantized QDQ model)."),
+        float_model: Path = typer.Option(..., "--float", help="The float model it was quantized from."),
+        config_file: str | None = common.ConfigOption,
+        sample: int = typer.Option(0, "--sample", min=0, help="Benchmark sample to replay."),
+        as_json: bool = common.JsonOption,
+    ) -> None:
+        """Per-layer SQNR (dB) of a QDQ model against its float model, paired by DequantizeLinear outputs."""
+        from monitor.files import benchsets
+        from monitor.localize import sqnr
+
+        if not float_model.is_file():
+            raise typer.BadParameter(f"--float {float_model}: no such file")
+        plan = plan_for(common.settings(config_file), model)
+        try:
+            feeds = benchsets.ensure(plan.benchset, plan.benchsets_dir).load_sample(sample)
+            layers = sqnr.per_layer_sqnr(float_model, plan.model.path, feeds)
+        except MonitorError as exc:
+            if exc.exit_code != 1:
+                raise
+            _crashed(exc)
+        except Exception as exc:
+            _crashed(exc)
+        if as_json:
+            common.print_json({"model": model, "float": str(float_model), "layers": [x.to_dict() for x in layers]})
+            return
+        table = common.PlainTable("#", "node", "op", "tensor", "paired with", "SQNR dB", title="per-layer SQNR")
+        for layer in layers:
+            table.add_row(
+                str(layer.index), layer.node, layer.op_type, layer.tensor, layer.quantized_tensor,
+                common.fmt(layer.sqnr_db),
+            )  # fmt: skip
+        common.console().print(table)
+
+
+def _crashed(exc: BaseException) -> None:
+    typer.echo(f"onnxmon: localization failed: {type(exc).__name__}: {exc}", err=True)
+    sys.stderr.flush()
+    raise typer.Exit(CRASHED)
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
 
 
 class _nothing:

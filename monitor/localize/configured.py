@@ -1,14 +1,18 @@
-"""Localize a configured model: pick the sample, the comparison side and the budget from config.
+"""Localize a configured model: pick the sample, the comparison side, the tolerance and the budget.
 
-``localize.localize`` works on a model file and feeds; this module is the glue that a
-user (``onnxmon localize``) and the daemon (``localize_on_fail``) share: it takes the
-sample from the active baseline's benchmark-set version and, with ``against="auto"``,
-compares with the intermediates stored at baseline time when there are any (the "what
-changed inside the model after the upgrade" view), else with a reference session.
+``localize.localize`` works on a model file and feeds; this module is the glue that a user
+(``onnxmon localize``) and the daemon (``localize_on_fail``) share: it takes the sample from the
+active baseline's benchmark-set version, the tolerance from the model's config (the check's own
+yardstick), and, with ``against="auto"``, compares with the intermediates stored at baseline time
+when there are any (the "what changed inside the model after the upgrade" view), else with the
+unoptimized model. Against the baseline, *changed* is bitwise when this process runs on the
+baseline's environment fingerprint, providers and session settings.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Literal
 
 from monitor.config.plan import CheckPlan
@@ -17,8 +21,10 @@ from monitor.files import baselines
 from monitor.files import benchsets as benchset
 from monitor.localize import engine as localize
 from monitor.localize.report import LocalizationReport
+from monitor.localize.rule import ThresholdRule
+from monitor.runtime import envsnap
 
-Against = Literal["auto", "reference", "baseline"]
+Against = Literal["auto", "baseline", "unoptimized", "reference", "model"]
 Mode = Literal["auto", "all", "bisect"]
 
 
@@ -27,12 +33,16 @@ def localize_model(
     *,
     sample: int = 0,
     against: Against = "auto",
+    reference_model: Path | None = None,
     mode: Mode = "auto",
+    graph_level: str | None = None,
+    threshold_rule: ThresholdRule = "tolerance",
     chunk_size: int = 64,
     rel_threshold: float = 0.01,
     time_budget_s: float | None = None,
+    capture_env: Callable[[], envsnap.EnvSnapshot] = envsnap.capture,
 ) -> LocalizationReport:
-    """Localize the first divergent node of ``plan``'s model on one benchmark sample."""
+    """Localize ``plan``'s model on one benchmark sample: first changed and first out-of-tolerance node."""
     model = plan.model
     baseline = baselines.active(plan.baselines_dir, model.name)
     if baseline is not None:
@@ -41,8 +51,8 @@ def localize_model(
         bench = benchset.ensure(plan.benchset, plan.benchsets_dir)
     feeds = bench.load_sample(sample)
     stored = _stored_samples(baseline)
-    side: Literal["reference", "baseline"]
-    if against == "baseline" or (against == "auto" and sample in stored):
+    side: str
+    if against == "baseline" or (against == "auto" and sample in stored and reference_model is None):
         if baseline is None:
             raise BaselineError(f"no active baseline for {model.name!r}: run `onnxmon baseline capture {model.name}`")
         if sample not in stored:
@@ -51,20 +61,42 @@ def localize_model(
                 f" capture them with `onnxmon baseline capture {model.name} --intermediates --samples {sample + 1}`"
             )
         side = "baseline"
+    elif against == "model" or reference_model is not None:
+        side = "model"
     else:
-        side = "reference"
+        side = "unoptimized"
     return localize.localize(
         model.path,
         feeds,
         providers=model.providers,
         session=model.session,
         against=side,
+        reference_model_path=reference_model if side == "model" else None,
         reference_intermediates=baseline.intermediates(sample) if side == "baseline" and baseline else None,
+        same_stack=side == "baseline" and baseline is not None and _same_stack(plan, baseline, capture_env),
         mode=mode,
+        graph_level=graph_level,
+        threshold_rule=threshold_rule,
+        tolerance=plan.default_tolerance,
         chunk_size=chunk_size,
         rel_threshold=rel_threshold,
         time_budget_s=time_budget_s,
     )
+
+
+def _same_stack(plan: CheckPlan, baseline: baselines.Baseline, capture_env: Callable[[], envsnap.EnvSnapshot]) -> bool:
+    """Same environment fingerprint, providers and session options as when the baseline was captured."""
+    meta = baseline.meta
+    if meta.source != "captured" or not meta.environment.get("fingerprint"):
+        return False
+    options = meta.session.get("options")
+    if options != plan.model.session.model_dump(mode="json"):
+        return False
+    requested = meta.session.get("requested")
+    if isinstance(requested, list) and [str(p) for p in requested] != [p.name for p in plan.model.providers]:
+        return False
+    before = envsnap.EnvSnapshot.from_dict(dict(meta.environment))
+    return before.fingerprint == capture_env().fingerprint
 
 
 def _stored_samples(baseline: baselines.Baseline | None) -> set[int]:

@@ -1,4 +1,4 @@
-"""An SVG picture of a localization: relative error per node on a log scale, first divergence marked.
+"""An SVG picture of a localization: relative error per node on a log scale, both first nodes marked.
 
 Plain SVG text (no plotting library), so the status page and reports can inline it.
 Each point carries a ``<title>`` with the node name, op type and error, shown on hover.
@@ -32,7 +32,7 @@ def plot_svg(report: LocalizationReport) -> str:
     def y_of(value: float) -> float:
         return TOP + plot_h * (high - math.log10(_clamp(value))) / (high - low)
 
-    title = escape(f"{report.model}: relative error per node ({report.mode}, {report.path})")
+    title = escape(f"{report.model}: relative error per node ({report.mode}, graph level {report.graph_level})")
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}"'
         f' viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="11">',
@@ -58,15 +58,19 @@ def plot_svg(report: LocalizationReport) -> str:
         parts.append(
             f'<circle cx="{x_of(index):.1f}" cy="{y_of(rel):.1f}" r="2.5" fill="{color}"><title>{tip}</title></circle>'
         )
-    if report.first is not None:
-        x = x_of(report.first.index)
-        label = escape(f"first: {report.first.name} ({report.first.op_type})")
+    marks = [("first changed", report.first_changed, "#8040a0", TOP + 12)]
+    marks.append(("first out of tolerance", report.first_out_of_tolerance, "#c03030", TOP + 26))
+    for what, first, mark_color, text_y in marks:
+        if first is None:
+            continue
+        x = x_of(first.index)
+        label = escape(f"{what}: {first.name} ({first.op_type})")
         anchor = "end" if x > LEFT + plot_w * 0.6 else "start"
         parts.append(
-            f'<line x1="{x:.1f}" y1="{TOP}" x2="{x:.1f}" y2="{TOP + plot_h}" stroke="#c03030" stroke-width="1.5"/>'
+            f'<line x1="{x:.1f}" y1="{TOP}" x2="{x:.1f}" y2="{TOP + plot_h}" stroke="{mark_color}" stroke-width="1.5"/>'
         )
         parts.append(
-            f'<text x="{x + (-4 if anchor == "end" else 4):.1f}" y="{TOP + 12}" fill="#c03030"'
+            f'<text x="{x + (-4 if anchor == "end" else 4):.1f}" y="{text_y}" fill="{mark_color}"'
             f' text-anchor="{anchor}">{label}</text>'
         )
     parts.append(f'<text x="{LEFT + plot_w / 2:.1f}" y="{HEIGHT - 8}" text-anchor="middle">node index</text>')

@@ -1,15 +1,16 @@
-"""What localization found: per-node divergence, the report value, and the divergence rule.
+"""What localization found: per-node results and the report value with its two answers.
 
-The rule, written once (``tensor_error``): compare in float64. ``scale`` is the standard
-deviation of the reference tensor's finite values, floored at ``abs_floor / rel_threshold``
-so a near-constant tensor cannot make every tiny difference look huge. Then
+Every report names two of the *model's* nodes (``monitor/localize/rule.py`` holds the rules):
 
-    threshold = rel_threshold * scale        (= max(rel_threshold * std, abs_floor))
-    rel_error = max_abs_error / scale
-    diverged  = max_abs_error > threshold    (equivalently rel_error > rel_threshold)
+* ``first_changed``: the first node, in topological order, whose output differs from the
+  reference while its inputs agree: the node whose weights, attributes or kernel changed.
+* ``first_out_of_tolerance``: the first node whose output breaks the check's tolerance (or the
+  1%-of-std rule with ``threshold_rule="std"``).
 
-NaN on both sides at the same position is agreement, and so is an infinity of the same sign;
-any other non-finite mismatch is an infinite error. A node's error is the worst of its outputs.
+``comparison`` says how *changed* was decided (``bitwise``, or ``noise_floor`` when the stack or
+session settings differ from the reference's) and ``comparison_detail`` why; ``graph_level`` the
+ONNX Runtime optimization level the exposed graph ran at, and ``graph_level_detail`` why that one.
+``bool(report)`` is True when no node is out of tolerance.
 """
 
 from __future__ import annotations
@@ -17,58 +18,22 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
-import numpy as np
+from typing import Any
 
 from monitor import jsonsafe
+from monitor.localize.rule import TensorError, tensor_error
 
-Against = Literal["reference", "baseline"]
-SearchMode = Literal["all", "bisect"]
-Path_ = Literal["direct", "fusion_faithful"]
+__all__ = ["LocalizationReport", "NodeDivergence", "TensorError", "tensor_error", "top_nodes"]
+
 TOP_COUNT = 10
 
 
 @dataclass(frozen=True)
-class TensorError:
-    """How far one tensor moved, against the threshold derived from its reference."""
-
-    max_abs_error: float
-    rel_error: float
-    threshold: float
-    diverged: bool
-
-
-def tensor_error(
-    actual: np.ndarray, reference: np.ndarray, *, rel_threshold: float, abs_floor: float
-) -> TensorError | None:
-    """The divergence rule above; ``None`` when the shapes differ (a layout change is not comparable)."""
-    if np.shape(actual) != np.shape(reference):
-        return None
-    got = np.asarray(actual).astype(np.float64, copy=False)
-    want = np.asarray(reference).astype(np.float64, copy=False)
-    finite = np.isfinite(want)
-    std = float(np.std(want[finite])) if finite.any() else 0.0
-    scale = max(std, abs_floor / rel_threshold)
-    threshold = rel_threshold * scale
-    if got.size == 0:
-        return TensorError(0.0, 0.0, threshold, False)
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.abs(got - want)
-    both_nan = np.isnan(got) & np.isnan(want)
-    same_inf = np.isinf(got) & np.isinf(want) & (np.sign(got) == np.sign(want))
-    diff[both_nan | same_inf] = 0.0
-    diff[np.isnan(diff)] = np.inf  # NaN on one side only
-    max_abs = float(diff.max())
-    return TensorError(max_abs, max_abs / scale, threshold, max_abs > threshold)
-
-
-@dataclass(frozen=True)
 class NodeDivergence:
-    """One examined node: how far its outputs moved and whether its inputs had already moved.
+    """One examined node: how far its outputs moved and whether its inputs had already changed.
 
-    ``inputs_diverged`` False on a diverged node means the node itself introduced the change
-    (its kernel, its weights or its numeric precision), not something upstream.
+    ``inputs_changed`` False on a changed node means the node itself introduced the change (its
+    kernel, its weights or its numeric precision), not something upstream.
     """
 
     index: int
@@ -78,8 +43,14 @@ class NodeDivergence:
     max_abs_error: float
     rel_error: float
     threshold: float
-    diverged: bool
-    inputs_diverged: bool
+    changed: bool
+    out_of_tolerance: bool
+    inputs_changed: bool
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def diverged(self) -> bool:
+        return self.out_of_tolerance
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -90,45 +61,51 @@ class NodeDivergence:
             "max_abs_error": jsonsafe.number(self.max_abs_error),
             "rel_error": jsonsafe.number(self.rel_error),
             "threshold": jsonsafe.number(self.threshold),
-            "diverged": self.diverged,
-            "inputs_diverged": self.inputs_diverged,
+            "changed": self.changed,
+            "out_of_tolerance": self.out_of_tolerance,
+            "inputs_changed": self.inputs_changed,
+            "reasons": list(self.reasons),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> NodeDivergence:
+        out = bool(data.get("out_of_tolerance", data.get("diverged", False)))
         return cls(
             index=int(data["index"]),
             name=str(data["name"]),
             op_type=str(data["op_type"]),
             outputs=tuple(str(o) for o in data["outputs"]),
-            max_abs_error=_float(data["max_abs_error"]),
-            rel_error=_float(data["rel_error"]),
-            threshold=_float(data["threshold"]),
-            diverged=bool(data["diverged"]),
-            inputs_diverged=bool(data["inputs_diverged"]),
+            max_abs_error=float(data["max_abs_error"]),  # float() parses "Infinity" and "NaN"
+            rel_error=float(data["rel_error"]),
+            threshold=float(data["threshold"]),
+            changed=bool(data.get("changed", out)),
+            out_of_tolerance=out,
+            inputs_changed=bool(data.get("inputs_changed", data.get("inputs_diverged", False))),
+            reasons=tuple(str(r) for r in data.get("reasons", ())),
         )
 
 
 @dataclass(frozen=True)
 class LocalizationReport:
-    """The answer of ``localize``: ``bool(report)`` is True when no examined node diverged.
-
-    ``profile`` holds every examined node in topological order (all of them in ``all`` mode,
-    the probes and a sampled growth profile in ``bisect`` mode); ``top`` the worst ten by
-    relative error. ``complete`` is False when the time budget cut the search short.
-    """
+    """The answer of ``localize``; ``profile`` holds every examined node in topological order."""
 
     model: str
-    against: Against
-    mode: SearchMode
-    path: Path_
-    observer_effect: bool
-    observer_detail: str
-    first: NodeDivergence | None
+    against: str  # baseline | unoptimized | model
+    mode: str  # all | bisect
+    first_changed: NodeDivergence | None
+    first_out_of_tolerance: NodeDivergence | None
     top: tuple[NodeDivergence, ...]
     profile: tuple[NodeDivergence, ...]
     runs: int
     seconds: float
+    comparison: str = "bitwise"  # bitwise | noise_floor
+    comparison_detail: str = ""
+    threshold_rule: str = "tolerance"
+    rule_detail: str = ""
+    graph_level: str = "all"
+    graph_level_detail: str = ""
+    reference_model: str = ""
+    nondeterministic_reference: tuple[str, ...] = ()
     complete: bool = True
     rel_threshold: float = 0.01
     abs_floor: float = 1e-6
@@ -137,18 +114,29 @@ class LocalizationReport:
     notes: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
-        return self.first is None
+        return self.first_out_of_tolerance is None
+
+    @property
+    def first(self) -> NodeDivergence | None:
+        """The node a reader should look at first: out of tolerance if any, else the first changed."""
+        return self.first_out_of_tolerance or self.first_changed
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe: non-finite floats become ``"Infinity"``, ``"-Infinity"``, ``"NaN"`` (``monitor.jsonsafe``)."""
         return {
             "model": self.model,
             "against": self.against,
+            "reference_model": self.reference_model,
             "mode": self.mode,
-            "path": self.path,
-            "observer_effect": self.observer_effect,
-            "observer_detail": self.observer_detail,
-            "first": self.first.to_dict() if self.first else None,
+            "first_changed": self.first_changed.to_dict() if self.first_changed else None,
+            "first_out_of_tolerance": self.first_out_of_tolerance.to_dict() if self.first_out_of_tolerance else None,
+            "comparison": self.comparison,
+            "comparison_detail": self.comparison_detail,
+            "threshold_rule": self.threshold_rule,
+            "rule_detail": self.rule_detail,
+            "graph_level": self.graph_level,
+            "graph_level_detail": self.graph_level_detail,
+            "nondeterministic_reference": list(self.nondeterministic_reference),
             "top": [n.to_dict() for n in self.top],
             "profile": [n.to_dict() for n in self.profile],
             "runs": self.runs,
@@ -163,15 +151,24 @@ class LocalizationReport:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LocalizationReport:
-        first = data.get("first")
+        def node(key: str) -> NodeDivergence | None:
+            value = data.get(key)
+            return NodeDivergence.from_dict(value) if value else None
+
         return cls(
             model=str(data["model"]),
-            against=data["against"],
-            mode=data["mode"],
-            path=data["path"],
-            observer_effect=bool(data["observer_effect"]),
-            observer_detail=str(data.get("observer_detail", "")),
-            first=NodeDivergence.from_dict(first) if first else None,
+            against=str(data["against"]),
+            reference_model=str(data.get("reference_model", "")),
+            mode=str(data["mode"]),
+            first_changed=node("first_changed"),
+            first_out_of_tolerance=node("first_out_of_tolerance"),
+            comparison=str(data.get("comparison", "bitwise")),
+            comparison_detail=str(data.get("comparison_detail", "")),
+            threshold_rule=str(data.get("threshold_rule", "tolerance")),
+            rule_detail=str(data.get("rule_detail", "")),
+            graph_level=str(data.get("graph_level", "all")),
+            graph_level_detail=str(data.get("graph_level_detail", "")),
+            nondeterministic_reference=tuple(str(n) for n in data.get("nondeterministic_reference", ())),
             top=tuple(NodeDivergence.from_dict(n) for n in data.get("top", ())),
             profile=tuple(NodeDivergence.from_dict(n) for n in data.get("profile", ())),
             runs=int(data["runs"]),
@@ -185,14 +182,19 @@ class LocalizationReport:
         )
 
     def summary(self) -> str:
-        """One line for logs and the CLI."""
-        if self.first is None:
-            return f"{self.model}: no node diverged ({len(self.profile)} examined, path {self.path})"
-        origin = "inputs had already moved" if self.first.inputs_diverged else "its inputs had not moved"
+        """Two short clauses for logs and the CLI: what changed first, what broke tolerance first."""
         return (
-            f"{self.model}: first divergent node {self.first.name!r} ({self.first.op_type}, #{self.first.index}),"
-            f" rel error {self.first.rel_error:.3g}; {origin}; path {self.path}"
+            f"{self.model}: first changed {_describe(self.first_changed)};"
+            f" first out of tolerance {_describe(self.first_out_of_tolerance)}"
+            f" ({self.comparison} comparison, graph level {self.graph_level})"
         )
+
+
+def _describe(node: NodeDivergence | None) -> str:
+    if node is None:
+        return "none"
+    origin = "its inputs had changed" if node.inputs_changed else "its inputs had not changed"
+    return f"{node.name!r} ({node.op_type}, #{node.index}, max |diff| {node.max_abs_error:.3g}; {origin})"
 
 
 def top_nodes(profile: Iterable[NodeDivergence], count: int = TOP_COUNT) -> tuple[NodeDivergence, ...]:
@@ -202,7 +204,3 @@ def top_nodes(profile: Iterable[NodeDivergence], count: int = TOP_COUNT) -> tupl
 
 def _sortable(value: float) -> float:
     return -1.0 if math.isnan(value) else value
-
-
-def _float(value: Any) -> float:
-    return float(value)  # float() parses "Infinity", "-Infinity", "NaN" and the older "inf", "-inf", "nan"

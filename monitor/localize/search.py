@@ -3,7 +3,17 @@
 Both searches measure tensors through two sources with a ``fetch(names)`` method (an
 ``ExposingRunner`` or ``StoredTensors``): the *subject* and the *reference*. Only per-tensor
 statistics are kept; the arrays of a chunk are dropped before the next one, so peak memory
-is bounded by ``chunk_size`` tensors, not by the model.
+is bounded by ``chunk_size`` tensors, not by the model. A ``Repeated`` source runs its side twice
+and keeps the per-tensor spread: the noise floor, and the evidence of a nondeterministic side.
+
+Tensors are paired by name; an ORT-generated prefix (``InsertedPrecisionFreeCast_``) is stripped,
+and against a *different* model a QDQ subject's ``T_DequantizeLinear_Output`` is paired with the
+float model's ``T`` (its own ``T`` is not compared: after QDQ folding a ReLU, ``T`` may be the
+pre-activation value).
+
+Two answers are read off the measured tensors (``rule.py``): the first node whose output
+*changed* while its inputs did not, and the first node *out of tolerance*. An unmeasured tensor
+counts as changed when its producer read a changed one.
 
 ``all`` measures every tensor both sides produce, in topological order.
 
@@ -16,31 +26,39 @@ probes as many evenly spaced cuts as fit in ``chunk_size`` tensors (a k-ary sear
 ``chunk_size=1`` it is a plain binary search). The last round measures the remaining
 bracket, the few nodes before it (a short linear scan that confirms the answer and catches
 a divergence that faded out) and a sample of downstream nodes for the error-growth profile.
+The bisection runs once for *changed* and once more, over what is already measured, for *out of
+tolerance*.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 
 from monitor.localize.graph import GraphNode
-from monitor.localize.report import NodeDivergence, TensorError, tensor_error
+from monitor.localize.report import NodeDivergence
+from monitor.localize.rule import Rule, TensorError, spread
 
 CONFIRM_BEFORE = 3
 GROWTH_SAMPLES = 16
 # Prefixes ORT's optimizers put on tensors they re-create; stripping one finds the original name
 # (e.g. an fp16 model on CPU runs in fp32 with ``InsertedPrecisionFreeCast_act0`` for ``act0``).
 GENERATED_PREFIXES = ("InsertedPrecisionFreeCast_",)
+DEQUANTIZED_SUFFIX = "_DequantizeLinear_Output"
+Predicate = Literal["changed", "out_of_tolerance"]
 
 
 class TensorSource(Protocol):
-    producible: frozenset[str]
-    runs: int
-    skipped: dict[str, str]
+    @property
+    def producible(self) -> frozenset[str]: ...
+    @property
+    def runs(self) -> int: ...
+    @property
+    def skipped(self) -> dict[str, str]: ...
 
     def fetch(self, names: Iterable[str]) -> dict[str, np.ndarray]: ...
 
@@ -63,10 +81,38 @@ class Budget:
             raise OutOfTime
 
 
+class Repeated:
+    """A source fetched twice per call; ``noise`` keeps each tensor's spread between the two runs."""
+
+    def __init__(self, source: TensorSource) -> None:
+        self._source = source
+        self.producible = source.producible
+        self.skipped = source.skipped
+        self.noise: dict[str, float] = {}
+
+    @property
+    def runs(self) -> int:
+        return self._source.runs
+
+    @property
+    def observer_mismatch(self) -> str | None:
+        return getattr(self._source, "observer_mismatch", None)
+
+    def fetch(self, names: Iterable[str]) -> dict[str, np.ndarray]:
+        wanted = list(names)
+        first = self._source.fetch(wanted)
+        second = self._source.fetch(wanted)
+        for name, value in first.items():
+            if name in second:
+                self.noise[name] = spread(value, second[name])
+        return first
+
+
 @dataclass
 class SearchResult:
     profile: list[NodeDivergence]
-    first: NodeDivergence | None
+    first_changed: NodeDivergence | None
+    first_out_of_tolerance: NodeDivergence | None
     complete: bool
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -83,18 +129,21 @@ class Search:
         reference: TensorSource,
         *,
         chunk_size: int,
-        rel_threshold: float,
-        abs_floor: float,
+        rule: Rule,
         budget: Budget,
         stop_on_observer: bool,
+        noise: Mapping[str, float] | None = None,
+        pair_dequantized: bool = False,
     ) -> None:
         self.nodes = [n for n in nodes if n.op_type != "Constant"]
         self.subject, self.reference = subject, reference
         self.chunk_size = chunk_size
-        self.rel_threshold, self.abs_floor = rel_threshold, abs_floor
+        self.rule = rule
+        self.noise = noise if noise is not None else {}
         self.budget = budget
         self.stop_on_observer = stop_on_observer
-        self.alias = _aliases(subject.producible, reference.producible)
+        self.predicate: Predicate = "changed"
+        self.alias = _aliases(subject.producible, reference.producible, pair_dequantized=pair_dequantized)
         self.matchable = frozenset(self.alias)
         self.candidates = [n for n in self.nodes if any(o in self.matchable for o in n.outputs)]
         self.errors: dict[str, TensorError] = {}
@@ -109,44 +158,45 @@ class Search:
     # -- measuring ---------------------------------------------------------------------------
 
     def measure(self, names: Iterable[str]) -> None:
-        todo = [n for n in dict.fromkeys(names) if n in self.matchable and n not in self.errors]
+        todo = [n for n in dict.fromkeys(names) if n in self.subject.producible and n not in self.errors]
         todo = [n for n in todo if n not in self.skipped]
         for start in range(0, len(todo), self.chunk_size):
             self.budget.check()
-            chunk = todo[start : start + self.chunk_size]
-            got = self.subject.fetch(chunk)
+            # The chunk is exposed whole, matchable or not: the same chunks as ``capture_intermediates``
+            # exposed make the same graphs, which is what keeps a replay bitwise equal to the capture.
+            exposed = todo[start : start + self.chunk_size]
+            got = self.subject.fetch(exposed)
             if self.stop_on_observer and getattr(self.subject, "observer_mismatch", None):
                 raise ObserverEffect
+            chunk = [name for name in exposed if name in self.matchable]
             want = self.reference.fetch(self.alias[name] for name in chunk)
             for name in chunk:
                 reference = want.get(self.alias[name])
                 if name not in got or reference is None:
                     self.skipped[name] = "not produced by both sides"
                     continue
-                error = tensor_error(got[name], reference, rel_threshold=self.rel_threshold, abs_floor=self.abs_floor)
-                if error is None:
-                    self.skipped[name] = f"shape {got[name].shape} vs reference {reference.shape}"
-                else:
-                    self.errors[name] = error
+                noise = max(self.noise.get(name, 0.0), self.noise.get(self.alias[name], 0.0))
+                self.errors[name] = self.rule.measure(name, got[name], reference, noise)
             del got, want
 
     def taint(self) -> dict[str, bool]:
-        """Per tensor: measured ones by the rule; an unmeasured one is diverged if its producer read one.
+        """Per tensor, *changed*: measured ones by the rule; an unmeasured one if its producer read one.
 
-        Graph inputs and initializers are clean: the same feeds go to both sides.
+        Graph inputs and initializers are clean: the same feeds go to both sides (a changed
+        initializer belongs to the node that reads it).
         """
-        diverged: dict[str, bool] = {}
+        changed: dict[str, bool] = {}
         for node in self.nodes:
-            upstream = any(diverged.get(i, False) for i in node.inputs)
+            upstream = any(changed.get(i, False) for i in node.inputs)
             for out in node.outputs:
-                diverged[out] = self.errors[out].diverged if out in self.errors else upstream
-        return diverged
+                changed[out] = self.errors[out].changed if out in self.errors else upstream
+        return changed
 
     def node_result(self, node: GraphNode, taint: dict[str, bool]) -> NodeDivergence | None:
         measured = [self.errors[o] for o in node.outputs if o in self.errors]
         if not measured:
             return None
-        worst = max(measured, key=lambda e: (e.rel_error, e.max_abs_error))
+        worst = max(measured, key=lambda e: (e.out_of_tolerance, e.rel_error, e.max_abs_error))
         return NodeDivergence(
             index=node.index,
             name=node.name,
@@ -155,8 +205,10 @@ class Search:
             max_abs_error=worst.max_abs_error,
             rel_error=worst.rel_error,
             threshold=worst.threshold,
-            diverged=any(e.diverged for e in measured),
-            inputs_diverged=any(taint.get(i, False) for i in node.inputs),
+            changed=any(e.changed for e in measured),
+            out_of_tolerance=any(e.out_of_tolerance for e in measured),
+            inputs_changed=any(taint.get(i, False) for i in node.inputs),
+            reasons=tuple(dict.fromkeys(r for e in measured for r in e.reasons)),
         )
 
     def profile(self) -> list[NodeDivergence]:
@@ -176,7 +228,7 @@ class Search:
     def run_all(self) -> SearchResult:
         complete = True
         try:
-            self.measure(name for node in self.candidates for name in node.outputs)
+            self.measure(name for node in self.nodes for name in node.outputs)
         except OutOfTime:
             complete = False
         return self._result(complete, [])
@@ -186,14 +238,17 @@ class Search:
         if not self.candidates:
             return self._result(True, notes)
         try:
-            self._bisect(notes)
+            for predicate in ("changed", "out_of_tolerance"):
+                self.predicate = predicate  # type: ignore[assignment]
+                self._bisect(notes)
         except OutOfTime:
             notes.append("time budget exhausted: the first divergent node is an upper bound")
             return self._result(False, notes)
         return self._result(True, notes)
 
     def _diverged_at(self, position: int) -> bool:
-        return any(self.errors[n].diverged for n in self._cut(self.candidates[position]) if n in self.errors)
+        cut = self._cut(self.candidates[position])
+        return any(getattr(self.errors[n], self.predicate) for n in cut if n in self.errors)
 
     def _bisect(self, notes: list[str]) -> None:
         """K-ary search: each round measures the cuts at evenly spaced positions (as many as fit in
@@ -217,11 +272,11 @@ class Search:
             if not high_known:
                 return  # the last cut is clean: nothing diverged (under the persistence assumption)
         bisected = next((p for p in range(low + 1, high + 1) if self._diverged_at(p)), high)
-        first = next((r for r in self.profile() if r.diverged), None)
+        first = next((r for r in self.profile() if getattr(r, self.predicate)), None)
         if first is not None and first.index < self.candidates[bisected].index:
             notes.append(
-                f"the search narrowed to {self.candidates[bisected].name!r} but the earlier node {first.name!r}"
-                " already diverged (the divergence did not persist downstream)"
+                f"the search ({self.predicate.replace('_', ' ')}) narrowed to {self.candidates[bisected].name!r} but"
+                f" the earlier node {first.name!r} already had (the difference did not persist downstream)"
             )
 
     def _final_round(self, low: int, high: int, span: list[int]) -> list[str] | None:
@@ -251,17 +306,24 @@ class Search:
 
     def _result(self, complete: bool, notes: list[str]) -> SearchResult:
         profile = self.profile()
-        first = next((r for r in profile if r.diverged), None)
+        changed = [r for r in profile if r.changed]
+        first_changed = next((r for r in changed if not r.inputs_changed), changed[0] if changed else None)
+        first_out = next((r for r in profile if r.out_of_tolerance), None)
         skipped = {**self.skipped, **self.subject.skipped, **self.reference.skipped}
-        return SearchResult(profile=profile, first=first, complete=complete, skipped=skipped, notes=notes)
+        return SearchResult(profile, first_changed, first_out, complete, skipped=skipped, notes=notes)
 
 
-def _aliases(subject: frozenset[str], reference: frozenset[str]) -> dict[str, str]:
-    """Subject tensor name -> reference tensor name: equal names, else the name without an ORT prefix."""
+def _aliases(subject: frozenset[str], reference: frozenset[str], *, pair_dequantized: bool) -> dict[str, str]:
+    """Subject tensor name -> reference tensor name: equal names, else the name without an ORT prefix;
+    with ``pair_dequantized``, ``T_DequantizeLinear_Output`` -> ``T`` in place of ``T`` -> ``T``."""
     alias = {name: name for name in subject & reference}
     for name in subject - reference:
         for prefix in GENERATED_PREFIXES:
             original = name.removeprefix(prefix)
             if original != name and original in reference and original not in subject:
                 alias[name] = original
+        stem = name.removesuffix(DEQUANTIZED_SUFFIX)
+        if pair_dequantized and stem != name and stem in reference:
+            alias.pop(stem, None)
+            alias[name] = stem
     return alias

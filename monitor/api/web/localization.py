@@ -1,4 +1,4 @@
-"""The localization section of a run page: the first divergent node, the worst nodes and the per-node plot.
+"""The localization section of a run page: first changed and first out-of-tolerance nodes, worst nodes, plot.
 
 The daemon stores ``LocalizationReport.to_dict()`` under a failing run's ``details["localization"]``
 (``localize_on_fail``), or ``{"error": ...}`` when localization itself failed; both are shown.
@@ -31,18 +31,23 @@ def render(details: Mapping[str, Any]) -> str:
 
 def _report(report: LocalizationReport) -> str:
     parts = [_headline(report)]
-    side = "the baseline's stored intermediates" if report.against == "baseline" else "a reference session"
-    rule = f"max |diff| > {num(report.rel_threshold)} × std of the reference (floor {num(report.abs_floor)})"
+    sides = {
+        "baseline": "the baseline's stored intermediates",
+        "unoptimized": "the same model, unoptimized on CPU",
+        "model": f"the reference model {report.reference_model}",
+    }
     parts.append(
         facts(
             [
-                ("compared against", esc(side)),
-                ("search", esc(f"{report.mode}, {report.path.replace('_', '-')} path")),
+                ("compared against", esc(sides.get(report.against, report.against))),
+                ("changed means", esc(f"{report.comparison.replace('_', ' ')}: {report.comparison_detail}")),
+                ("out of tolerance means", esc(report.rule_detail or report.threshold_rule)),
+                ("graph level", esc(f"{report.graph_level}: {report.graph_level_detail}")),
+                ("search", esc(report.mode)),
                 ("nodes examined", esc(f"{len(report.profile)} of {report.nodes_total or '?'}")),
-                ("divergence rule", esc(rule)),
                 ("runs / time", esc(f"{report.runs} session run(s), {num(report.seconds)} s")),
                 ("complete", badge("yes", "ok") if report.complete else badge("cut by the time budget", "warn")),
-                ("observer effect", _observer(report)),
+                ("reference", _reference(report)),
             ]
         )
     )
@@ -52,44 +57,53 @@ def _report(report: LocalizationReport) -> str:
     parts.append("<h2>Worst nodes</h2>")
     parts.append(
         table(
-            ["#", "Node", "Op", "Outputs", "max |diff|", "rel error", "threshold", "Diverged", "Inputs moved"],
-            (_node_cells(n, report.first) for n in report.top),
+            ["#", "Node", "Op", "Outputs", "max |diff|", "rel error", "Changed", "Out of tolerance", "Inputs changed"],
+            (_node_cells(n, report) for n in report.top),
             css="nodes",
             empty="no node examined",
         )
     )
     if report.skipped:
-        skipped = table(["Node", "Why"], ([esc(k), esc(v)] for k, v in report.skipped.items()))
-        parts.append(f"<details><summary>{len(report.skipped)} node(s) skipped</summary>{skipped}</details>")
+        skipped = table(["Tensor", "Why"], ([esc(k), esc(v)] for k, v in report.skipped.items()))
+        parts.append(f"<details><summary>{len(report.skipped)} tensor(s) skipped</summary>{skipped}</details>")
     return "".join(parts)
 
 
 def _headline(report: LocalizationReport) -> str:
-    first = report.first
-    if first is None:
-        return f'<div class="callout ok">No examined node diverged ({len(report.profile)} examined).</div>'
-    origin = (
-        "its inputs had already moved (the change came from upstream)"
-        if first.inputs_diverged
-        else "its inputs had not moved: this node introduced the change"
-    )
-    return (
-        '<div class="callout">First divergent node: '
-        f'<strong class="mono">{esc(first.name)}</strong> ({esc(first.op_type)}, #{first.index}),'
-        f" relative error {esc(num(first.rel_error))}; {esc(origin)}.</div>"
-    )
+    lines = []
+    for what, node in (
+        ("First changed node", report.first_changed),
+        ("First node out of tolerance", report.first_out_of_tolerance),
+    ):
+        if node is None:
+            lines.append(f"{what}: none.")
+            continue
+        origin = (
+            "its inputs had already changed (the change came from upstream)"
+            if node.inputs_changed
+            else "its inputs had not changed: this node introduced the change"
+        )
+        lines.append(
+            f'{what}: <strong class="mono">{esc(node.name)}</strong> ({esc(node.op_type)}, #{node.index}),'
+            f" max |diff| {esc(num(node.max_abs_error))}; {esc(origin)}."
+        )
+    css = "callout ok" if report.first_changed is None and report.first_out_of_tolerance is None else "callout"
+    return f'<div class="{css}">' + "<br>".join(lines) + "</div>"
 
 
-def _observer(report: LocalizationReport) -> str:
-    if not report.observer_effect:
-        return badge("none", "ok", title=report.observer_detail or None)
-    return badge("present", "warn") + f" {esc(report.observer_detail)}"
+def _reference(report: LocalizationReport) -> str:
+    if not report.nondeterministic_reference:
+        return badge("deterministic", "ok") if report.against != "baseline" else badge("stored", "none")
+    names = ", ".join(report.nondeterministic_reference[:5])
+    return badge("nondeterministic", "warn") + f" {esc(names)}"
 
 
-def _node_cells(node: NodeDivergence, first: NodeDivergence | None) -> list[str]:
+def _node_cells(node: NodeDivergence, report: LocalizationReport) -> list[str]:
     name = f'<span class="mono">{esc(node.name)}</span>'
-    if first is not None and node.index == first.index:
-        name += " " + badge("first", "bad")
+    if report.first_changed is not None and node.index == report.first_changed.index:
+        name += " " + badge("first changed", "warn")
+    if report.first_out_of_tolerance is not None and node.index == report.first_out_of_tolerance.index:
+        name += " " + badge("first out of tolerance", "bad")
     return [
         esc(node.index),
         name,
@@ -97,7 +111,7 @@ def _node_cells(node: NodeDivergence, first: NodeDivergence | None) -> list[str]
         f'<span class="mono">{esc(", ".join(node.outputs))}</span>',
         f'<span class="num">{esc(num(node.max_abs_error))}</span>',
         f'<span class="num">{esc(num(node.rel_error))}</span>',
-        f'<span class="num">{esc(num(node.threshold))}</span>',
-        badge("yes", "bad") if node.diverged else badge("no", "none"),
-        "yes" if node.inputs_diverged else "no",
+        badge("yes", "warn") if node.changed else badge("no", "none"),
+        badge("yes", "bad") if node.out_of_tolerance else badge("no", "none"),
+        "yes" if node.inputs_changed else "no",
     ]
