@@ -4,9 +4,11 @@ Everything here works on one tensor (or one list attribute) at a time and walks 
 ``CHUNK`` elements, converting only the chunk to float64, so diffing two multi-gigabyte models
 holds at most one chunk of float64 per side on top of the models themselves.
 
-``max_rel_change`` is ``max |new - old| / |old|`` over the elements whose old value is non-zero
-(no floor: a weight that moved from exactly 0 shows in ``max_abs_change`` and in the count of
-changed elements only). Two NaNs at the same position are no change; a NaN against a number, or
+``max_rel_change`` is ``max |new - old| / max(|old|, REL_FLOOR * scale)`` where ``scale`` is the
+largest finite magnitude of the old tensor: an element smaller than a thousandth of the tensor's
+largest is measured against that thousandth, so an fp16 conversion that flushes a 1e-9 weight to
+zero reads as a small change of the tensor, not as a relative change of 1. (A tensor that was all
+zeros has no relative change: ``None``.) Two NaNs at the same position are no change; a NaN against a number, or
 an infinity whose sign flipped, is an infinite change.
 """
 
@@ -22,6 +24,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 CHUNK = 1 << 20
+REL_FLOOR = 1e-3
 FLOAT_TYPES = frozenset(
     {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
 )
@@ -104,11 +107,11 @@ class Change:
 def change(old: np.ndarray[Any, Any], new: np.ndarray[Any, Any]) -> Change:
     """The element-wise change from ``old`` to ``new`` (flat, same size), chunk by chunk in float64."""
     changed, max_abs, max_rel = 0, 0.0, None
+    floor = REL_FLOOR * _scale(old)
     for start in range(0, old.size, CHUNK):
         a = old[start : start + CHUNK].astype(np.float64)
         b = new[start : start + CHUNK].astype(np.float64)
-        same = (a == b) | (np.isnan(a) & np.isnan(b))
-        moved = ~same
+        moved = ~((a == b) | (np.isnan(a) & np.isnan(b)))
         count = int(moved.sum())
         if not count:
             continue
@@ -118,10 +121,20 @@ def change(old: np.ndarray[Any, Any], new: np.ndarray[Any, Any]) -> Change:
             delta = np.abs(b - a)
         delta[~np.isfinite(delta)] = math.inf  # NaN against a number, or inf against -inf
         max_abs = max(max_abs, float(delta.max()))
-        nonzero = a != 0
-        if nonzero.any():
+        if floor > 0:
             with np.errstate(invalid="ignore", over="ignore"):
-                rel = delta[nonzero] / np.abs(a[nonzero])
+                rel = delta / np.maximum(np.abs(a), floor)
             rel[np.isnan(rel)] = math.inf
             max_rel = max(max_rel or 0.0, float(rel.max()))
     return Change(changed, max_abs, max_rel)
+
+
+def _scale(array: np.ndarray[Any, Any]) -> float:
+    """The largest finite magnitude in ``array`` (0.0 when it has none)."""
+    scale = 0.0
+    for start in range(0, array.size, CHUNK):
+        chunk = np.abs(array[start : start + CHUNK].astype(np.float64))
+        chunk = chunk[np.isfinite(chunk)]
+        if chunk.size:
+            scale = max(scale, float(chunk.max()))
+    return scale
