@@ -56,6 +56,7 @@ def diff_models(old: ModelLike, new: ModelLike) -> ModelDiff:
         old_consumers=consumers_of(before.proto),
         new_consumers=consumers_of(after.proto),
         names=(before.path or "old model", after.path or "new model"),
+        exact=True,
     )
 
 

@@ -28,8 +28,12 @@ def compare(
     old_consumers: ConsumersOf,
     new_consumers: ConsumersOf,
     names: tuple[str, str],
+    exact: bool,
 ) -> ModelDiff:
-    """The diff from ``old`` to ``new``; ``*_consumers`` name the readers of a tensor in each model."""
+    """The diff from ``old`` to ``new``; ``*_consumers`` name the readers of a tensor in each model.
+
+    ``exact`` says whether both sides carry values (two models) rather than digests (a manifest).
+    """
     tensors = _tensor_changes(old, new, old_consumers, new_consumers)
     lists = _list_changes(old.lists, new.lists)
     added = tuple(NodeEntry(k, n.name, n.op_type) for k, n in new.nodes.items() if k not in old.nodes)
@@ -40,7 +44,6 @@ def compare(
     old_files = {t.location for t in old.tensors.values() if t.location is not None}
     new_files = {t.location for t in new.tensors.values() if t.location is not None}
     external = {"added": tuple(sorted(new_files - old_files)), "removed": tuple(sorted(old_files - new_files))}
-    exact = all(t.proto is not None for t in old.tensors.values())
     summary = summarize(tensors, lists, added, removed, changed, header, graph_io, external, new)
     return ModelDiff(
         old=names[0],

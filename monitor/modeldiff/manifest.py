@@ -58,6 +58,7 @@ def diff_against_manifest(old: Mapping[str, Any], new: LoadedModel, *, old_name:
         old_consumers=consumers_from_nodes(before),
         new_consumers=consumers_of(new.proto),
         names=(old_name, new.path or "new model"),
+        exact=False,
     )
 
 
