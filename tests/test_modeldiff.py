@@ -283,3 +283,9 @@ def test_the_command_exits_0_same_1_different_2_not_a_model(tmp_path: Path, caps
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(bad) in err
     assert cli.main(["diff-model", str(old), str(tmp_path / "missing.onnx")]) == 2
+
+
+def test_the_manifest_grows_with_the_graph_not_with_the_weights() -> None:
+    small = jsonsafe.dumps(modeldiff.manifest(matmul_model(np.ones((4, 4), np.float32))))
+    large = jsonsafe.dumps(modeldiff.manifest(matmul_model(np.ones((1024, 1024), np.float32))))
+    assert abs(len(large) - len(small)) < 16 and len(large) < 2048
