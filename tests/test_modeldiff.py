@@ -289,3 +289,11 @@ def test_the_manifest_grows_with_the_graph_not_with_the_weights() -> None:
     small = jsonsafe.dumps(modeldiff.manifest(matmul_model(np.ones((4, 4), np.float32))))
     large = jsonsafe.dumps(modeldiff.manifest(matmul_model(np.ones((1024, 1024), np.float32))))
     assert abs(len(large) - len(small)) < 16 and len(large) < 2048
+
+
+def test_a_weight_that_became_nan_is_an_infinite_change_written_as_the_string_infinity() -> None:
+    weight = np.ones((2, 3), np.float32)
+    broken = weight.copy()
+    broken[0, 0] = np.nan
+    data = strict(jsonsafe.dumps(modeldiff.diff_models(matmul_model(weight), matmul_model(broken)).to_dict()))
+    assert data["changed_tensors"][0]["max_abs_change"] == "Infinity"  # type: ignore[index]
