@@ -64,15 +64,19 @@ def diff_against_manifest(old: Mapping[str, Any], new: LoadedModel, *, old_name:
 
 def consumers_from_nodes(model: ModelFacts) -> ConsumersOf:
     """Readers of a tensor from node records alone: nodes in its graph or below that list it as an input."""
+    by_input: dict[str, list[tuple[NodeKey, str]]] = {}
+    for node_key, node in model.nodes.items():
+        for name in dict.fromkeys(node.inputs):
+            by_input.setdefault(name, []).append((node_key, node.op_type))
 
     def of(key: TensorKey) -> tuple[Consumer, ...]:
         if key.attribute:
             node = model.nodes.get(NodeKey(key.graph, key.name))
             return () if node is None else (Consumer(NodeKey(key.graph, key.name), node.op_type),)
         return tuple(
-            Consumer(node_key, node.op_type)
-            for node_key, node in model.nodes.items()
-            if path_prefix(node_key.graph, key.graph) and key.name in node.inputs
+            Consumer(node_key, op_type)
+            for node_key, op_type in by_input.get(key.name, ())
+            if path_prefix(node_key.graph, key.graph)
         )
 
     return of
