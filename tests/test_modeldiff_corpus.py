@@ -96,7 +96,7 @@ def test_a_weight_scaled_by_1_001_is_named_with_the_nodes_that_read_it(name: str
             assert change.consumers, "a changed weight is read by some node"
     for change in diff.changed_tensors:
         assert change.changed_elements and change.max_rel_change is not None
-        assert change.max_rel_change == pytest.approx(1e-3, rel=0.9)  # fp16 weights round the 1.001
+        assert 0.5e-3 < change.max_rel_change < 3e-3  # 1e-3, give or take an fp16 rounding
     for change in against_manifest.changed_tensors:
         assert change.max_abs_change is None and change.old_stats and change.new_stats
         assert change.new_stats["max"] != change.old_stats["max"] or change.new_stats["min"] != change.old_stats["min"]
