@@ -10,6 +10,7 @@ conversion touching a thousand weights stays readable. ``render()`` is the short
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,9 +20,14 @@ LIMIT = 200
 CONSUMERS_LIMIT = 20
 
 
+def shown(name: str) -> str:
+    """``name`` as written, or JSON-quoted when it holds a newline or another unprintable character."""
+    return name if name.isprintable() else json.dumps(name, ensure_ascii=False)
+
+
 def where(graph: GraphPath, name: str) -> str:
     """A readable place: ``name`` in the main graph, ``If_0.then_branch › name`` inside a subgraph."""
-    return " › ".join([*(f"{node}.{attribute}" for node, attribute in graph), name])
+    return " › ".join([*(f"{shown(node)}.{attribute}" for node, attribute in graph), shown(name)])
 
 
 def _graph(graph: GraphPath) -> dict[str, Any]:
@@ -246,7 +252,7 @@ def _tensor_line(change: TensorChange) -> str:
     if change.max_rel_change is not None:
         text += f", max rel {change.max_rel_change:.3g}"
     if change.consumers:
-        names = ", ".join(f"{c.node.key} ({c.op_type})" for c in change.consumers[:3])
+        names = ", ".join(f"{shown(c.node.key)} ({c.op_type})" for c in change.consumers[:3])
         more = f" +{len(change.consumers) - 3}" if len(change.consumers) > 3 else ""
         text += f"; read by {names}{more}"
     return text
