@@ -50,6 +50,7 @@ def _register() -> None:
         check_cmd,
         config_cmd,
         db_cmd,
+        diff_model_cmd,
         env_cmd,
         history_cmd,
         localize_cmd,
@@ -61,6 +62,7 @@ def _register() -> None:
     check_cmd.register(app)
     config_cmd.register(app)
     db_cmd.register(app)
+    diff_model_cmd.register(app)
     env_cmd.register(app)
     history_cmd.register(app)
     localize_cmd.register(app)
