@@ -21,9 +21,10 @@ from typing import Any, Literal
 
 import numpy as np
 
+from monitor import modeldiff
 from monitor.config.plan import CheckPlan
 from monitor.config.settings import ModelConfig, ProviderSpec, SessionConfig
-from monitor.errors import BaselineError
+from monitor.errors import BaselineError, MonitorError
 from monitor.files import baseline_writer, baselines, modelfile, tensors
 from monitor.files import benchsets as benchset
 from monitor.runtime import envsnap
@@ -148,10 +149,26 @@ def _store(
     """Commit the written samples as a baseline; the model's first baseline becomes active."""
     root = plan.baselines_dir
     first = baselines.active_id(root, plan.name) is None
+    described = model_manifest(plan.model.path)
+    if described is not None:
+        writer.add_document(baselines.MODEL_MANIFEST, described)
     baseline = writer.commit(meta)
     if promote or first:
         baselines.promote(root, baseline.id, by="capture --promote" if promote else "first baseline")
     return baseline
+
+
+def model_manifest(path: Path) -> dict[str, Any] | None:
+    """The static description of the model file (``modeldiff.manifest``) a baseline keeps; None if unreadable.
+
+    Why: a later check of a changed file says *what* changed (which weight, read by which node;
+    "412 initializers float32->float16") without the old file. A model that ``onnx`` cannot
+    parse still ran in ONNX Runtime, so its baseline is stored without a manifest, not refused.
+    """
+    try:
+        return modeldiff.manifest(modeldiff.load_model(path))
+    except MonitorError:
+        return None
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:

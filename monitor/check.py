@@ -25,10 +25,12 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from monitor import modeldiff
 from monitor.compare import outputs as compare
 from monitor.config.plan import CheckPlan
 from monitor.errors import BaselineError, BenchsetError, ConfigError, ModelError, MonitorError
@@ -98,7 +100,55 @@ def with_model_change(plan: CheckPlan, result: CheckResult) -> CheckResult:
     added += external_data_changes(plan.model.path.name, identity.external_data, baseline.meta.external_data)
     if not added:
         return result
-    return dataclasses.replace(result, reasons=(*result.reasons, *added), model_sha256=identity.sha256)
+    added, described = describe_model_change(added, baseline, plan.model.path)
+    details = {**result.details, "model_diff": described}
+    return dataclasses.replace(result, reasons=(*result.reasons, *added), model_sha256=identity.sha256, details=details)
+
+
+def describe_model_change(
+    reasons: list[Reason], baseline: baselines.Baseline, path: Path
+) -> tuple[list[Reason], dict[str, Any]]:
+    """The static diff of the model file against the baseline's manifest, and its summary in the reason.
+
+    The first ``model_changed`` reason gains the diff's summary ("tensor conv1.weight changed,
+    read by Conv_3"; "412 initializers float32->float16"); the whole diff (lists capped) goes to
+    ``details["model_diff"]`` for the API and the run page. A baseline without a manifest (made
+    before manifests existed) or a file ``onnx`` cannot read yields a note, never a failed check.
+    """
+    try:
+        manifest = baseline.document(baselines.MODEL_MANIFEST)
+        if manifest is None:
+            return reasons, {"note": f"baseline {baseline.id} keeps no model manifest; re-capture to get a diff"}
+        diff = modeldiff.diff_against_manifest(manifest, modeldiff.load_model(path), old_name=baseline.id)
+    except MonitorError as exc:
+        return reasons, {"note": f"no model diff: {exc}"}
+    described = diff.to_dict(limit=50)
+    if not diff:  # another file with the same graph: re-serialized, or metadata/doc strings edited
+        described["summary"] = [
+            "same values, nodes and types as the baseline's model: only bytes the diff does not compare"
+            " differ (metadata, doc strings, value_info shapes, serialization)"
+        ]
+    first = next(i for i, r in enumerate(reasons) if r.code == "model_changed")
+    summary = "; ".join((*described["summary"], *_named_changes(described)))
+    changed = dataclasses.replace(reasons[first], detail=f"{reasons[first].detail}: {summary}"[:2000])
+    return [*reasons[:first], changed, *reasons[first + 1 :]], described
+
+
+def _named_changes(described: Mapping[str, Any], most: int = 3) -> tuple[str, ...]:
+    """For a few changed weights, each by name with the nodes that read it: the culprit, by itself."""
+    tensors = described.get("changed_tensors", [])
+    attributes = described.get("changed_attributes", [])
+    if len(tensors) + len(attributes) > most:
+        return ()
+    named = []
+    for tensor in tensors:
+        readers = ", ".join(f"{c['node']} ({c['op_type']})" for c in tensor.get("consumers", [])[:most])
+        named.append(
+            f"{tensor['name']} {tensor.get('status', 'changed')}" + (f", read by {readers}" if readers else "")
+        )
+    for attribute in attributes:
+        named.append(f"attribute {attribute.get('attribute')} of {attribute.get('node')} changed")
+    return tuple(named)
 
 
 def _run_check(plan: CheckPlan, *, clock: Clock, capture_env: EnvCapture | None) -> CheckResult:
@@ -185,6 +235,8 @@ def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCaptur
     }
     if session.input_casts:
         details["input_casts"] = dict(session.input_casts)
+    if any(r.code == "model_changed" for r in reasons):
+        reasons, details["model_diff"] = describe_model_change(reasons, baseline, model.path)
     current = _current_benchset_version(plan)
     if current is not None and current != bench.version:
         details["benchset_note"] = (

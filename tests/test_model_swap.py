@@ -91,3 +91,44 @@ def test_an_error_on_the_baselines_own_model_adds_nothing(tmp_path: Path) -> Non
     result = run_check(plan_for(ws.settings(), "m"))
     assert result.verdict is Verdict.ERROR
     assert "model_changed" not in {r.code for r in result.reasons}, result.reasons
+
+
+# --- the static model diff in a check (issue 13) ---------------------------------------------------
+
+
+def test_a_changed_weight_is_named_with_its_reader_in_the_model_changed_reason(tmp_path: Path) -> None:
+    ws = captured(tmp_path)
+    ws.replace_model("m", scale_model(factor=2.5))
+    result = run_check(plan_for(ws.settings(), "m"))
+    changed = next(r for r in result.reasons if r.code == "model_changed")
+    assert "k changed, read by " in changed.detail and "(Mul)" in changed.detail, changed.detail
+    (tensor,) = result.details["model_diff"]["changed_tensors"]
+    assert tensor["name"] == "k" and [c["op_type"] for c in tensor["consumers"]] == ["Mul"], tensor
+
+
+def test_a_float16_build_is_summarized_as_a_conversion(tmp_path: Path) -> None:
+    ws = captured(tmp_path)
+    ws.replace_model("m", scale_model(TensorProto.FLOAT16))
+    result = run_check(plan_for(ws.settings(), "m"))
+    summary = result.details["model_diff"]["summary"]
+    assert any("float32→float16" in line for line in summary), summary
+
+
+def test_a_baseline_without_a_manifest_or_with_a_damaged_one_still_gives_a_verdict(tmp_path: Path) -> None:
+    ws = captured(tmp_path)
+    (manifest,) = (tmp_path / "baselines").rglob("model_manifest.json")
+    manifest.write_text('{"format": 1, "tensors": "not a list"}')
+    ws.replace_model("m", scale_model(factor=3.0))
+    result = run_check(plan_for(ws.settings(), "m"))
+    assert result.verdict is Verdict.FAIL and result.attribution == "model_changed"
+    assert "sha256" in result.details["model_diff"]["note"], result.details["model_diff"]
+    manifest.unlink()
+    import json
+
+    (meta_file,) = (tmp_path / "baselines").rglob("baseline.json")
+    meta = json.loads(meta_file.read_text())
+    del meta["files"]["model_manifest.json"]
+    meta_file.write_text(json.dumps(meta))
+    result = run_check(plan_for(ws.settings(), "m"))
+    assert result.verdict is Verdict.FAIL
+    assert "keeps no model manifest" in result.details["model_diff"]["note"]

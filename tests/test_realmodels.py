@@ -173,6 +173,12 @@ def test_model_variant_is_model_changed_and_each_output_agrees_with_plain_onnxru
     assert result.verdict is Verdict.FAIL, explain(result)
     assert result.attribution == "model_changed", explain(result)
     agrees_per_output(result, truth, what)
+    described = result.details.get("model_diff", {})
+    assert described.get("summary"), f"{what}: no static model diff: {described}"
+    if variant.startswith("weight") and what.startswith("tensor ") and "(a Constant)" not in what:
+        edited = what.split(" ")[1]
+        changed = next(r.detail for r in result.reasons if r.code == "model_changed")
+        assert edited in changed, f"the model_changed reason does not name the edited {edited}: {changed}"
 
 
 @pytest.mark.parametrize("name", sorted(n for n, m in MODELS.items() if m.external_data))

@@ -73,6 +73,13 @@ class BaselineWriter:
             self.files[rel] = tensorio.sha256_file(self.temp / rel)
         self.intermediates[str(sample)] = rel
 
+    def add_document(self, rel: str, data: Mapping[str, Any]) -> None:
+        """Store a JSON document beside the outputs (e.g. ``MODEL_MANIFEST``), checksummed like them."""
+        with self._writing():
+            self._start()
+            write_json(self.temp / rel, data)
+            self.files[rel] = tensorio.sha256_file(self.temp / rel)
+
     def commit(self, meta: BaselineMeta) -> Baseline:
         """Write ``baseline.json`` and rename the directory into place; ``meta.id`` may be empty (then generated)."""
         if self.names is None:

@@ -17,6 +17,7 @@ half-written ever becomes active. Every tensor is checksummed and verified when 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
 import re
@@ -173,6 +174,30 @@ class Baseline:
                 problems.append(f"{path}: sha256 does not match baseline.json")
         return problems
 
+    def document(self, rel: str) -> dict[str, Any] | None:
+        """A JSON document the baseline keeps beside its outputs (``MODEL_MANIFEST``), verified; None if absent.
+
+        Baselines captured before a document existed simply lack it; a listed document that is
+        missing, altered or not JSON is a ``BaselineError`` naming the file.
+        """
+        expected = self.meta.files.get(rel)
+        if expected is None:
+            return None
+        path = self._path(rel)
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise BaselineError(f"baseline {self.id}: cannot read {path}: {exc.strerror or exc}") from None
+        if hashlib.sha256(raw).hexdigest() != expected:
+            raise BaselineError(f"baseline {self.id}: {path} does not match its sha256 in {META_FILE}")
+        try:
+            data = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            raise BaselineError(f"baseline {self.id}: {path} is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise BaselineError(f"baseline {self.id}: {path} holds {type(data).__name__}, expected an object")
+        return data
+
     def _path(self, rel: str) -> Path:
         path = (self.directory / rel).resolve()
         if not path.is_relative_to(self.directory.resolve()):
@@ -184,6 +209,11 @@ class Baseline:
         if expected is None:
             raise BaselineError(f"baseline {self.id}: {rel} is not listed in {META_FILE}")
         return tensorio.load_npy(self._path(rel), expect_sha256=expected, error=BaselineError, text=True)
+
+
+# The static description of the model file a baseline was captured from (``monitor.modeldiff``):
+# a check of a changed file diffs against it, since the baseline keeps no copy of the model.
+MODEL_MANIFEST = "model_manifest.json"
 
 
 def new_id(model: str, outputs_digest: str, now: dt.datetime | None = None) -> str:
