@@ -262,3 +262,12 @@ def test_pages_load_nothing_from_elsewhere(client: TestClient, history: History)
         external = set(re.findall(r"https?://[^\s\"'<>)]+", html)) - {"http://www.w3.org/2000/svg"}
         assert not external, f"{path} refers to {external}"
         assert "<script" not in html and '<link rel="stylesheet"' not in html
+
+
+def test_run_page_says_what_changed_in_the_model_file(client: TestClient, history: History) -> None:
+    html = page(client, f"/runs/{history.drift_run}")
+    section_html = html[html.index("What changed in the model file") :]
+    text = text_of(section_html)
+    assert "1 initializer changed values (float32)" in text
+    row = next(r for r in re.findall(r"<tr>(.*?)</tr>", section_html) if ">w2<" in r)
+    assert "matmul_2 (MatMul)" in row, row

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from monitor.api.environments import run_env_diff
-from monitor.api.web import localization
+from monitor.api.web import localization, model_diff
 from monitor.api.web.env_page import NotFound, diff_view
 from monitor.api.web.html import (
     badge,
@@ -63,6 +63,7 @@ def render(handle: DaemonHandle, run_ref: str, now: datetime) -> str:
         "</div>",
         section("Outputs", outputs_table(record.outputs) + _all_metrics(record.outputs)),
         section("Environment against the baseline's", diff_view(run_env_diff(handle, record), "baseline", "this run")),
+        model_diff.render(record.details),
         localization.render(record.details),
     ]
     if record.timings:
