@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 from monitor import capture
@@ -132,3 +133,23 @@ def test_a_baseline_without_a_manifest_or_with_a_damaged_one_still_gives_a_verdi
     result = run_check(plan_for(ws.settings(), "m"))
     assert result.verdict is Verdict.FAIL
     assert "keeps no model manifest" in result.details["model_diff"]["note"]
+
+
+def test_diff_model_against_the_active_baseline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from monitor import cli
+
+    ws = captured(tmp_path)
+    config = str(ws.write())
+    assert cli.main(["diff-model", "--baseline", "m", "-c", config]) == 0
+    assert capsys.readouterr().out.startswith("identical: ")
+    candidate = tmp_path / "candidate.onnx"
+    onnx.save(scale_model(factor=4.0), str(candidate))
+    assert cli.main(["diff-model", "--baseline", "m", str(candidate), "-c", config, "--json"]) == 1
+    import json
+
+    (tensor,) = json.loads(capsys.readouterr().out)["changed_tensors"]
+    assert tensor["name"] == "k" and tensor["old_stats"]["max"] == 2.0 and tensor["new_stats"]["max"] == 4.0
+    assert cli.main(["diff-model", "--baseline", "nope", "-c", config]) == 2
+    assert "nope" in capsys.readouterr().err
+    assert cli.main(["diff-model", str(candidate)]) == 2  # one file and no --baseline: a usage error
+    assert cli.main(["diff-model", "--baseline", "m", str(candidate), str(candidate), "-c", config]) == 2
