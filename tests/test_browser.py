@@ -225,7 +225,9 @@ def test_status_pages_render_in_chromium_without_console_errors(
 
     visit(browser, base + "/models/mlp", screenshots / "model-mlp.png")
     run = visit(browser, f"{base}/runs/{facts['drift_run']}", screenshots / "run-drift.png")
-    assert "First divergent node: matmul_2 (MatMul, #6)" in run
+    assert "First changed node: matmul_2 (MatMul, #6)" in run
+    assert "First node out of tolerance: matmul_2 (MatMul, #6)" in run
+    assert "What changed in the model file" in run, "the static diff against the baseline's manifest"
     assert "NVIDIA_TF32_OVERRIDE" in run, "the env diff against the baseline's environment"
     assert browser.find_elements("css selector", "div.plot svg circle"), "the per-node plot"
 
