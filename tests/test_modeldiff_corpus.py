@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,20 +25,10 @@ pytestmark = pytest.mark.realmodels
 NAMES = sorted(MODELS)
 
 
-def all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from all_graphs(attr.g)
-            for sub in attr.graphs:
-                yield from all_graphs(sub)
-
-
 def named_values(model: onnx.ModelProto) -> dict[str, onnx.TensorProto]:
     """Initializers and Constant values by the name their readers use, over every graph."""
     found: dict[str, onnx.TensorProto] = {}
-    for graph in all_graphs(model.graph):
+    for graph in variants.all_graphs(model.graph):
         found |= {t.name: t for t in graph.initializer}
         found |= {
             n.output[0]: a.t for n in graph.node if n.op_type == "Constant" for a in n.attribute if a.name == "value"
@@ -50,7 +39,7 @@ def named_values(model: onnx.ModelProto) -> dict[str, onnx.TensorProto]:
 def float_lists(model: onnx.ModelProto) -> dict[tuple[str, str], list[float]]:
     return {
         (node.name, a.name): list(a.floats)
-        for graph in all_graphs(model.graph)
+        for graph in variants.all_graphs(model.graph)
         for node in graph.node
         for a in node.attribute
         if a.type == onnx.AttributeProto.FLOATS
@@ -58,7 +47,7 @@ def float_lists(model: onnx.ModelProto) -> dict[tuple[str, str], list[float]]:
 
 
 def readers(model: onnx.ModelProto, name: str) -> set[str]:
-    return {node.name for graph in all_graphs(model.graph) for node in graph.node if name in node.input}
+    return {node.name for graph in variants.all_graphs(model.graph) for node in graph.node if name in node.input}
 
 
 def edited(name: str, tmp_path: Path, edit: variants.Edit) -> tuple[Path, Path, onnx.ModelProto, onnx.ModelProto]:
@@ -140,7 +129,7 @@ def test_a_model_is_identical_to_itself_and_to_itself_resaved(name: str, tmp_pat
 
 
 def initializer_types(model: onnx.ModelProto) -> dict[str, int]:
-    return {t.name: t.data_type for graph in all_graphs(model.graph) for t in graph.initializer}
+    return {t.name: t.data_type for graph in variants.all_graphs(model.graph) for t in graph.initializer}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -177,7 +166,7 @@ def test_an_int8_dynamic_quantization_names_the_quantize_nodes_it_added(name: st
         excused = not_applicable("int8-dynamic").get(name)
         assert excused, f"int8-dynamic of {name}: {exc}; list it in tests/corpus/scenarios.yaml"
         return
-    count = lambda m: Counter(n.op_type for g in all_graphs(m.graph) for n in g.node if n.op_type in QDQ)  # noqa: E731
+    count = lambda m: Counter(n.op_type for g in variants.all_graphs(m.graph) for n in g.node if n.op_type in QDQ)  # noqa: E731
     grew = count(onnx.load(str(target))) - count(onnx.load(str(pristine)))
     diff = modeldiff.diff_models(pristine, target)
     line = next((s for s in diff.summary if s.startswith("quantize/dequantize nodes added")), None)

@@ -51,16 +51,6 @@ def _with_intermediates(cache: dict[str, Prepared], name: str, tmp_path_factory:
 # --- ground truth, plain onnx ---------------------------------------------------------------------
 
 
-def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    yield graph
-    for node in graph.node:
-        for attribute in node.attribute:
-            if attribute.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(attribute.g)
-            for sub in attribute.graphs:
-                yield from _graphs(sub)
-
-
 def _reads(node: onnx.NodeProto, names: set[str]) -> bool:
     """The node, or any node of its subgraphs, takes one of ``names`` as an input."""
     if names & set(node.input):
@@ -77,7 +67,7 @@ def changed_and_consumers(pristine: Path, variant: Path) -> tuple[set[str], set[
     before, after = onnx.load(str(pristine)), onnx.load(str(variant))
     changed: set[str] = set()
     edited_nodes: set[int] = set()
-    for old_graph, new_graph in zip(_graphs(before.graph), _graphs(after.graph), strict=True):
+    for old_graph, new_graph in zip(variants.all_graphs(before.graph), variants.all_graphs(after.graph), strict=True):
         old_inits = {t.name: numpy_helper.to_array(t) for t in old_graph.initializer}
         for tensor in new_graph.initializer:
             if not np.array_equal(numpy_helper.to_array(tensor), old_inits[tensor.name]):

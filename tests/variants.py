@@ -26,6 +26,17 @@ class NotApplicable(Exception):
     """The converter cannot make a runnable variant of this model."""
 
 
+def all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``graph`` and every subgraph below it (If branches, Loop and Scan bodies), depth first."""
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from all_graphs(attr.g)
+            for sub in attr.graphs:
+                yield from all_graphs(sub)
+
+
 def float_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
     """Every float initializer and Constant value of ``graph`` and of its subgraphs (If, Loop, Scan)."""
     yield from (t for t in graph.initializer if t.data_type in _FLOATS)
