@@ -1,24 +1,32 @@
 """The Prometheus alert rules: valid, unit-tested with promtool, labelled and annotated, and each
 alert explained in docs/runbook.md under a heading its ``runbook_url`` points at.
+
+The same unit tests run against the chart's PrometheusRule rendered for another job name, and a
+second set against a rendering with the platform's overrides (severity, ``for:``, disabled alerts,
+routing labels, runbook base URL): one rule file, two ways to deploy it, both tested by promtool.
 """
 
 from __future__ import annotations
 
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tests.chart import CHART, helm_binary, render
 from tests.conftest import need_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yaml"
 RULE_TESTS = ROOT / "deploy" / "prometheus" / "alerts_test.yaml"
 RUNBOOK = ROOT / "docs" / "runbook.md"
-RUNBOOK_URL = "https://github.com/onnxmon/onnxmon/blob/main/docs/runbook.md#"
+VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text(encoding="utf-8"))["version"]
+# the docs of this release (a tag), never a moving branch
+RUNBOOK_URL = f"https://github.com/onnxmon/onnxmon/blob/v{VERSION}/docs/runbook.md#"
 
 REQUIRED_ALERTS = {
     "OnnxmonOutputOutOfTolerance": "critical",
@@ -141,7 +149,7 @@ def test_run_errors_are_counted_from_the_pre_declared_error_counter() -> None:
 def test_recent_window_holds_at_least_four_runs_of_every_interval(record: str) -> None:
     bands = re.findall(
         r"\[(\d+)([smhd])\]\)+\s+and\s+(?:ignoring\s*\(output\)\s*)?"
-        r"\(onnxmon_schedule_interval_seconds(?:\s*>\s*(\d+))?(?:\s*<=\s*(\d+))?\)",
+        r"\(onnxmon_schedule_interval_seconds(?:\{[^}]*\})?(?:\s*>\s*(\d+))?(?:\s*<=\s*(\d+))?\)",
         _record(record),
     )
     assert bands, "no interval bands found"
@@ -154,3 +162,136 @@ def test_recent_window_holds_at_least_four_runs_of_every_interval(record: str) -
         else:
             previous_upper = -1  # open-ended last band
     assert previous_upper == -1, "the last band must be open-ended"
+
+
+def test_every_paging_alert_waits_or_counts_runs_before_it_pages() -> None:
+    """A critical alert fires on one evaluation only when its expression already counts runs."""
+    for alert in _alerts():
+        if alert["labels"]["severity"] == "critical":
+            assert "for" in alert or ":recent" in str(alert["expr"]), alert["alert"]
+    provider = next(a for a in _alerts() if a["alert"] == "OnnxmonProviderFallback")
+    assert provider["for"] == "5m"
+
+
+def test_the_runbook_version_is_the_chart_and_package_version() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert VERSION == project["version"], "Chart.yaml version and pyproject.toml version differ"
+    assert "blob/main/" not in RULES.read_text(encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- the chart's rendering
+
+
+def _promtool_test(tmp_path: Path, rules: dict[str, Any], tests: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    promtool = need_binary("prometheus", "promtool")
+    (tmp_path / "rendered.yaml").write_text(yaml.safe_dump({"groups": rules["spec"]["groups"]}), encoding="utf-8")
+    (tmp_path / "rendered_test.yaml").write_text(
+        yaml.safe_dump({**tests, "rule_files": ["rendered.yaml"]}), encoding="utf-8"
+    )
+    return subprocess.run(
+        [promtool, "test", "rules", "rendered_test.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+
+
+def _rendered_rule(tmp_path: Path, values: dict[str, Any]) -> dict[str, Any]:
+    monitoring = {"prometheusRule": {"enabled": True, **values.pop("prometheusRule", {})}}
+    objects = render(helm_binary(), {**values, "monitoring": monitoring}, tmp_path)
+    return next(o for o in objects if o["kind"] == "PrometheusRule")
+
+
+@pytest.mark.helm
+def test_the_unit_tests_pass_against_the_chart_rendering_for_another_job(tmp_path: Path) -> None:
+    rule = _rendered_rule(tmp_path, {"fullnameOverride": "gpu-precision"})
+    text = RULE_TESTS.read_text(encoding="utf-8")
+    moved = text.replace('job="onnxmon"', 'job="gpu-precision"').replace("job: onnxmon", "job: gpu-precision")
+    assert moved != text
+    done = _promtool_test(tmp_path, rule, yaml.safe_load(moved))
+    assert done.returncode == 0, done.stdout + done.stderr
+    # and they fail when the series come from another release's job: the selectors do select
+    done = _promtool_test(tmp_path, rule, yaml.safe_load(text))
+    assert done.returncode != 0
+
+
+def _series(name: str, values: str, **labels: str) -> dict[str, str]:
+    rendered = ", ".join(f'{k}="{v}"' for k, v in {"job": "gpu-precision", "instance": "gpu-0:8080", **labels}.items())
+    return {"series": f"{name}{{{rendered}}}", "values": values}
+
+
+@pytest.mark.helm
+def test_overridden_rules_fire_with_the_platforms_severity_for_labels_and_runbooks(tmp_path: Path) -> None:
+    rule = _rendered_rule(
+        tmp_path,
+        {
+            "fullnameOverride": "gpu-precision",
+            "prometheusRule": {
+                "additionalLabels": {"team": "ml-platform"},
+                "runbookBaseUrl": "https://wiki.example/runbooks/onnxmon/",
+                "disabled": {"OnnxmonNondeterministic": True},
+                "overrides": {
+                    "OnnxmonProviderFallback": {"severity": "warning", "for": "15m"},
+                    "OnnxmonChecksStale": {"severity": "critical", "for": "1m"},
+                },
+            },
+        },
+    )
+    labels = {"job": "gpu-precision", "instance": "gpu-0:8080", "team": "ml-platform"}
+    runbook = "https://wiki.example/runbooks/onnxmon/"
+    tests = {
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    _series("onnxmon_provider_fallback", "1x30", model="on_cpu"),
+                    _series("onnxmon_output_nondeterministic", "1x30", model="bert", output="logits"),
+                    _series("onnxmon_schedule_interval_seconds", "60x30", model="stuck"),
+                    _series("onnxmon_last_run_timestamp_seconds", "0x30", model="stuck"),
+                ],
+                "alert_rule_test": [
+                    # for: 15m instead of 5m: still pending at 10m
+                    {"eval_time": "10m", "alertname": "OnnxmonProviderFallback", "exp_alerts": []},
+                    {
+                        "eval_time": "16m",
+                        "alertname": "OnnxmonProviderFallback",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {**labels, "model": "on_cpu", "severity": "warning"},
+                                "exp_annotations": {
+                                    "summary": "on_cpu runs without a requested execution provider (CPU fallback)",
+                                    "description": (
+                                        "The last run of model on_cpu on gpu-0:8080 did not get every execution "
+                                        "provider its config asks for: ONNX Runtime fell back (typically CUDA to "
+                                        "CPU), so the numbers and the latency are not those of production."
+                                    ),
+                                    "runbook_url": runbook + "onnxmonproviderfallback",
+                                },
+                            }
+                        ],
+                    },
+                    # disabled: never fires, whatever the series say
+                    {"eval_time": "20m", "alertname": "OnnxmonNondeterministic", "exp_alerts": []},
+                    # for: 1m instead of 5m, severity critical instead of warning
+                    {
+                        "eval_time": "4m",
+                        "alertname": "OnnxmonChecksStale",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {**labels, "model": "stuck", "severity": "critical"},
+                                "exp_annotations": {
+                                    "summary": "stuck has not been checked for more than twice its interval",
+                                    "description": (
+                                        "The last run of model stuck on gpu-0:8080 finished 4m 0s ago, more than "
+                                        "2 x its schedule interval. Its numbers are not being watched: the "
+                                        "scheduler is stuck, runs are skipped or missed, or checks hang."
+                                    ),
+                                    "runbook_url": runbook + "onnxmonchecksstale",
+                                },
+                            }
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
+    done = _promtool_test(tmp_path, rule, tests)
+    assert done.returncode == 0, done.stdout + done.stderr

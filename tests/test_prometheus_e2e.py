@@ -53,7 +53,7 @@ from tests.workspace import Workspace
 
 pytestmark = [pytest.mark.slow, pytest.mark.prometheus]
 
-JOB = "onnxmon-e2e"  # matches the OnnxmonDown selector job=~".*onnxmon.*"
+JOB = "onnxmon"  # the job every rule of deploy/prometheus/alerts.yaml selects
 INTERVAL_S = 3
 DRIFT, BROKEN = "drift", "broken"
 

@@ -32,6 +32,36 @@ helm.sh/chart: {{ include "onnxmon.chart" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: onnxmon
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The Prometheus job of this release: the Service's name (what a ServiceMonitor makes it), or
+monitoring.prometheusRule.job when the scrape is configured elsewhere. Every alert selects on it. */}}
+{{- define "onnxmon.job" -}}
+{{- default (include "onnxmon.fullname" .) .Values.monitoring.prometheusRule.job }}
+{{- end }}
+
+{{/* Where runbook_url points: monitoring.prometheusRule.runbookBaseUrl, by default the runbook of
+the docs at this chart's version (a tag, never a moving branch). */}}
+{{- define "onnxmon.runbookBaseUrl" -}}
+{{- default (printf "https://github.com/onnxmon/onnxmon/blob/v%s/docs/runbook.md" .Chart.Version) .Values.monitoring.prometheusRule.runbookBaseUrl }}
+{{- end }}
+
+{{/* The runbook URL of one alert: base#anchor, or base + anchor when the base ends in "/"
+(one page per alert, the kubernetes-mixin layout). Called with (list $ "anchor"). */}}
+{{- define "onnxmon.runbookUrl" -}}
+{{- $base := include "onnxmon.runbookBaseUrl" (index . 0) }}
+{{- if hasSuffix "/" $base }}{{ $base }}{{ index . 1 }}{{ else }}{{ $base }}#{{ index . 1 }}{{ end }}
+{{- end }}
+
+{{/* "true" when a Prometheus Operator object may be rendered. Enabled objects are rendered
+unless monitoring.capabilityCheck opts in to skipping them where the cluster does not serve
+monitoring.coreos.com/v1 (helm template without --api-versions never does: GitOps pipelines keep
+capabilityCheck false). */}}
+{{- define "onnxmon.monitoringServed" -}}
+{{- if or (not .Values.monitoring.capabilityCheck) (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1") }}true{{ end }}
 {{- end }}
 
 {{- define "onnxmon.serviceAccountName" -}}

@@ -23,11 +23,9 @@
   value: {{ . | quote }}
 {{- end }}
 {{- if include "onnxmon.databaseFromSecret" . }}
-- name: ONNXMON_STORE__URL
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "onnxmon.secretName" . }}
-      key: {{ include "onnxmon.databaseUrlKey" . }}
+{{- /* the URL (with its password) is a mounted file, never an environment variable (store.url_file) */}}
+- name: ONNXMON_STORE__URL_FILE
+  value: {{ printf "%s/database-url" .Values.database.urlMountPath }}
 {{- end }}
 {{- if include "onnxmon.tokenFromSecret" . }}
 - name: ONNXMON_API__TOKEN_FILE
@@ -55,6 +53,11 @@
   mountPath: {{ .Values.api.tokenMountPath }}
   readOnly: true
 {{- end }}
+{{- if include "onnxmon.databaseFromSecret" . }}
+- name: database-url
+  mountPath: {{ .Values.database.urlMountPath }}
+  readOnly: true
+{{- end }}
 {{- with .Values.extraVolumeMounts }}
 {{ toYaml . }}
 {{- end }}
@@ -77,6 +80,9 @@ metadata:
   labels:
     {{- include "onnxmon.selectorLabels" . | nindent 4 }}
     app.kubernetes.io/component: monitor
+    {{- with .Values.commonLabels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
     {{- with .Values.podLabels }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -107,8 +113,10 @@ spec:
     seccompProfile:
       type: RuntimeDefault
   terminationGracePeriodSeconds: {{ .Values.terminationGracePeriodSeconds }}
-  {{- if .Values.migrations.enabled }}
+  {{- if or .Values.migrations.enabled .Values.extraInitContainers }}
   initContainers:
+  {{- end }}
+  {{- if .Values.migrations.enabled }}
     - name: db-upgrade
       image: {{ include "onnxmon.image" . | quote }}
       imagePullPolicy: {{ .Values.image.pullPolicy }}
@@ -122,6 +130,15 @@ spec:
         {{- include "onnxmon.containerSecurityContext" . | nindent 8 }}
       resources:
         {{- toYaml .Values.migrations.resources | nindent 8 }}
+  {{- end }}
+  {{- /* after the migration (a wrong database URL fails in seconds, before any model download) */}}
+  {{- /* each gets the monitor's restricted securityContext unless it brings its own */}}
+  {{- range .Values.extraInitContainers }}
+    {{- $container := deepCopy . }}
+    {{- if not (hasKey $container "securityContext") }}
+    {{- $_ := set $container "securityContext" (include "onnxmon.containerSecurityContext" $ | fromYaml) }}
+    {{- end }}
+    - {{- toYaml $container | nindent 6 }}
   {{- end }}
   containers:
     - name: onnxmon
@@ -201,6 +218,15 @@ spec:
         items:
           - key: {{ include "onnxmon.apiTokenKey" . }}
             path: api-token
+    {{- end }}
+    {{- if include "onnxmon.databaseFromSecret" . }}
+    - name: database-url
+      secret:
+        secretName: {{ include "onnxmon.secretName" . }}
+        defaultMode: 0440
+        items:
+          - key: {{ include "onnxmon.databaseUrlKey" . }}
+            path: database-url
     {{- end }}
     {{- with .Values.extraVolumes }}
     {{- toYaml . | nindent 4 }}
