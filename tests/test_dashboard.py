@@ -28,10 +28,11 @@ DASHBOARD = ROOT / "deploy" / "grafana" / "onnxmon.json"
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yaml"
 METRICS_DOC = ROOT / "docs" / "metrics.md"
 
-# Labels Prometheus attaches to every scraped series (Kubernetes adds the last three).
-TARGET_LABELS = frozenset({"job", "instance", "namespace", "pod", "node"})
+# Labels Prometheus attaches to every scraped series (Kubernetes adds namespace and pod, the
+# chart's ServiceMonitor node, a multi-cluster setup cluster: an external label or a relabeling).
+TARGET_LABELS = frozenset({"job", "instance", "namespace", "pod", "node", "cluster"})
 # Dashboard variables that select label values; they may appear only as `label=~"$var"`.
-SELECTOR_VARIABLES = ("namespace", "node", "instance", "model", "output")
+SELECTOR_VARIABLES = ("cluster", "job", "namespace", "node", "instance", "model", "output")
 # What each variable becomes when an expression leaves Grafana.
 SUBSTITUTIONS = {
     **dict.fromkeys(SELECTOR_VARIABLES, ".*"),
@@ -302,13 +303,53 @@ def test_panel_ids_and_uids_are_unique(dashboard: dict[str, Any]) -> None:
     assert len(uids) == len(set(uids)), uids
 
 
-def test_template_variables_cover_datasource_namespace_node_instance_model_output(dashboard: dict[str, Any]) -> None:
+def test_template_variables_cover_datasource_cluster_job_namespace_node_instance_model_output(
+    dashboard: dict[str, Any],
+) -> None:
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
     for name in SELECTOR_VARIABLES:
         assert variables[name]["type"] == "query", name
         assert variables[name]["includeAll"] and variables[name]["allValue"] == ".*", name
+
+
+def test_cluster_is_hidden_and_job_is_shown_and_every_query_selects_both(dashboard: dict[str, Any]) -> None:
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert [v["name"] for v in dashboard["templating"]["list"]][:4] == ["datasource", "cluster", "job", "namespace"]
+    # hidden: a single-cluster Prometheus has no cluster label (the chart shows it with showMultiCluster)
+    assert (variables["cluster"]["hide"], variables["job"]["hide"]) == (2, 0)
+    for expr in promql_expressions(substituted=False):
+        if expr.kind in ("panel", "annotation"):
+            for name, labels in metric_selectors(expr.expr):
+                assert {"cluster", "job"} <= labels, f"{expr.name}: {name} does not select $cluster and $job"
+
+
+def test_the_node_variable_reads_a_series_that_carries_node_without_any_relabeling(dashboard: dict[str, Any]) -> None:
+    node = next(v for v in dashboard["templating"]["list"] if v["name"] == "node")
+    (metric, _labels), *_ = metric_selectors(node["query"]["query"].removeprefix("label_values(").rsplit(",", 1)[0])
+    # onnxmon_runtime_info exposes `node` itself; the chart's relabeling gives it to every other series
+    assert "node" in documented_metrics()[metric][1], f"{metric} has no node label in docs/metrics.md"
+
+
+def test_every_query_panel_has_a_unit(dashboard: dict[str, Any]) -> None:
+    for panel in query_panels(dashboard):
+        assert panel["fieldConfig"]["defaults"].get("unit"), f"panel {panel['title']!r} has no unit"
+    seconds = [p for p in query_panels(dashboard) if "_seconds" in p["targets"][0]["expr"] and p["type"] != "stat"]
+    assert seconds and all(p["fieldConfig"]["defaults"]["unit"] == "s" for p in seconds)
+
+
+def test_runbook_links_point_at_the_docs_of_this_version(dashboard: dict[str, Any]) -> None:
+    version = yaml.safe_load((ROOT / "helm" / "onnxmon" / "Chart.yaml").read_text(encoding="utf-8"))["version"]
+    base = f"https://github.com/onnxmon/onnxmon/blob/v{version}/docs/runbook.md"
+    assert next(link for link in dashboard["links"] if link["title"] == "Runbook")["url"] == base
+    headings = re.findall(r"^#{1,6}\s+(.+?)\s*$", (ROOT / "docs" / "runbook.md").read_text(encoding="utf-8"), re.M)
+    anchors = {h.strip().lower() for h in headings}
+    panel_links = [link["url"] for panel in query_panels(dashboard) for link in panel.get("links", [])]
+    assert len(panel_links) >= 4
+    for url in panel_links:
+        page, anchor = url.split("#")
+        assert page == base and anchor in anchors, url
 
 
 def test_selector_variables_appear_only_as_regex_matchers() -> None:
