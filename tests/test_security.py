@@ -267,3 +267,19 @@ def test_the_lock_script_is_executable_and_compiles_from_pyproject() -> None:
     assert "--generate-hashes" in text and "pyproject.toml" in text and "pip-audit" in text
     completed = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, check=False)
     assert completed.returncode == 0, completed.stderr
+
+
+# --- nothing loads from elsewhere -------------------------------------------------------------------
+
+
+def test_no_page_loads_swagger_or_anything_else_from_a_cdn(scenario: Scenario, store: Store) -> None:
+    """FastAPI's /docs and /redoc fetch their scripts from a CDN: off, like every external asset."""
+    client = app_over(scenario, store)
+    for path in ("/docs", "/redoc", "/docs/oauth2-redirect"):
+        assert client.get(path).status_code == 404, path
+    assert client.get("/openapi.json").json()["info"]["title"] == "onnxmon"
+    pages = sorted(p for m, p in routes(client.app) if m == "GET" and "{" not in p and not p.startswith("/api/"))
+    assert "/" in pages
+    for path in pages:
+        body = client.get(path).text
+        assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", body), f"{path} loads from another origin"

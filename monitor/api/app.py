@@ -79,11 +79,18 @@ _METRICS_TYPES: dict[str, Any] = {"text/plain": {}, "application/openmetrics-tex
 
 
 def create_app(handle: DaemonHandle) -> FastAPI:
-    """The HTTP app over ``handle``; the OpenAPI document is at ``/openapi.json``."""
+    """The HTTP app over ``handle``; the OpenAPI document is at ``/openapi.json``.
+
+    No ``/docs`` or ``/redoc``: FastAPI's pages load Swagger UI and ReDoc from a CDN, which the
+    pages' Content-Security-Policy forbids and an air-gapped cluster cannot reach. Point any
+    OpenAPI viewer at ``/openapi.json`` instead.
+    """
     app = FastAPI(
         title="onnxmon",
         version=__version__,
         description=__doc__,
+        docs_url=None,
+        redoc_url=None,
         responses={500: {"model": out.Problem}, 503: {"model": out.Problem}},
     )
     app.add_middleware(ErrorGuard, on_error=lambda exc: internal_error(handle, exc))
