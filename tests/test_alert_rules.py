@@ -175,7 +175,7 @@ def test_every_paging_alert_waits_or_counts_runs_before_it_pages() -> None:
 
 def test_the_runbook_version_is_the_chart_and_package_version() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    assert VERSION == project["version"], "Chart.yaml version and pyproject.toml version differ"
+    assert project["version"] == VERSION, "Chart.yaml version and pyproject.toml version differ"
     assert "blob/main/" not in RULES.read_text(encoding="utf-8")
 
 

@@ -1,8 +1,10 @@
 """The container images are built from what the repository holds and run the real daemon.
 
 No Docker engine runs here, so these tests check what can be checked without building:
-the files the Dockerfiles copy, the command they start, the user they run as, and that the
-CUDA base image matches what the pinned onnxruntime-gpu wheel was built for.
+the files the Dockerfiles copy, the command they start, the user they run as, that the
+CUDA base image matches what the pinned onnxruntime-gpu wheel was built for, and that each
+image installs only its hash-checked lock, at the versions of requirements.lock, with
+onnxruntime pinned exactly.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU = ROOT / "deploy" / "Dockerfile"
@@ -181,15 +184,109 @@ def test_cuda_base_image_matches_the_pinned_onnxruntime_gpu() -> None:
     assert all(f.startswith("${CUDA_IMAGE}") for f in froms), froms
 
 
-def test_gpu_image_installs_the_pinned_gpu_wheel_and_only_it() -> None:
-    runs = " ".join(arguments for keyword, arguments in instructions(GPU) if keyword == "RUN")
-    assert 'pip install ".[gpu,postgres]" "onnxruntime-gpu==${ORT_VERSION}"' in runs
-    # pyproject's base dependencies also pull the CPU wheel, which shadows the GPU one
-    assert "pip uninstall -y onnxruntime onnxruntime-gpu" in runs
-    assert 'pip install --no-deps "onnxruntime-gpu==${ORT_VERSION}"' in runs
+LOCKS = {GPU: ROOT / "deploy" / "requirements-gpu.lock", CPU: ROOT / "deploy" / "requirements-cpu.lock"}
+ORT_DISTRIBUTION = {GPU: "onnxruntime-gpu", CPU: "onnxruntime"}
 
 
-def test_cpu_image_is_python_slim_with_postgres_support() -> None:
+def pins(lock: Path) -> dict[str, str]:
+    """``name -> version`` of every ``name==version`` line of a lock."""
+    found = re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", lock.read_text(encoding="utf-8"), re.MULTILINE)
+    return {name.lower(): version for name, version in found}
+
+
+def requirement_names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0].lower() for requirement in requirements}
+
+
+@pytest.mark.parametrize("dockerfile", [GPU, CPU], ids=["gpu", "cpu"])
+def test_image_installs_its_hash_checked_lock_and_resolves_nothing(dockerfile: Path) -> None:
+    lock = LOCKS[dockerfile].relative_to(ROOT)
+    runs = [arguments for keyword, arguments in instructions(dockerfile) if keyword == "RUN"]
+    installs = [part.strip() for run in runs for part in run.split("&&") if "pip install" in part]
+    assert installs == [
+        f"/opt/onnxmon/bin/pip install --require-hashes --no-deps -r {lock}",
+        "/opt/onnxmon/bin/pip install --no-deps --no-build-isolation --no-index .",
+    ], installs
+    assert any("pip check" in run for run in runs)
+
+
+@pytest.mark.parametrize("dockerfile", [GPU, CPU], ids=["gpu", "cpu"])
+def test_image_lock_has_the_versions_the_tests_ran_on_each_with_hashes(dockerfile: Path) -> None:
+    lock = LOCKS[dockerfile]
+    tested = pins(ROOT / "requirements.lock")
+    image = pins(lock)
+    differ = {
+        name: (version, tested[name]) for name, version in image.items() if name in tested and tested[name] != version
+    }
+    assert differ == {}, f"{lock.name} differs from requirements.lock (run scripts/lock): {differ}"
+    entries = re.split(r"\n(?=[A-Za-z0-9])", lock.read_text(encoding="utf-8").strip())
+    unhashed = [entry.split()[0] for entry in entries if "--hash=sha256:" not in entry]
+    assert unhashed == [], f"{lock.name}: no hash for {unhashed}"
+    # only what the image needs to build onnxmon may be missing from the tested lock
+    assert set(image) - set(tested) <= {"setuptools", "onnxruntime-gpu", "nvidia-ml-py"}
+
+
+@pytest.mark.parametrize(
+    ("dockerfile", "extras"), [(GPU, ["gpu", "postgres"]), (CPU, ["cpu", "postgres"])], ids=["gpu", "cpu"]
+)
+def test_image_lock_covers_every_runtime_dependency(dockerfile: Path, extras: list[str]) -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    wanted = requirement_names(project["dependencies"])
+    for extra in extras:
+        wanted |= requirement_names(project["optional-dependencies"][extra])
+    wanted |= {"psycopg-binary", "setuptools"}  # psycopg[binary], and the build backend
+    assert sorted(wanted - set(pins(LOCKS[dockerfile]))) == []
+
+
+@pytest.mark.parametrize("dockerfile", [GPU, CPU], ids=["gpu", "cpu"])
+def test_onnxruntime_is_pinned_exactly_in_each_image(dockerfile: Path) -> None:
+    ort = build_args(dockerfile)["ORT_VERSION"]
+    image = pins(LOCKS[dockerfile])
+    assert image[ORT_DISTRIBUTION[dockerfile]] == ort, f"{dockerfile.name} ORT_VERSION {ort} is not its lock's"
+    # one onnxruntime wheel per image: both install the same package directory
+    other = "onnxruntime" if dockerfile == GPU else "onnxruntime-gpu"
+    assert other not in image
+    labels = " ".join(arguments for keyword, arguments in instructions(dockerfile) if keyword == "LABEL")
+    assert '.version="${ORT_VERSION}"' in labels
+    runs = " ".join(arguments for keyword, arguments in instructions(dockerfile) if keyword == "RUN")
+    assert f"m.version('{ORT_DISTRIBUTION[dockerfile]}')" in runs and "${ORT_VERSION}" in runs, "checked at build"
+
+
+def test_the_cpu_image_runs_the_onnxruntime_the_tests_ran_on() -> None:
+    assert build_args(CPU)["ORT_VERSION"] == pins(ROOT / "requirements.lock")["onnxruntime"]
+
+
+def test_the_gpu_pin_is_written_once_and_the_dockerfile_agrees() -> None:
+    pin = (ROOT / "deploy" / "onnxruntime-gpu.in").read_text(encoding="utf-8")
+    (declared,) = re.findall(r"^onnxruntime-gpu==(\S+)$", pin, re.MULTILINE)
+    assert declared == build_args(GPU)["ORT_VERSION"] == pins(LOCKS[GPU])["onnxruntime-gpu"]
+
+
+def test_cpu_image_is_python_slim() -> None:
     assert build_args(CPU)["PYTHON_IMAGE"] == "python:3.12-slim"
-    runs = " ".join(arguments for keyword, arguments in instructions(CPU) if keyword == "RUN")
-    assert 'pip install ".[postgres]"' in runs
+
+
+def test_build_script_tags_both_images_as_the_chart_expects_with_their_locked_onnxruntime() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "build-images"), "--dry-run"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
+    builds = [line.split() for line in done.stdout.splitlines() if line.startswith("docker build")]
+    chart = yaml.safe_load((ROOT / "helm" / "onnxmon" / "Chart.yaml").read_text(encoding="utf-8"))
+    values = yaml.safe_load((ROOT / "helm" / "onnxmon" / "values.yaml").read_text(encoding="utf-8"))
+    cpu_values = yaml.safe_load((ROOT / "helm" / "onnxmon" / "values-cpu.yaml").read_text(encoding="utf-8"))
+    repository = values["image"]["repository"]
+    expected = {
+        "deploy/Dockerfile": f"{repository}:{chart['appVersion']}",
+        "deploy/Dockerfile.cpu": f"{repository}:{cpu_values['image']['tag']}",
+    }
+    assert {b[b.index("-f") + 1]: b[b.index("-t") + 1] for b in builds} == expected
+    for build in builds:
+        dockerfile = ROOT / build[build.index("-f") + 1]
+        args = dict(build[i + 1].split("=", 1) for i, word in enumerate(build) if word == "--build-arg")
+        assert args["ORT_VERSION"] == build_args(dockerfile)["ORT_VERSION"]
+        assert args["VERSION"] == chart["appVersion"] and re.fullmatch(r"[0-9a-f]{40}|unknown", args["REVISION"])
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", args["CREATED"])

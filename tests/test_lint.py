@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-SCRIPTS = ("gpu-check", "fetch-helm", "fetch-models", "ort-venv", "sync-chart-files")
+SCRIPTS = ("gpu-check", "fetch-helm", "fetch-models", "ort-venv", "sync-chart-files", "build-images")
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -32,6 +32,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
             "scripts/fetch-models",
             "scripts/scenario-table",
             "scripts/ort-venv",
+            "scripts/build-images",
         ),
         ("ruff", "format", "--check", "monitor", "tests", "bench", "examples"),
         ("mypy", "monitor"),
