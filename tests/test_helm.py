@@ -66,50 +66,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     },
     "cpu": {"valuesFile": "values-cpu.yaml"},
     # what a platform team next to kube-prometheus-stack sets (docs/adopting.md)
-    "kube-prometheus-stack": {
-        "fullnameOverride": "gpu-precision",
-        "commonLabels": {"team": "ml-platform"},
-        "podLabels": {"sidecar.istio.io/inject": "false"},
-        "existingSecret": "onnxmon-credentials",
-        "extraInitContainers": [
-            {
-                "name": "models",
-                "image": "registry.example/onnxmon-models:2026-11",
-                "command": ["sh", "-c", "cp -a /models/. /var/lib/onnxmon/"],
-                "volumeMounts": [{"name": "data", "mountPath": "/var/lib/onnxmon"}],
-            }
-        ],
-        "extraEnv": [{"name": "ONNXMON_LOG_LEVEL", "value": "info"}],
-        "extraVolumes": [{"name": "shared-models", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}}],
-        "extraVolumeMounts": [{"name": "shared-models", "mountPath": "/models", "readOnly": True}],
-        "networkPolicy": {
-            "enabled": True,
-            "ingressFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
-            "restrictEgress": True,
-            "egress": [{"ports": [{"port": 5432, "protocol": "TCP"}]}],
-        },
-        "podDisruptionBudget": {"enabled": True},
-        "monitoring": {
-            "serviceMonitor": {
-                "enabled": True,
-                "labels": {"release": "kube-prometheus-stack"},
-                "relabelings": [{"targetLabel": "cluster", "replacement": "gpu-eu-1", "action": "replace"}],
-                "metricRelabelings": [
-                    {"sourceLabels": ["__name__"], "regex": "onnxmon_run_duration_seconds_bucket", "action": "drop"}
-                ],
-            },
-            "prometheusRule": {
-                "enabled": True,
-                "labels": {"release": "kube-prometheus-stack"},
-                "additionalLabels": {"team": "ml-platform"},
-                "runbookBaseUrl": "https://wiki.example/runbooks/onnxmon/",
-                "disabled": {"OnnxmonNondeterministic": True},
-                "overrides": {"OnnxmonChecksStale": {"severity": "critical", "for": "15m"}},
-            },
-            "grafanaDashboard": {"namespace": "monitoring", "showMultiCluster": True},
-        },
-        **GPU_NODES,
-    },
+    "kube-prometheus-stack": {"valuesFile": "values-kube-prometheus-stack.yaml"},
 }
 
 
@@ -181,7 +138,7 @@ def check_monitoring_object(obj: dict[str, Any], service: dict[str, Any]) -> Non
 
 
 @pytest.mark.helm
-@pytest.mark.parametrize("values_file", [None, "values-cpu.yaml"])
+@pytest.mark.parametrize("values_file", [None, "values-cpu.yaml", "values-kube-prometheus-stack.yaml"])
 def test_chart_passes_helm_lint_strict(helm: str, values_file: str | None) -> None:
     args = ["-f", str(CHART / values_file)] if values_file else []
     done = subprocess.run([helm, "lint", "--strict", str(CHART), *args], capture_output=True, text=True, check=False)
@@ -373,7 +330,7 @@ def test_workload_kind_sets_the_daemon_mode(
 
 
 @pytest.mark.helm
-@pytest.mark.parametrize("scenario", ["deployment-with-models", "daemonset", "sharded", "cpu"])
+@pytest.mark.parametrize("scenario", ["deployment-with-models", "daemonset", "sharded", "cpu", "kube-prometheus-stack"])
 def test_rendered_config_passes_onnxmon_config_validate(helm: str, tmp_path: Path, scenario: str) -> None:
     config = tmp_path / "onnxmon.yaml"
     config.write_text(yaml.safe_dump(rendered_config(render(helm, SCENARIOS[scenario], tmp_path))), encoding="utf-8")
