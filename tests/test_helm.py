@@ -370,6 +370,18 @@ def test_rendered_config_passes_onnxmon_config_validate(helm: str, tmp_path: Pat
         ({"podDisruptionBudget": {"maxUnavailable": "half"}}, "/podDisruptionBudget/maxUnavailable"),
         ({"extraEnv": [{"value": "x"}]}, "name"),
         ({"resources": {"limit": {"memory": "1Gi"}}}, "limit"),
+        # ... the onnxmon config too, every level (keys generated from monitor/config)
+        ({"config": {"store": {"urll": "sqlite://"}}}, "urll"),
+        ({"config": {"models": [{**MODELS["models"][0], "benchmark": "x"}]}}, "benchmark"),
+        ({"config": {"defaults": {"tolerance": {"topk": {"k": 5, "min_agreemnt": 0.9}}}}}, "min_agreemnt"),
+        (
+            {
+                "config": {
+                    "models": [{**MODELS["models"][0], "providers": [{"name": "CUDAExecutionProvider", "option": {}}]}]
+                }
+            },
+            "option",
+        ),
     ],
 )
 def test_schema_rejects_nonsense_with_the_offending_value(
