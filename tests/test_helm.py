@@ -370,6 +370,7 @@ def test_rendered_config_passes_onnxmon_config_validate(helm: str, tmp_path: Pat
         ({"podDisruptionBudget": {"maxUnavailable": "half"}}, "/podDisruptionBudget/maxUnavailable"),
         ({"extraEnv": [{"value": "x"}]}, "name"),
         ({"resources": {"limit": {"memory": "1Gi"}}}, "limit"),
+        ({"monitoring": {"prometheusRule": {"additionalLabels": {"team.example/owner": "ml"}}}}, "team.example/owner"),
         # ... the onnxmon config too, every level (keys generated from monitor/config)
         ({"config": {"store": {"urll": "sqlite://"}}}, "urll"),
         ({"config": {"models": [{**MODELS["models"][0], "benchmark": "x"}]}}, "benchmark"),
