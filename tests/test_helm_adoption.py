@@ -380,25 +380,3 @@ def test_the_mounted_database_url_file_is_what_the_config_loader_reads(helm: str
     )
     assert env["ONNXMON_STORE__URL_FILE"] == "/var/run/secrets/onnxmon-database/database-url"
     assert done.returncode == 0, done.stdout + done.stderr
-
-
-# --------------------------------------------------------------------------- the adoption page
-
-
-def test_the_adoption_page_shows_the_kube_prometheus_stack_values_file_verbatim() -> None:
-    page = (ROOT / "docs" / "adopting.md").read_text(encoding="utf-8")
-    example = (CHART / "values-kube-prometheus-stack.yaml").read_text(encoding="utf-8")
-    lines = example.splitlines(keepends=True)
-    body = "".join(lines[next(i for i, line in enumerate(lines) if not line.startswith("#")) :])  # no header
-    blocks = re.findall(r"```yaml\n(.*?)```", page, re.DOTALL)
-    assert body in blocks, "docs/adopting.md's values block differs from values-kube-prometheus-stack.yaml"
-
-
-def test_the_adoption_page_names_only_values_the_chart_has() -> None:
-    page = (ROOT / "docs" / "adopting.md").read_text(encoding="utf-8")
-    values = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
-    for dotted in sorted(set(re.findall(r"`((?:serviceMonitor|prometheusRule|grafanaDashboard)\.[A-Za-z.]+)`", page))):
-        node: Any = values["monitoring"]
-        for part in dotted.split("."):
-            assert isinstance(node, dict) and part in node, f"docs/adopting.md names `{dotted}`, not in values.yaml"
-            node = node[part]
