@@ -296,6 +296,24 @@ def _provider_list(value: Any) -> Any:
     return value
 
 
+class BatchInvariance(StrictModel):
+    """Run one batch of ``batch`` samples and ``batch`` single-sample runs; fail when they differ."""
+
+    batch: int = Field(default=8, ge=2, le=4096, description="Samples stacked on axis 0 for the batched run.")
+
+
+class ModelChecks(StrictModel):
+    """Checks run beside the comparison with the baseline."""
+
+    batch_invariance: BatchInvariance | None = Field(
+        default=None,
+        description="Compare a batched run with single-sample runs (reason batch_variant); needs a dynamic batch axis.",
+    )
+    lint: bool = Field(
+        default=True, description="Report the model's export hazards (onnxmon lint) with each run, as warnings."
+    )
+
+
 class ModelConfig(StrictModel):
     """A deployed model to monitor."""
 
@@ -311,6 +329,7 @@ class ModelConfig(StrictModel):
     timeout: Duration | None = Field(default=None, gt=0, le=MAX_SHORT, description="Overrides defaults.timeout.")
     tolerance: ModelTolerance = Field(default=ModelTolerance(), description="Tolerances of this model.")
     schedule: Schedule | None = Field(default=None, description="Overrides defaults.schedule.")
+    checks: ModelChecks = Field(default=ModelChecks(), description="Extra checks: batch invariance, export lint.")
     localize_on_fail: bool = Field(
         default=False, description="On a fail, localize the first divergent node (within half the timeout)."
     )

@@ -1,0 +1,100 @@
+"""The export checks added to a check's result: lint hazards (warnings) and batch invariance.
+
+``with_export_checks(plan, result)`` is called by ``check.run_check`` after the comparison with
+the baseline, whatever its verdict: a model ONNX Runtime refused to load is exactly where lint
+says why (an opset the runtime does not know). It never raises; every failure is a reason or a
+note in ``details``:
+
+- ``details["lint"]``: the hazards of the model file (``lint_warnings``), cached by digest; off
+  with ``models[].checks.lint: false``. They never change the verdict.
+- ``details["batch_invariance"]`` and, when the batched run differs, ``batch_variant`` reasons
+  (verdict ``fail``); a model that cannot take a batch is a ``config_error`` (verdict ``error``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from monitor import lint
+from monitor.config.plan import CheckPlan
+from monitor.errors import MonitorError
+from monitor.exportcheck import lint_warnings
+from monitor.exportcheck.batch import check_batch_invariance
+from monitor.files import benchsets, modelfile
+from monitor.results import CheckResult, Verdict
+
+
+def with_export_checks(plan: CheckPlan, result: CheckResult, *, clock: Any = time.time) -> CheckResult:
+    """``result`` with the model's lint hazards and, when configured, its batch invariance."""
+    checks = plan.model.checks
+    if not checks.lint and checks.batch_invariance is None:
+        return result
+    details: dict[str, Any] = dict(result.details)
+    bench = _benchset(plan, result)
+    hazards: tuple[lint.Hazard, ...] = ()
+    if checks.lint:
+        try:
+            report, cached = _lint(plan, result, bench)
+            hazards = report.hazards
+            details["lint"] = lint_warnings.details(report, cached=cached)
+        except MonitorError as exc:
+            details["lint"] = {"note": f"not linted: {exc}"}
+        except Exception as exc:  # a bug in a rule's plumbing must not cost the check its result
+            details["lint"] = {"note": f"not linted: {type(exc).__name__}: {exc}"}
+    reasons = list(result.reasons)
+    verdict = result.verdict
+    if checks.batch_invariance is not None:
+        if bench is None:
+            details["batch_invariance"] = {"note": f"benchset {plan.benchset.name!r} is not materialized yet"}
+        else:
+            left = plan.timeout_s - (clock() - result.started_at)
+            found = check_batch_invariance(
+                plan, bench, batch=checks.batch_invariance.batch, timeout_s=max(left, 1.0), hazards=hazards
+            )
+            details["batch_invariance"] = found.details
+            reasons += found.reasons
+            codes = {r.code for r in found.reasons}
+            if codes & {"config_error", "timeout"}:
+                verdict = Verdict.worst([verdict, Verdict.ERROR])
+            elif codes:
+                verdict = Verdict.worst([verdict, Verdict.FAIL])
+    attribution = result.attribution
+    if verdict is Verdict.FAIL and attribution is None:
+        attribution = "numeric"
+    elif verdict is not Verdict.FAIL:
+        attribution = None
+    return dataclasses.replace(
+        result,
+        verdict=verdict,
+        reasons=tuple(reasons),
+        details=details,
+        attribution=attribution,
+        finished_at=max(result.finished_at, clock()),
+    )
+
+
+def _lint(plan: CheckPlan, result: CheckResult, bench: benchsets.Benchset | None) -> tuple[lint.LintReport, bool]:
+    from monitor.runtime import support  # the probe loads ORT sessions: only when a check lints
+
+    identity = result.details.get("model") if isinstance(result.details.get("model"), dict) else None
+    if result.model_sha256 and identity is not None:
+        digest = f"{result.model_sha256}:{sorted(dict(identity.get('external_data') or {}).items())}"
+    else:
+        found = modelfile.identify(plan.model.path)
+        digest = f"{found.sha256}:{sorted(found.external_data.items())}"
+    varied = lint_warnings.varied_dims(bench) if bench is not None else {}
+    varied = lint_warnings.with_batch(varied, plan.model, bench)
+    return lint_warnings.cached_lint(plan.model.path, digest, support=support.probe(), varied=varied)
+
+
+def _benchset(plan: CheckPlan, result: CheckResult) -> benchsets.Benchset | None:
+    """The version the check replayed, else the newest materialized one; None when there is none."""
+    version = result.details.get("benchset_version")
+    try:
+        return benchsets.open_benchset(
+            plan.benchsets_dir, result.benchset or plan.benchset.name, version if isinstance(version, int) else None
+        )
+    except MonitorError:
+        return None
