@@ -65,6 +65,8 @@ def _dequantize(graph: LintGraph, node: Node) -> Iterator[Hazard]:
                 severity="info",
             )
     weight = node.input(0)
+    if weight not in graph.initializers and producer is not None and producer.op_type == "QuantizeLinear":
+        weight = producer.input(0)  # a float weight quantized at run time (reported above)
     scale = graph.constant(node.input(1)) if node.input(1) else None
     if weight not in graph.initializers or scale is None or scale.size != 1:
         return
