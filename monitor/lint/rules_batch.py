@@ -36,8 +36,10 @@ def check(graph: LintGraph) -> Iterator[Hazard]:
         leading = int(target[0])
         data_shape = graph.shapes.get(node.input(0))
         data_leading = data_shape[0] if data_shape else None
-        if isinstance(data_leading, str) and batch_names and data_leading not in batch_names:
-            data_leading = None  # dynamic, but not the batch: shape inference's unk__N of another dim
+        if not (isinstance(data_leading, str) and data_leading in batch_names):
+            # inference lost the name (a Resize by scales gives unk__N): follow the data to an input
+            traced = _batch_source(graph, node.input(0), {})
+            data_leading = traced if traced else (data_leading if isinstance(data_leading, int) else None)
         found = _baked(node, leading, data_leading, dynamic_batch)
         if found:
             yield found
@@ -71,6 +73,43 @@ def _baked(node: Node, leading: int, data_leading: int | str | None, dynamic_bat
                 severity="warning",
             )
     return None
+
+
+# Ops whose output keeps the leading dim of their (non-constant) data inputs.
+KEEPS_LEADING = frozenset(
+    {
+        "Conv", "ConvTranspose", "BatchNormalization", "InstanceNormalization", "LayerNormalization", "Relu",
+        "LeakyRelu", "Sigmoid", "Tanh", "Gelu", "Erf", "Softmax", "LogSoftmax", "Clip", "Dropout", "Identity",
+        "Cast", "Resize", "Upsample", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Add",
+        "Sub", "Mul", "Div", "Pow", "Sqrt", "Exp", "Neg", "Abs", "MatMul", "Gemm", "Pad", "Flatten",
+        "ReduceMean", "ReduceSum", "ReduceMax", "Where", "QuantizeLinear", "DequantizeLinear",
+    }
+)  # fmt: skip
+
+
+def _batch_source(graph: LintGraph, tensor: str, seen: dict[str, str], depth: int = 0) -> str:
+    """The name of the dynamic input leading dim ``tensor``'s leading dim comes from ("" if none found)."""
+    if tensor in seen or depth > 500:
+        return seen.get(tensor, "")
+    seen[tensor] = ""
+    if graph.is_graph_input(tensor):
+        for value in graph.model.graph.input:
+            dims = value.type.tensor_type.shape.dim if value.name == tensor else []
+            if dims and not dims[0].HasField("dim_value"):
+                seen[tensor] = dims[0].dim_param or "?"
+        return seen[tensor]
+    producer = graph.producers.get(tensor)
+    if producer is None or producer.op_type not in KEEPS_LEADING:
+        return ""
+    for name in producer.proto.input:
+        if name and graph.constant(name) is None:
+            found = _batch_source(graph, name, seen, depth + 1)
+            if found:
+                seen[tensor] = found
+                return found
+        if producer.op_type not in ("Add", "Sub", "Mul", "Div", "Where", "Pow"):
+            break  # only the first input carries the data of the other ops
+    return ""
 
 
 def _batch_dim_names(graph: LintGraph) -> set[str]:
