@@ -25,7 +25,7 @@ from tests.workspace import Workspace
 try:
     import torch
     from torch import nn
-    from torch.nn import functional as F  # noqa: N812
+    from torch.nn import functional as F
 except ImportError:  # pragma: no cover - depends on the machine
     torch = None  # type: ignore[assignment]
 
