@@ -111,9 +111,28 @@ def import_baseline(
                     f"import for {model.name!r}: sample {index} has outputs {sorted(sample)}, model outputs are"
                     f" {sorted(wanted)}"
                 )
+            where = str(files[index]) if kind == "npz" else f"{files[0]} test_data_set {index}"
+            _fits_signature(sample, session, where)
             writer.add_sample({name: sample[name] for name in session.output_names})
         meta = _meta(model, bench, session, "imported", envsnap.capture(), note)
         return _store(plan, meta, writer, promote)
+
+
+def _fits_signature(sample: Mapping[str, np.ndarray], session: Session, where: str) -> None:
+    """Refuse imported outputs whose rank or fixed dims differ from the model's (batch-8 for batch-1)."""
+    for spec in session.info.outputs:
+        if spec.name not in sample or not spec.shape:
+            continue
+        got = np.asarray(sample[spec.name]).shape
+        fixed = len(got) == len(spec.shape) and all(
+            not isinstance(want, int) or want < 0 or want == have for have, want in zip(got, spec.shape, strict=True)
+        )
+        if not fixed:
+            wanted = tuple(d if isinstance(d, int) and d >= 0 else "?" for d in spec.shape)
+            raise BaselineError(
+                f"{where}: output {spec.name!r} has shape {got}, the model's output has shape {wanted}"
+                " (is it from another batch size or another model?)"
+            )
 
 
 def _meta(

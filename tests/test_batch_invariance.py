@@ -163,3 +163,20 @@ def test_a_batch_out_of_range_is_a_config_error_with_its_path(
     ws.set("m", checks={"batch_invariance": {"batch": batch}})
     assert cli.main(["config", "validate", "-c", str(ws.write())]) == 2
     assert "checks.batch_invariance.batch" in capsys.readouterr().err
+
+
+def test_baseline_import_refuses_batch_8_outputs_for_a_batch_1_model(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path)
+    ws.add_model("fixed", flatten_model(0, fixed_batch=True), count=1, dims={})
+    config = str(ws.write())
+    sess = ort.InferenceSession(str(tmp_path / "models" / "fixed.onnx"), providers=["CPUExecutionProvider"])
+    assert sess.get_outputs()[0].shape == [1, 4]  # ground truth: the model's output is batch 1
+    wrong = tmp_path / "wrong.npz"
+    np.savez(wrong, y=np.zeros((8, 4), np.float32))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert cli.main(["baseline", "import", "fixed", str(wrong), "-c", config]) == 2
+    assert "wrong.npz: output 'y' has shape (8, 4), the model's output has shape (1, 4)" in err.getvalue()
+    right = tmp_path / "right.npz"
+    np.savez(right, y=np.zeros((1, 4), np.float32))
+    assert onnxmon("baseline", "import", "fixed", str(right), "-c", config)[0] == 0
