@@ -28,9 +28,6 @@ the model again, so materializing a set parses a large model once, not twice.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import io
 import json
 import math
 import re
@@ -44,8 +41,9 @@ from onnx import numpy_helper
 
 from monitor.config.settings import BenchsetConfig, GenerateSpec
 from monitor.errors import BenchsetError
+from monitor.files.polygraphy import read_polygraphy_json
 from monitor.files.signature import InputSpec, model_signature
-from monitor.files.tensors import is_plain_dtype, load_npy_bytes, load_npz, sha256_bytes, sha256_file
+from monitor.files.tensors import is_plain_dtype, load_npz, sha256_bytes, sha256_file
 
 Sample = dict[str, np.ndarray[Any, Any]]
 GENERATOR_VERSION = 1  # bump when the drawing algorithm changes, so declared sets fork
@@ -340,49 +338,6 @@ def _test_data_model(directory: Path) -> Path | None:
         if (place / "model.onnx").is_file():
             return place / "model.onnx"
     return None
-
-
-def read_polygraphy_json(path: Path) -> list[Sample]:
-    """Decode Polygraphy's ``--save-inputs`` JSON without importing polygraphy."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BenchsetError(f"polygraphy JSON file {path} not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BenchsetError(f"polygraphy JSON file {path} cannot be read: {exc}") from None
-    except RecursionError:
-        raise BenchsetError(f"polygraphy JSON file {path} is nested too deeply to be a set of inputs") from None
-    if isinstance(data, dict):
-        data = [data]
-    if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
-        raise BenchsetError(f"polygraphy JSON file {path}: expected a list of {{input name: array}} objects")
-    return [
-        {
-            name: _decode_polygraphy_array(value, f"polygraphy JSON file {path} [{i}] {name!r}")
-            for name, value in item.items()
-        }
-        for i, item in enumerate(data)
-    ]
-
-
-def _decode_polygraphy_array(value: Any, where: str) -> np.ndarray[Any, Any]:
-    is_array = isinstance(value, dict) and isinstance(value.get("array"), str)
-    if not is_array or (value.get("polygraphy_class") != "ndarray" and "__polygraphy_encoded_ndarray" not in value):
-        raise BenchsetError(f"{where}: expected an encoded ndarray {{'array': ..., 'polygraphy_class': 'ndarray'}}")
-    text: str = value["array"]
-    try:
-        blob = base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError):
-        try:
-            blob = text.encode("latin-1")  # Polygraphy's older encoding
-        except UnicodeEncodeError:
-            raise BenchsetError(f"{where}: array is neither base64 nor latin-1 text") from None
-    if blob.startswith(b"PK"):  # an npz of one array, also an older encoding
-        arrays = load_npz(io.BytesIO(blob), label=where)
-        if len(arrays) != 1:
-            raise BenchsetError(f"{where}: embedded npz holds {len(arrays)} arrays, expected 1")
-        return next(iter(arrays.values()))
-    return load_npy_bytes(blob, where=where)
 
 
 def _file_hash(path: Path, source: str) -> str:
