@@ -238,30 +238,43 @@ class GenerateSpec(StrictModel):
         return ranges
 
 
+BENCHSET_SOURCES = ("generate", "npz", "onnx_test_data", "polygraphy_json", "imported")
+
+
+def _one_or_many(value: Any) -> Any:
+    return [value] if isinstance(value, str | Path) else value
+
+
 class BenchsetConfig(StrictModel):
     """A declared benchmark set; exactly one source."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Name of the set.")
     generate: GenerateSpec | None = Field(default=None, description="Generate samples from the model signature.")
-    npz: list[Path] | None = Field(default=None, description="One .npz per sample; keys are input names.")
+    npz: Annotated[list[Path] | None, BeforeValidator(_one_or_many)] = Field(
+        default=None, description="One .npz per sample (globs like data/*.npz, sorted by name); keys are input names."
+    )
     onnx_test_data: Path | None = Field(
         default=None, description="ONNX test-data directory (test_data_set_N/input_K.pb)."
     )
     polygraphy_json: Path | None = Field(default=None, description="Inputs saved by polygraphy --save-inputs.")
+    imported: bool = Field(
+        default=False,
+        description="Made by `onnxmon benchset import NAME FILES...`: its newest version is used as it is."
+        " A model may also name such a set without declaring it.",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> BenchsetConfig:
-        sources = [s for s in ("generate", "npz", "onnx_test_data", "polygraphy_json") if getattr(self, s)]
+        sources = [s for s in BENCHSET_SOURCES if getattr(self, s)]
         if len(sources) != 1:
             raise ValueError(
-                "set exactly one source of 'generate', 'npz', 'onnx_test_data', 'polygraphy_json'"
-                f" (found {sources or 'none'})"
+                f"set exactly one source of {', '.join(map(repr, BENCHSET_SOURCES))} (found {sources or 'none'})"
             )
         return self
 
     @property
     def source(self) -> str:
-        for s in ("generate", "npz", "onnx_test_data", "polygraphy_json"):
+        for s in BENCHSET_SOURCES:
             if getattr(self, s):
                 return s
         raise AssertionError("validated to have one source")

@@ -28,6 +28,7 @@ the model again, so materializing a set parses a large model once, not twice.
 
 from __future__ import annotations
 
+import glob
 import json
 import math
 import re
@@ -80,7 +81,7 @@ def declaration(cfg: BenchsetConfig, signature: Sequence[InputSpec] | None) -> d
             **spec.model_dump(mode="json", exclude={"model"}),
         }
     if cfg.npz is not None:
-        return {"source": "npz", "files": [_file_hash(path, "npz") for path in cfg.npz]}
+        return {"source": "npz", "files": [_file_hash(path, "npz") for path in npz_files(cfg)]}
     if cfg.onnx_test_data is not None:
         sets = _test_data_sets(cfg.onnx_test_data)
         files = [_file_hash(pb, "onnx_test_data") for d in sets for pb in _numbered(d, "input")]
@@ -99,12 +100,13 @@ def build(cfg: BenchsetConfig, signature: Sequence[InputSpec] | None) -> tuple[l
     if cfg.generate is not None:
         return generate(cfg.generate, _required(signature, cfg), where=f"benchset {cfg.name!r}")
     if cfg.npz is not None:
-        samples = [read_npz_sample(path) for path in cfg.npz]
+        paths = npz_files(cfg)
+        samples = [read_npz_sample(path) for path in paths]
         first = set(samples[0]) if samples else set()
-        for path, sample in zip(cfg.npz, samples, strict=True):
+        for path, sample in zip(paths, samples, strict=True):
             if set(sample) != first:
                 raise BenchsetError(f"npz file {path} has keys {sorted(sample)}, the first file has {sorted(first)}")
-        return samples, [path.name for path in cfg.npz]
+        return samples, [path.name for path in paths]
     if cfg.onnx_test_data is not None:
         sets = _test_data_sets(cfg.onnx_test_data)
         names = _names(signature) if signature is not None else ()
@@ -113,6 +115,25 @@ def build(cfg: BenchsetConfig, signature: Sequence[InputSpec] | None) -> tuple[l
         samples = read_polygraphy_json(cfg.polygraphy_json)
         return samples, [f"iteration {i}" for i in range(len(samples))]
     raise AssertionError("BenchsetConfig is validated to have one source")
+
+
+def npz_files(cfg: BenchsetConfig) -> list[Path]:
+    """``cfg.npz`` with each glob (``data/*.npz``) expanded, sorted by name; an empty match is an error.
+
+    Entries keep their order; within one pattern, files are sorted so the set's order (and hash)
+    does not depend on the directory listing. A file matched twice is a sample once.
+    """
+    found: list[Path] = []
+    for entry in cfg.npz or []:
+        text = str(entry)
+        if not any(c in text for c in "*?["):
+            found.append(entry)
+            continue
+        matches = sorted(Path(p) for p in glob.glob(text) if Path(p).is_file())
+        if not matches:
+            raise BenchsetError(f"benchset {cfg.name!r}: npz pattern {text} matches no file")
+        found.extend(m for m in matches if m not in found)
+    return found
 
 
 def _required(signature: Sequence[InputSpec] | None, cfg: BenchsetConfig) -> Sequence[InputSpec]:
