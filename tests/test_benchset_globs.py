@@ -61,7 +61,7 @@ def ws(tmp_path: Path) -> Workspace:
 def test_an_npz_glob_takes_every_matching_file_sorted_by_name(ws: Workspace, declared: Any) -> None:
     arrays = write_samples(ws.root / "data", ["b2.npz", "a.npz", "b1.npz"])
     ws.benchsets["relu"] = {"name": "relu-bench", "npz": declared}
-    code, out, err = onnxmon("benchset", "create", "relu-bench", "-c", str(ws.write()))
+    code, _, err = onnxmon("benchset", "create", "relu-bench", "-c", str(ws.write()))
     assert code == 0, err
     bench = benchsets.open_benchset(ws.root / "benchsets", "relu-bench")
     expected = ["a.npz", "b1.npz", "b2.npz"] if isinstance(declared, str) else ["b1.npz", "b2.npz", "a.npz"]
