@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import Any
 
 from monitor import lint
@@ -32,7 +33,13 @@ def with_export_checks(plan: CheckPlan, result: CheckResult, *, clock: Any = tim
     if not checks.lint and checks.batch_invariance is None:
         return result
     details: dict[str, Any] = dict(result.details)
-    bench = _benchset(plan, result)
+    opened: list[benchsets.Benchset | None] = []
+
+    def bench() -> benchsets.Benchset | None:  # read the manifest at most once, and only when needed
+        if not opened:
+            opened.append(_benchset(plan, result))
+        return opened[0]
+
     hazards: tuple[lint.Hazard, ...] = ()
     if checks.lint:
         try:
@@ -46,12 +53,13 @@ def with_export_checks(plan: CheckPlan, result: CheckResult, *, clock: Any = tim
     reasons = list(result.reasons)
     verdict = result.verdict
     if checks.batch_invariance is not None:
-        if bench is None:
+        replayed = bench()
+        if replayed is None:
             details["batch_invariance"] = {"note": f"benchset {plan.benchset.name!r} is not materialized yet"}
         else:
             left = plan.timeout_s - (clock() - result.started_at)
             found = check_batch_invariance(
-                plan, bench, batch=checks.batch_invariance.batch, timeout_s=max(left, 1.0), hazards=hazards
+                plan, replayed, batch=checks.batch_invariance.batch, timeout_s=max(left, 1.0), hazards=hazards
             )
             details["batch_invariance"] = found.details
             reasons += found.reasons
@@ -75,7 +83,9 @@ def with_export_checks(plan: CheckPlan, result: CheckResult, *, clock: Any = tim
     )
 
 
-def _lint(plan: CheckPlan, result: CheckResult, bench: benchsets.Benchset | None) -> tuple[lint.LintReport, bool]:
+def _lint(
+    plan: CheckPlan, result: CheckResult, bench: Callable[[], benchsets.Benchset | None]
+) -> tuple[lint.LintReport, bool]:
     from monitor.runtime import support  # the probe loads ORT sessions: only when a check lints
 
     identity = result.details.get("model") if isinstance(result.details.get("model"), dict) else None
@@ -84,9 +94,22 @@ def _lint(plan: CheckPlan, result: CheckResult, bench: benchsets.Benchset | None
     else:
         found = modelfile.identify(plan.model.path)
         digest = f"{found.sha256}:{sorted(found.external_data.items())}"
-    varied = lint_warnings.varied_dims(bench) if bench is not None else {}
-    varied = lint_warnings.with_batch(varied, plan.model, bench)
-    return lint_warnings.cached_lint(plan.model.path, digest, support=support.probe(), varied=varied)
+    batch = plan.model.checks.batch_invariance
+    if result.benchset_sha256:
+        inputs_key = f"{result.benchset}@{result.benchset_sha256}:batch={batch.batch if batch else None}"
+    else:  # the check stopped before its set was opened: name the set by its manifest
+        found_bench = bench()
+        inputs_key = f"{found_bench.name}@{found_bench.sha256}" if found_bench else "no benchset"
+        inputs_key += f":batch={batch.batch if batch else None}"
+
+    def varied() -> dict[str, dict[int, set[int]]]:
+        opened = bench()
+        dims = lint_warnings.varied_dims(opened) if opened is not None else {}
+        return lint_warnings.with_batch(dims, plan.model, opened)
+
+    return lint_warnings.cached_lint(
+        plan.model.path, digest, support=support.probe(), varied=varied, inputs_key=inputs_key
+    )
 
 
 def _benchset(plan: CheckPlan, result: CheckResult) -> benchsets.Benchset | None:

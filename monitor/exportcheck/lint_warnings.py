@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -62,15 +62,20 @@ def cached_lint(
     model_sha256: str,
     *,
     support: lint.RuntimeSupport | None,
-    varied: dict[str, dict[int, set[int]]],
+    varied: Callable[[], dict[str, dict[int, set[int]]]],
+    inputs_key: str,
     directory: Path | None = None,
 ) -> tuple[lint.LintReport, bool]:
-    """The lint report of ``path`` (whose digest is ``model_sha256``) and whether it came from the cache."""
+    """The lint report of ``path`` (whose digest is ``model_sha256``) and whether it came from the cache.
+
+    ``inputs_key`` identifies what ``varied`` returns (the benchmark set's sha256 and the batch), so a
+    cached report is found without reading the set's manifest; ``varied`` is called on a miss only.
+    """
     key = {
         "format": LINT_FORMAT,
         "model_sha256": model_sha256,
         "runtime": support.to_dict() if support else None,
-        "varied": {n: {str(a): sorted(s) for a, s in axes.items()} for n, axes in sorted(varied.items())},
+        "inputs": inputs_key,
     }
     where = (directory or cache_dir()) / f"{sha256_bytes(json.dumps(key, sort_keys=True).encode())}.json"
     try:
@@ -79,7 +84,7 @@ def cached_lint(
             return lint.LintReport.from_dict(data["report"]), True
     except (OSError, ValueError, KeyError, TypeError):
         pass  # absent, unreadable or from an older onnxmon: lint again
-    report = lint.lint_model(path, support=support, varied=varied)
+    report = lint.lint_model(path, support=support, varied=varied())
     try:
         where.parent.mkdir(parents=True, exist_ok=True)
         temporary = where.with_suffix(f".tmp{os.getpid()}")
