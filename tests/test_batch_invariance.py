@@ -180,3 +180,14 @@ def test_baseline_import_refuses_batch_8_outputs_for_a_batch_1_model(tmp_path: P
     right = tmp_path / "right.npz"
     np.savez(right, y=np.zeros((1, 4), np.float32))
     assert onnxmon("baseline", "import", "fixed", str(right), "-c", config)[0] == 0
+
+
+def test_a_batch_whose_inputs_would_not_fit_in_memory_is_refused_before_loading(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path)
+    big = flatten_model(0)
+    big.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 2**20  # 4 MiB a sample
+    ws.add_model("big", big, count=1, dims={"batch": 1})
+    code, result = checked(ws, "big", batch=4096)  # 16 GiB stacked
+    assert code == 3
+    [reason] = [r for r in result["reasons"] if r["code"] == "config_error"]
+    assert "lower checks.batch_invariance.batch" in reason["detail"]

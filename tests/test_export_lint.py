@@ -7,6 +7,8 @@ then lint must name the node. The committed corpus models must lint clean.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
 
@@ -42,15 +44,10 @@ def make(
     return model
 
 
-def run_lint(path: Path, *args: str) -> tuple[int, dict]:  # type: ignore[type-arg]
-    out = path.parent / "lint.json"
-    import contextlib
-    import io
-
+def run_lint(model: Path | str, *args: str) -> tuple[int, dict]:  # type: ignore[type-arg]
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
-        code = cli.main(["lint", str(path), "--json", *args])
-    out.write_text(buffer.getvalue())
+        code = cli.main(["lint", str(model), "--json", *args])
     return code, json.loads(buffer.getvalue())
 
 
@@ -316,3 +313,59 @@ def test_the_committed_corpus_models_lint_without_errors(model: Path) -> None:
     report = lint_model(model, support=support.probe())
     assert report, [str(h) for h in report.hazards]
     assert not [h for h in report.hazards if h.code in ("lint_error", "baked_batch", "resize_mode")]
+
+
+def fp16_scale_model(weight: np.ndarray) -> onnx.ModelProto:
+    return make(
+        [helper.make_node("Mul", ["x", "w"], ["y"], name="scale")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [weight.size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [weight.size])],
+        [numpy_helper.from_array(weight, "w")],
+    )
+
+
+def test_external_fp16_weights_are_read_one_at_a_time_and_a_missing_file_exits_2(tmp_path: Path) -> None:
+    weight = np.full(4096, np.inf, np.float16)
+    path = tmp_path / "ext.onnx"
+    onnx.save(fp16_scale_model(weight), str(path), save_as_external_data=True, location="ext.data", size_threshold=0)
+    assert (tmp_path / "ext.data").stat().st_size == weight.nbytes
+    code, report = run_lint(path)
+    assert code == 1 and [h["code"] for h in report["hazards"]] == ["fp16_overflow"]
+    (tmp_path / "ext.data").unlink()
+    assert cli.main(["lint", str(path)]) == 2
+
+
+def test_external_data_outside_the_model_folder_is_refused(tmp_path: Path) -> None:
+    model = fp16_scale_model(np.ones(4, np.float16))
+    onnx.save(model, str(tmp_path / "m.onnx"), save_as_external_data=True, location="m.data", size_threshold=0)
+    proto = onnx.load(str(tmp_path / "m.onnx"), load_external_data=False)
+    for entry in proto.graph.initializer[0].external_data:
+        if entry.key == "location":
+            entry.value = "../../etc/passwd"
+    (tmp_path / "sub").mkdir()
+    onnx.save(proto, str(tmp_path / "sub" / "evil.onnx"))
+    with pytest.raises(Exception, match="outside the model's folder"):
+        lint_model(tmp_path / "sub" / "evil.onnx")
+
+
+def test_lint_of_a_configured_model_knows_the_dims_its_benchmark_set_varies(tmp_path: Path) -> None:
+    from tests.workspace import Workspace
+
+    fixed = onnx.load(str(CORPUS / "torch" / "cnn_legacy.onnx"))
+    fixed.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1  # batch fixed to 1 at export
+    ws = Workspace(tmp_path)
+    ws.add_model("cnn", fixed, count=2, dims={})
+    ws.set("cnn", checks={"batch_invariance": {"batch": 8}})
+    config = str(ws.write())
+    assert cli.main(["benchset", "create", "cnn-bench", "-c", config]) == 0
+    code, report = run_lint("cnn", "-c", config)  # a name, not a file
+    assert code == 1
+    assert [(h["code"], h["node"]) for h in report["hazards"]] == [("fixed_dim", "input image")]
+    assert "[1, 8]" in report["hazards"][0]["detail"]
+
+
+def test_a_name_that_is_neither_a_file_nor_a_configured_model_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["lint", "nomodel", "-c", str(tmp_path / "absent.yaml")]) == 2
+    assert "'nomodel' is not a model file" in capsys.readouterr().err

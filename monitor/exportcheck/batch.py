@@ -30,6 +30,7 @@ from monitor.lint import Hazard
 from monitor.results import Reason
 from monitor.runtime.session import Deadline, RunTimeout, Session
 
+MAX_STACKED_BYTES = 2**31  # the batched inputs (plus the single ones) are held in memory at once
 EXPLAINING = ("baked_batch", "batchnorm_training", "dropout_training", "fixed_dim")
 
 
@@ -92,6 +93,12 @@ def _check(
     if len(bench) == 0:
         raise MonitorError(f"benchset {bench.name!r} has no samples")
     indices = [i % len(bench) for i in range(batch)]
+    needed = sum(int(np.prod(e.shape)) * np.dtype(e.dtype).itemsize for i in indices for e in bench.samples[i])
+    if needed > MAX_STACKED_BYTES:
+        raise MonitorError(
+            f"a batch of {batch} of these samples takes {needed / 2**30:.3g} GiB of inputs, more than"
+            f" {MAX_STACKED_BYTES / 2**30:g} GiB; lower checks.batch_invariance.batch"
+        )
     details: dict[str, Any] = {"batch": batch, "applicable": True, "samples": indices, "outputs": {}}
     suspects = [h.to_dict() for h in hazards if h.code in EXPLAINING]
     if suspects:

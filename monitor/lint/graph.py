@@ -60,6 +60,7 @@ class LintGraph:
     initializers: dict[str, onnx.TensorProto] = field(default_factory=dict)
     constant_nodes: dict[str, onnx.TensorProto] = field(default_factory=dict)
     shapes: dict[str, tuple[int | str, ...]] = field(default_factory=dict)
+    base_dir: str = ""  # where external data lives: tensors are read one at a time, when a rule asks
 
     @property
     def opset(self) -> int:
@@ -74,20 +75,27 @@ class LintGraph:
     def constant(self, name: str) -> np.ndarray[Any, Any] | None:
         """The value of tensor ``name`` when it is an initializer or a ``Constant`` output, else None."""
         tensor = self.initializers.get(name) or self.constant_nodes.get(name)
-        if tensor is None or (tensor.data_location == onnx.TensorProto.EXTERNAL and not _has_data(tensor)):
+        if tensor is None:
+            return None
+        external = tensor.data_location == onnx.TensorProto.EXTERNAL and not _has_data(tensor)
+        if external and not self.base_dir:
             return None
         try:
-            return np.asarray(numpy_helper.to_array(tensor))
-        except Exception:  # an external tensor whose data was not loaded, an exotic type
+            return np.asarray(numpy_helper.to_array(tensor, base_dir=self.base_dir))
+        except Exception:  # an external file that is short or missing, an exotic type
             return None
 
     def is_graph_input(self, name: str) -> bool:
         return any(v.name == name for v in self.model.graph.input) and name not in self.initializers
 
 
-def read(model: onnx.ModelProto, *, infer_shapes: bool = True) -> LintGraph:
-    """Index ``model`` for the rules; shape inference is best effort (a model it rejects keeps no shapes)."""
-    graph = LintGraph(model=model)
+def read(model: onnx.ModelProto, *, infer_shapes: bool = True, base_dir: str = "") -> LintGraph:
+    """Index ``model`` for the rules; shape inference is best effort (a model it rejects keeps no shapes).
+
+    ``base_dir``: the model file's folder, where externally stored tensors are read from (one at a
+    time, so a model with 10 GB of external weights never sits in memory whole).
+    """
+    graph = LintGraph(model=model, base_dir=base_dir)
     for node in _walk(model.graph, ""):
         graph.nodes.append(node)
         for output in node.proto.output:
@@ -105,6 +113,15 @@ def read(model: onnx.ModelProto, *, infer_shapes: bool = True) -> LintGraph:
             graph.initializers[init.name] = init
     graph.shapes = _shapes(model) if infer_shapes else {}
     return graph
+
+
+def external_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """Every initializer and ``Constant`` value (subgraphs included) whose data lives in another file."""
+    for graph in _graphs(model.graph):
+        candidates = list(graph.initializer) + [
+            a.t for n in graph.node for a in n.attribute if a.type == onnx.AttributeProto.TENSOR
+        ]
+        yield from (t for t in candidates if t.data_location == onnx.TensorProto.EXTERNAL)
 
 
 def _walk(graph: onnx.GraphProto, prefix: str) -> Iterator[Node]:

@@ -19,7 +19,7 @@ import onnx
 
 from monitor.errors import ModelError
 from monitor.lint import rules_batch, rules_fp16, rules_qdq, rules_resize, rules_training, rules_versions
-from monitor.lint.graph import LintGraph, read
+from monitor.lint.graph import LintGraph, external_tensors, read
 from monitor.lint.hazards import Hazard, LintReport, hazard, ordered
 from monitor.lint.rules_batch import VariedDims
 from monitor.lint.rules_versions import RuntimeSupport
@@ -39,14 +39,19 @@ def lint_model(
 ) -> LintReport:
     """The hazards of the model at ``path``; ``ModelError`` naming the file when it cannot be read."""
     path = Path(path)
-    return lint_proto(load(path), name=str(path), support=support, varied=varied)
+    return lint_proto(load(path), name=str(path), support=support, varied=varied, base_dir=str(path.parent))
 
 
 def lint_proto(
-    model: onnx.ModelProto, *, name: str = "", support: RuntimeSupport | None = None, varied: VariedDims | None = None
+    model: onnx.ModelProto,
+    *,
+    name: str = "",
+    support: RuntimeSupport | None = None,
+    varied: VariedDims | None = None,
+    base_dir: str = "",
 ) -> LintReport:
-    """The hazards of an already loaded model (external data read in)."""
-    graph = read(model)
+    """The hazards of an already parsed model; external tensors are read from ``base_dir`` when needed."""
+    graph = read(model, base_dir=base_dir)
     rules: list[tuple[str, Rule]] = list(RULES)
     skipped = []
     if support is not None:
@@ -78,7 +83,7 @@ def lint_proto(
 
 
 def load(path: Path) -> onnx.ModelProto:
-    """The model with its external data; every failure a ``ModelError`` naming the file."""
+    """The model's protobuf, external data left on disk (checked present); failures are ``ModelError``s."""
     if not path.exists():
         raise ModelError(f"model file {path} not found")
     if not path.is_file():
@@ -89,8 +94,14 @@ def load(path: Path) -> onnx.ModelProto:
         raise ModelError(f"model file {path} is not a valid ONNX model: {' '.join(str(exc).split())}") from None
     if not model.graph.node and not model.graph.output:
         raise ModelError(f"model file {path} is not a valid ONNX model: it has no graph")
-    try:
-        onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
-    except Exception as exc:  # a missing, short or escaping data file
-        raise ModelError(f"external data of model file {path} cannot be read: {' '.join(str(exc).split())}") from None
+    for tensor in external_tensors(model):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        target = (path.parent / location).resolve()
+        if not location or path.parent.resolve() not in target.parents or not target.is_file():
+            raise ModelError(
+                f"external data {location!r} of tensor {tensor.name!r} in model file {path} is missing"
+                " or outside the model's folder"
+            )
     return model
