@@ -7,6 +7,7 @@ name the cause (lint's ``baked_batch`` node) or say why it does not apply (a fix
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -191,3 +192,28 @@ def test_a_batch_whose_inputs_would_not_fit_in_memory_is_refused_before_loading(
     assert code == 3
     [reason] = [r for r in result["reasons"] if r["code"] == "config_error"]
     assert "lower checks.batch_invariance.batch" in reason["detail"]
+
+
+def test_a_check_near_its_timeout_reads_the_lint_cache_but_never_lints_cold(tmp_path: Path) -> None:
+    from monitor.check import run_check
+    from monitor.config.plan import plan_for
+    from monitor.exportcheck import with_export_checks
+
+    ws = Workspace(tmp_path)
+    model = flatten_model(1)
+    model.doc_string = f"near the timeout {tmp_path}"
+    ws.add_model("baked", model, count=2, dims={"batch": 1})
+    ws.set("baked", checks={"lint": True, "batch_invariance": {"batch": 2}})
+    config = str(ws.write())
+    assert onnxmon("baseline", "capture", "baked", "-c", config, "--quiet")[0] == 0
+    plan = plan_for(ws.settings(), "baked")
+    result = run_check(plan)
+    late = dataclasses.replace(result, details={}, reasons=())
+    almost = lambda: late.started_at + plan.timeout_s * 0.9  # noqa: E731
+    other = flatten_model(1)
+    other.doc_string = f"never linted {tmp_path}"
+    ws.replace_model("baked", other)
+    again = with_export_checks(plan, dataclasses.replace(late, model_sha256=None), clock=almost)
+    assert "too little of the timeout left" in again.details["lint"]["note"]
+    past = with_export_checks(plan, late, clock=lambda: late.started_at + plan.timeout_s + 1)
+    assert past.details["batch_invariance"] == {"note": "not run: the check used its whole timeout"}

@@ -42,24 +42,32 @@ def with_export_checks(plan: CheckPlan, result: CheckResult, *, clock: Any = tim
 
     hazards: tuple[lint.Hazard, ...] = ()
     if checks.lint:
+        # a cold lint reads every weight: only with a quarter of the timeout left, so it never turns
+        # a measured result into a timeout (the cache is read whatever the time)
+        cold = plan.timeout_s - (clock() - result.started_at) > plan.timeout_s / 4
         try:
-            report, cached = _lint(plan, result, bench)
-            hazards = report.hazards
-            details["lint"] = lint_warnings.details(report, cached=cached)
+            report, cached = _lint(plan, result, bench, cold=cold)
+            if report is None:
+                details["lint"] = {"note": f"not linted: too little of the timeout left; run onnxmon lint {plan.name}"}
+            else:
+                hazards = report.hazards
+                details["lint"] = lint_warnings.details(report, cached=cached)
         except MonitorError as exc:
             details["lint"] = {"note": f"not linted: {exc}"}
         except Exception as exc:  # a bug in a rule's plumbing must not cost the check its result
             details["lint"] = {"note": f"not linted: {type(exc).__name__}: {exc}"}
     reasons = list(result.reasons)
     verdict = result.verdict
+    left = plan.timeout_s - (clock() - result.started_at)
     if checks.batch_invariance is not None:
-        replayed = bench()
-        if replayed is None:
+        replayed = bench() if left > 0 else None
+        if left <= 0:
+            details["batch_invariance"] = {"note": "not run: the check used its whole timeout"}
+        elif replayed is None:
             details["batch_invariance"] = {"note": f"benchset {plan.benchset.name!r} is not materialized yet"}
         else:
-            left = plan.timeout_s - (clock() - result.started_at)
             found = check_batch_invariance(
-                plan, replayed, batch=checks.batch_invariance.batch, timeout_s=max(left, 1.0), hazards=hazards
+                plan, replayed, batch=checks.batch_invariance.batch, timeout_s=left, hazards=hazards
             )
             details["batch_invariance"] = found.details
             reasons += found.reasons
@@ -84,8 +92,8 @@ def with_export_checks(plan: CheckPlan, result: CheckResult, *, clock: Any = tim
 
 
 def _lint(
-    plan: CheckPlan, result: CheckResult, bench: Callable[[], benchsets.Benchset | None]
-) -> tuple[lint.LintReport, bool]:
+    plan: CheckPlan, result: CheckResult, bench: Callable[[], benchsets.Benchset | None], *, cold: bool
+) -> tuple[lint.LintReport | None, bool]:
     from monitor.runtime import support  # the probe loads ORT sessions: only when a check lints
 
     identity = result.details.get("model") if isinstance(result.details.get("model"), dict) else None
@@ -108,7 +116,7 @@ def _lint(
         return lint_warnings.with_batch(dims, plan.model, opened)
 
     return lint_warnings.cached_lint(
-        plan.model.path, digest, support=support.probe(), varied=varied, inputs_key=inputs_key
+        plan.model.path, digest, support=support.probe(), varied=varied, inputs_key=inputs_key, cold=cold
     )
 
 

@@ -65,11 +65,13 @@ def cached_lint(
     varied: Callable[[], dict[str, dict[int, set[int]]]],
     inputs_key: str,
     directory: Path | None = None,
-) -> tuple[lint.LintReport, bool]:
+    cold: bool = True,
+) -> tuple[lint.LintReport | None, bool]:
     """The lint report of ``path`` (whose digest is ``model_sha256``) and whether it came from the cache.
 
     ``inputs_key`` identifies what ``varied`` returns (the benchmark set's sha256 and the batch), so a
     cached report is found without reading the set's manifest; ``varied`` is called on a miss only.
+    With ``cold=False`` a miss returns ``(None, False)`` instead of linting (no time left for it).
     """
     key = {
         "format": LINT_FORMAT,
@@ -84,6 +86,8 @@ def cached_lint(
             return lint.LintReport.from_dict(data["report"]), True
     except (OSError, ValueError, KeyError, TypeError):
         pass  # absent, unreadable or from an older onnxmon: lint again
+    if not cold:
+        return None, False
     report = lint.lint_model(path, support=support, varied=varied())
     try:
         where.parent.mkdir(parents=True, exist_ok=True)
