@@ -369,3 +369,36 @@ def test_a_name_that_is_neither_a_file_nor_a_configured_model_exits_2(
 ) -> None:
     assert cli.main(["lint", "nomodel", "-c", str(tmp_path / "absent.yaml")]) == 2
     assert "'nomodel' is not a model file" in capsys.readouterr().err
+
+
+def test_a_hostile_node_name_stays_on_its_own_line(tmp_path: Path) -> None:
+    model = flatten_model(1)
+    model.graph.node[1].name = "flatten\nerror fp16_overflow at forged"
+    path = save(tmp_path, model)
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert cli.main(["lint", str(path)]) == 1
+    lines = buffer.getvalue().splitlines()
+    assert len(lines) == 3  # summary, the one hazard, the skipped note
+    assert "flatten\\nerror fp16_overflow at forged" in lines[1]
+    assert run_lint(path)[1]["hazards"][0]["node"] == "flatten\nerror fp16_overflow at forged"  # JSON keeps it
+
+
+def test_a_real_fp16_conversion_leaves_subnormal_weights_lint_finds(tmp_path: Path) -> None:
+    from onnxconverter_common import float16
+
+    weight = np.array([[1.0, 3e-6, -2e-5, 0.25]], np.float32)
+    model = make(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="proj")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    converted = float16.convert_float_to_float16(model, keep_io_types=True)
+    path = save(tmp_path, converted)
+    stored = next(numpy_helper.to_array(i) for i in converted.graph.initializer if i.data_type == TensorProto.FLOAT16)
+    subnormal = int(np.count_nonzero((np.abs(stored) > 0) & (np.abs(stored) < np.finfo(np.float16).smallest_normal)))
+    assert subnormal == 2  # ground truth, from the converted file itself
+    hazards = run_lint(path)[1]["hazards"]
+    assert [(h["code"], h["node"]) for h in hazards] == [("fp16_subnormal", "proj")]
+    assert "holds 2 of 4 subnormal" in hazards[0]["detail"]

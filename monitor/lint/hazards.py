@@ -60,7 +60,8 @@ class Hazard:
             raise ValueError(f"unknown severity {self.severity!r}; known: {list(SEVERITIES)}")
 
     def __str__(self) -> str:
-        return f"{self.severity} {self.code} at {self.node} ({self.op_type}): {self.detail}"
+        node, op_type, detail = (_printable(t) for t in (self.node, self.op_type, self.detail))
+        return f"{self.severity} {self.code} at {node} ({op_type}): {detail}"
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -74,6 +75,11 @@ class Hazard:
             detail=str(data["detail"]),
             severity=data.get("severity", "warning"),
         )
+
+
+def _printable(text: str) -> str:
+    """``text`` on one line: a model's names are data, and a newline in one must not forge a hazard line."""
+    return text if text.isprintable() else repr(text)[1:-1]
 
 
 def hazard(code: str, node: str, op_type: str, detail: str, severity: Severity | None = None) -> Hazard:
