@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import onnx
 
 from monitor import modeldiff
 from monitor.config.plan import CheckPlan
 from monitor.config.settings import ModelConfig, ProviderSpec, SessionConfig
 from monitor.errors import BaselineError, MonitorError
-from monitor.files import baseline_writer, baselines, modelfile, tensors
+from monitor.files import baseline_writer, baselines, modelfile, polygraphy, tensors
 from monitor.files import benchsets as benchset
 from monitor.runtime import envsnap
 from monitor.runtime.session import Session
@@ -78,7 +79,8 @@ def import_baseline(
     plan: CheckPlan,
     files: Sequence[Path],
     *,
-    kind: Literal["npz", "onnx-test-data"] = "npz",
+    kind: Literal["npz", "onnx-test-data", "polygraphy-json"] = "npz",
+    intermediates: Sequence[Path] = (),
     promote: bool = False,
     note: str = "",
 ) -> baselines.Baseline:
@@ -86,15 +88,29 @@ def import_baseline(
 
     ``npz``: one file per benchmark sample, in sample order, keys = model output names.
     ``onnx-test-data``: a directory of ``test_data_set_N/output_K.pb``.
+    ``polygraphy-json``: one ``polygraphy run --save-outputs`` file, one iteration per sample; tensors
+    that are not model outputs (``--onnx-outputs mark all``) are kept as intermediates.
+    ``intermediates``: one npz per sample for the first samples (or one Polygraphy file), keys =
+    the model's tensor names, stored for localization. Every output is checked against the model's
+    signature: outputs of another batch size or another model are refused, naming file and output.
     """
     model = plan.model
     bench = benchset.ensure(plan.benchset, plan.benchsets_dir)
     session = Session(model.path, model.providers, model.session)
+    wanted = set(session.output_names)
     samples: Iterable[Mapping[str, np.ndarray]]
-    if kind == "onnx-test-data":
+    extra: dict[int, dict[str, np.ndarray]] = {}
+    if kind in ("onnx-test-data", "polygraphy-json"):
         if len(files) != 1:
-            raise BaselineError("onnx-test-data import takes exactly one directory")
-        samples = benchset.read_onnx_test_outputs(files[0], output_names=session.output_names)
+            raise BaselineError(
+                f"{kind} import takes exactly one {'directory' if kind == 'onnx-test-data' else 'file'}"
+            )
+        if kind == "onnx-test-data":
+            samples = benchset.read_onnx_test_outputs(files[0], output_names=session.output_names)
+        else:
+            read = polygraphy.read_run_results(files[0], error=BaselineError)[1]
+            samples = [{k: v for k, v in s.items() if k in wanted} for s in read]
+            extra = {i: rest for i, s in enumerate(read) if (rest := {k: v for k, v in s.items() if k not in wanted})}
         count = len(samples)
     else:
         samples, count = (_read_npz(path) for path in files), len(files)  # read one file at a time
@@ -103,7 +119,10 @@ def import_baseline(
             f"import for {model.name!r}: {count} output sample(s) given, benchset"
             f" {bench.name!r} v{bench.version} has {len(bench)} sample(s); give one per sample, in order"
         )
-    wanted = set(session.output_names)
+    if intermediates:
+        extra = _read_intermediates(intermediates, len(bench))
+    if extra:
+        _known_tensors(model.path, extra)
     with baseline_writer.BaselineWriter(plan.baselines_dir, model.name) as writer:
         for index, sample in enumerate(samples):
             if set(sample) != wanted:
@@ -111,9 +130,55 @@ def import_baseline(
                     f"import for {model.name!r}: sample {index} has outputs {sorted(sample)}, model outputs are"
                     f" {sorted(wanted)}"
                 )
+            where = str(files[index]) if kind == "npz" else f"{files[0]} sample {index}"
+            _fits_signature(sample, session, where)
             writer.add_sample({name: sample[name] for name in session.output_names})
+            if index in extra:
+                writer.add_intermediates(index, extra[index])
         meta = _meta(model, bench, session, "imported", envsnap.capture(), note)
         return _store(plan, meta, writer, promote)
+
+
+def _read_intermediates(files: Sequence[Path], samples: int) -> dict[int, dict[str, np.ndarray]]:
+    """Sample index -> tensors, from one npz per sample (the first ones) or one Polygraphy file."""
+    if len(files) == 1 and files[0].suffix == ".json":
+        read = polygraphy.read_run_results(files[0], error=BaselineError)[1]
+    else:
+        read = [_read_npz(path) for path in files]
+    if len(read) > samples:
+        raise BaselineError(f"--intermediates: {len(read)} sample(s) given, the benchmark set has {samples}")
+    return dict(enumerate(read))
+
+
+def _known_tensors(path: Path, extra: Mapping[int, Mapping[str, np.ndarray]]) -> None:
+    """Refuse an intermediate whose name is no tensor of the model (a PyTorch module name, a typo)."""
+    proto = onnx.load(str(path), load_external_data=False)
+    known = {name for node in proto.graph.node for name in node.output} | {i.name for i in proto.graph.input}
+    for index, named in extra.items():
+        unknown = sorted(set(named) - known)
+        if unknown:
+            sample_names = sorted(known)[:5]
+            raise BaselineError(
+                f"--intermediates sample {index}: {unknown[:5]} are not tensors of {path.name}"
+                f" ({len(unknown)} unknown); tensor names look like {sample_names}"
+            )
+
+
+def _fits_signature(sample: Mapping[str, np.ndarray], session: Session, where: str) -> None:
+    """Refuse imported outputs whose rank or fixed dims differ from the model's (batch-8 for batch-1)."""
+    for spec in session.info.outputs:
+        if spec.name not in sample or not spec.shape:
+            continue
+        got = np.asarray(sample[spec.name]).shape
+        fixed = len(got) == len(spec.shape) and all(
+            not isinstance(want, int) or want < 0 or want == have for have, want in zip(got, spec.shape, strict=True)
+        )
+        if not fixed:
+            wanted = tuple(d if isinstance(d, int) and d >= 0 else "?" for d in spec.shape)
+            raise BaselineError(
+                f"{where}: output {spec.name!r} has shape {got}, the model's output has shape {wanted}"
+                " (is it from another batch size or another model?)"
+            )
 
 
 def _meta(

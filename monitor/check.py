@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from monitor import modeldiff
+from monitor import exportcheck, modeldiff
 from monitor.compare import outputs as compare
 from monitor.config.plan import CheckPlan
 from monitor.errors import BaselineError, BenchsetError, ConfigError, ModelError, MonitorError
@@ -74,7 +74,8 @@ def run_check(
     says when the model file is not the baseline's (``with_model_change``).
     """
     result = _run_check(plan, clock=clock, capture_env=capture_env)
-    return with_model_change(plan, result) if result.verdict is Verdict.ERROR else result
+    result = with_model_change(plan, result) if result.verdict is Verdict.ERROR else result
+    return exportcheck.with_export_checks(plan, result, clock=clock)  # lint warnings, batch invariance
 
 
 def with_model_change(plan: CheckPlan, result: CheckResult) -> CheckResult:

@@ -53,6 +53,7 @@ def _register() -> None:
         diff_model_cmd,
         env_cmd,
         history_cmd,
+        lint_cmd,
         localize_cmd,
         serve_cmd,
     )
@@ -65,6 +66,7 @@ def _register() -> None:
     diff_model_cmd.register(app)
     env_cmd.register(app)
     history_cmd.register(app)
+    lint_cmd.register(app)
     localize_cmd.register(app)
     serve_cmd.register(app)
 

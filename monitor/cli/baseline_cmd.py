@@ -68,17 +68,32 @@ def register(app: typer.Typer) -> None:
     @group.command("import")
     def import_cmd(
         model: str = typer.Argument(...),
-        files: list[Path] = typer.Argument(..., help="One .npz per sample, or one onnx test-data directory."),
-        kind: str = typer.Option("npz", "--kind", help="npz | onnx-test-data"),
+        files: list[Path] = typer.Argument(
+            ..., help="One .npz per sample, one onnx test-data directory, or one polygraphy --save-outputs JSON."
+        ),
+        kind: str = typer.Option("npz", "--kind", help="npz | onnx-test-data | polygraphy-json"),
+        intermediates: list[Path] = typer.Option(
+            None,
+            "--intermediates",
+            help="Intermediate tensors (keys = the model's tensor names) for localization: an npz per sample"
+            " from the first, or one polygraphy JSON; repeat the option per file.",
+        ),
         config_file: str | None = common.ConfigOption,
         promote: bool = typer.Option(False, "--promote"),
         note: str = typer.Option("", "--note"),
     ) -> None:
         """Store reference outputs produced elsewhere (e.g. PyTorch) as a baseline (source 'imported')."""
-        if kind not in ("npz", "onnx-test-data"):
-            raise typer.BadParameter(f"--kind must be npz or onnx-test-data, got {kind!r}")
+        if kind not in ("npz", "onnx-test-data", "polygraphy-json"):
+            raise typer.BadParameter(f"--kind must be npz, onnx-test-data or polygraphy-json, got {kind!r}")
         settings = common.settings(config_file)
-        baseline = capture.import_baseline(plan_for(settings, model), files, kind=kind, promote=promote, note=note)  # type: ignore[arg-type]
+        baseline = capture.import_baseline(
+            plan_for(settings, model),
+            files,
+            kind=kind,  # type: ignore[arg-type]
+            intermediates=list(intermediates or []),
+            promote=promote,
+            note=note,
+        )
         _record(settings, baseline)
         typer.echo(f"imported {baseline.id} ({baseline.meta.sample_count} samples)")
 

@@ -87,4 +87,17 @@ def render(results: list[CheckResult]) -> Table:
             )
         if result.attribution:
             table.add_row("", "", "", "", "", "", "", "", f"attribution: {result.attribution}")
+        for hazard in _lint_lines(result):
+            table.add_row("", "", "", "", "", "", "", "", hazard)
     return table
+
+
+def _lint_lines(result: CheckResult, most: int = 5) -> list[str]:
+    """The export hazards (errors and warnings) lint found in the model, as warnings under its rows."""
+    found = result.details.get("lint")
+    hazards = found.get("hazards", []) if isinstance(found, dict) else []
+    shown = [h for h in hazards if isinstance(h, dict) and h.get("severity") in ("error", "warning")]
+    lines = [f"lint: {h['severity']} {h['code']} at {h['node']}: {h['detail']}" for h in shown[:most]]
+    if len(shown) > most:
+        lines.append(f"lint: {len(shown) - most} more; run onnxmon lint {result.model}")
+    return lines

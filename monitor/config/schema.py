@@ -238,30 +238,43 @@ class GenerateSpec(StrictModel):
         return ranges
 
 
+BENCHSET_SOURCES = ("generate", "npz", "onnx_test_data", "polygraphy_json", "imported")
+
+
+def _one_or_many(value: Any) -> Any:
+    return [value] if isinstance(value, str | Path) else value
+
+
 class BenchsetConfig(StrictModel):
     """A declared benchmark set; exactly one source."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Name of the set.")
     generate: GenerateSpec | None = Field(default=None, description="Generate samples from the model signature.")
-    npz: list[Path] | None = Field(default=None, description="One .npz per sample; keys are input names.")
+    npz: Annotated[list[Path] | None, BeforeValidator(_one_or_many)] = Field(
+        default=None, description="One .npz per sample (globs like data/*.npz, sorted by name); keys are input names."
+    )
     onnx_test_data: Path | None = Field(
         default=None, description="ONNX test-data directory (test_data_set_N/input_K.pb)."
     )
     polygraphy_json: Path | None = Field(default=None, description="Inputs saved by polygraphy --save-inputs.")
+    imported: bool = Field(
+        default=False,
+        description="Made by `onnxmon benchset import NAME FILES...`: its newest version is used as it is."
+        " A model may also name such a set without declaring it.",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> BenchsetConfig:
-        sources = [s for s in ("generate", "npz", "onnx_test_data", "polygraphy_json") if getattr(self, s)]
+        sources = [s for s in BENCHSET_SOURCES if getattr(self, s)]
         if len(sources) != 1:
             raise ValueError(
-                "set exactly one source of 'generate', 'npz', 'onnx_test_data', 'polygraphy_json'"
-                f" (found {sources or 'none'})"
+                f"set exactly one source of {', '.join(map(repr, BENCHSET_SOURCES))} (found {sources or 'none'})"
             )
         return self
 
     @property
     def source(self) -> str:
-        for s in ("generate", "npz", "onnx_test_data", "polygraphy_json"):
+        for s in BENCHSET_SOURCES:
             if getattr(self, s):
                 return s
         raise AssertionError("validated to have one source")
@@ -296,6 +309,24 @@ def _provider_list(value: Any) -> Any:
     return value
 
 
+class BatchInvariance(StrictModel):
+    """Run one batch of ``batch`` samples and ``batch`` single-sample runs; fail when they differ."""
+
+    batch: int = Field(default=8, ge=2, le=4096, description="Samples stacked on axis 0 for the batched run.")
+
+
+class ModelChecks(StrictModel):
+    """Checks run beside the comparison with the baseline."""
+
+    batch_invariance: BatchInvariance | None = Field(
+        default=None,
+        description="Compare a batched run with single-sample runs (reason batch_variant); needs a dynamic batch axis.",
+    )
+    lint: bool = Field(
+        default=True, description="Report the model's export hazards (onnxmon lint) with each run, as warnings."
+    )
+
+
 class ModelConfig(StrictModel):
     """A deployed model to monitor."""
 
@@ -311,6 +342,7 @@ class ModelConfig(StrictModel):
     timeout: Duration | None = Field(default=None, gt=0, le=MAX_SHORT, description="Overrides defaults.timeout.")
     tolerance: ModelTolerance = Field(default=ModelTolerance(), description="Tolerances of this model.")
     schedule: Schedule | None = Field(default=None, description="Overrides defaults.schedule.")
+    checks: ModelChecks = Field(default=ModelChecks(), description="Extra checks: batch invariance, export lint.")
     localize_on_fail: bool = Field(
         default=False, description="On a fail, localize the first divergent node (within half the timeout)."
     )

@@ -25,12 +25,14 @@ from pydantic import (
 
 from monitor.config.schema import (
     ApiConfig,
+    BatchInvariance,
     BenchsetConfig,
     DaemonConfig,
     Defaults,
     Duration,
     GenerateSpec,
     GraphOptLevel,
+    ModelChecks,
     ModelConfig,
     ModelTolerance,
     ProviderSpec,
@@ -52,12 +54,14 @@ __all__ = [
     "DEFAULT_CONFIG",
     "ENV_PREFIX",
     "ApiConfig",
+    "BatchInvariance",
     "BenchsetConfig",
     "DaemonConfig",
     "Defaults",
     "Duration",
     "GenerateSpec",
     "GraphOptLevel",
+    "ModelChecks",
     "ModelConfig",
     "ModelTolerance",
     "ProviderSpec",
@@ -104,14 +108,23 @@ class Settings(StrictModel):
                     f"model {model.name!r}: timeout {timeout:g}s must be shorter than its schedule interval"
                     f" {schedule.interval:g}s, or runs would pile up"
                 )
-        declared = {b.name for b in self.benchsets}
-        for model in self.models:
-            if model.benchset not in declared:
-                raise ValueError(
-                    f"model {model.name!r} uses benchset {model.benchset!r}, which is not declared;"
-                    f" declared: {sorted(declared)}"
-                )
         return self
+
+    def undeclared_benchsets(self) -> list[str]:
+        """Problems with models naming a set that is neither declared nor imported under ``benchsets_dir``.
+
+        Checked once the paths are resolved (``from_mapping``): an imported set is found on disk.
+        """
+        declared = {b.name for b in self.benchsets}
+        problems = []
+        for model in self.models:
+            if model.benchset not in declared and not _imported(self.store.benchsets_dir, model.benchset):
+                problems.append(
+                    f"model {model.name!r} uses benchset {model.benchset!r}, which is not declared;"
+                    f" declared: {sorted(declared)}; nor imported under {self.store.benchsets_dir}"
+                    f" (onnxmon benchset import {model.benchset} FILES...)"
+                )
+        return problems
 
     def redacted(self) -> dict[str, Any]:
         """The settings as JSON-safe data with secrets masked: for ``config show``, logs and pages."""
@@ -128,9 +141,12 @@ class Settings(StrictModel):
         raise ConfigError(f"no model {name!r} in config; models are {[m.name for m in self.models]}")
 
     def benchset(self, name: str) -> BenchsetConfig:
+        """The declared set ``name``, or one made by ``benchset import`` (found under ``benchsets_dir``)."""
         for benchset in self.benchsets:
             if benchset.name == name:
                 return benchset
+        if _imported(self.store.benchsets_dir, name):
+            return BenchsetConfig(name=name, imported=True)
         raise ConfigError(f"no benchset {name!r} in config; benchsets are {[b.name for b in self.benchsets]}")
 
     def tolerance_for(self, model: ModelConfig, output: str) -> AppliedTolerance:
@@ -219,7 +235,21 @@ def from_mapping(raw: Mapping[str, Any], origin: Path | None = None) -> Settings
         problems = "\n".join(f"  {format_error(e)}" for e in exc.errors())
         raise ConfigError(f"{where}{exc.error_count()} problem(s) in config:\n{problems}") from None
     base = origin.resolve().parent if origin else Path.cwd()
-    return _resolve_paths(settings, base, origin)
+    resolved = _resolve_paths(settings, base, origin)
+    undeclared = resolved.undeclared_benchsets()
+    if undeclared:
+        where = f"{origin}: " if origin else ""
+        listed = "\n".join(f"  {p}" for p in undeclared)
+        raise ConfigError(f"{where}{len(undeclared)} problem(s) in config:\n{listed}")
+    return resolved
+
+
+def _imported(root: Path, name: str) -> bool:
+    """True when ``root/name`` holds a version directory (``v1``...): a set made by ``benchset import``."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        return False
+    folder = root / name
+    return folder.is_dir() and any(p.is_dir() and re.fullmatch(r"v\d+", p.name) for p in folder.iterdir())
 
 
 def format_error(error: Mapping[str, Any]) -> str:

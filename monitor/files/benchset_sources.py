@@ -28,9 +28,7 @@ the model again, so materializing a set parses a large model once, not twice.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import io
+import glob
 import json
 import math
 import re
@@ -44,8 +42,9 @@ from onnx import numpy_helper
 
 from monitor.config.settings import BenchsetConfig, GenerateSpec
 from monitor.errors import BenchsetError
+from monitor.files.polygraphy import read_polygraphy_json
 from monitor.files.signature import InputSpec, model_signature
-from monitor.files.tensors import is_plain_dtype, load_npy_bytes, load_npz, sha256_bytes, sha256_file
+from monitor.files.tensors import is_plain_dtype, load_npz, sha256_bytes, sha256_file
 
 Sample = dict[str, np.ndarray[Any, Any]]
 GENERATOR_VERSION = 1  # bump when the drawing algorithm changes, so declared sets fork
@@ -82,7 +81,7 @@ def declaration(cfg: BenchsetConfig, signature: Sequence[InputSpec] | None) -> d
             **spec.model_dump(mode="json", exclude={"model"}),
         }
     if cfg.npz is not None:
-        return {"source": "npz", "files": [_file_hash(path, "npz") for path in cfg.npz]}
+        return {"source": "npz", "files": [_file_hash(path, "npz") for path in npz_files(cfg)]}
     if cfg.onnx_test_data is not None:
         sets = _test_data_sets(cfg.onnx_test_data)
         files = [_file_hash(pb, "onnx_test_data") for d in sets for pb in _numbered(d, "input")]
@@ -101,12 +100,13 @@ def build(cfg: BenchsetConfig, signature: Sequence[InputSpec] | None) -> tuple[l
     if cfg.generate is not None:
         return generate(cfg.generate, _required(signature, cfg), where=f"benchset {cfg.name!r}")
     if cfg.npz is not None:
-        samples = [read_npz_sample(path) for path in cfg.npz]
+        paths = npz_files(cfg)
+        samples = [read_npz_sample(path) for path in paths]
         first = set(samples[0]) if samples else set()
-        for path, sample in zip(cfg.npz, samples, strict=True):
+        for path, sample in zip(paths, samples, strict=True):
             if set(sample) != first:
                 raise BenchsetError(f"npz file {path} has keys {sorted(sample)}, the first file has {sorted(first)}")
-        return samples, [path.name for path in cfg.npz]
+        return samples, [path.name for path in paths]
     if cfg.onnx_test_data is not None:
         sets = _test_data_sets(cfg.onnx_test_data)
         names = _names(signature) if signature is not None else ()
@@ -115,6 +115,25 @@ def build(cfg: BenchsetConfig, signature: Sequence[InputSpec] | None) -> tuple[l
         samples = read_polygraphy_json(cfg.polygraphy_json)
         return samples, [f"iteration {i}" for i in range(len(samples))]
     raise AssertionError("BenchsetConfig is validated to have one source")
+
+
+def npz_files(cfg: BenchsetConfig) -> list[Path]:
+    """``cfg.npz`` with each glob (``data/*.npz``) expanded, sorted by name; an empty match is an error.
+
+    Entries keep their order; within one pattern, files are sorted so the set's order (and hash)
+    does not depend on the directory listing. A file matched twice is a sample once.
+    """
+    found: list[Path] = []
+    for entry in cfg.npz or []:
+        text = str(entry)
+        if not any(c in text for c in "*?["):
+            found.append(entry)
+            continue
+        matches = sorted(Path(p) for p in glob.glob(text) if Path(p).is_file())
+        if not matches:
+            raise BenchsetError(f"benchset {cfg.name!r}: npz pattern {text} matches no file")
+        found.extend(m for m in matches if m not in found)
+    return found
 
 
 def _required(signature: Sequence[InputSpec] | None, cfg: BenchsetConfig) -> Sequence[InputSpec]:
@@ -340,49 +359,6 @@ def _test_data_model(directory: Path) -> Path | None:
         if (place / "model.onnx").is_file():
             return place / "model.onnx"
     return None
-
-
-def read_polygraphy_json(path: Path) -> list[Sample]:
-    """Decode Polygraphy's ``--save-inputs`` JSON without importing polygraphy."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BenchsetError(f"polygraphy JSON file {path} not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BenchsetError(f"polygraphy JSON file {path} cannot be read: {exc}") from None
-    except RecursionError:
-        raise BenchsetError(f"polygraphy JSON file {path} is nested too deeply to be a set of inputs") from None
-    if isinstance(data, dict):
-        data = [data]
-    if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
-        raise BenchsetError(f"polygraphy JSON file {path}: expected a list of {{input name: array}} objects")
-    return [
-        {
-            name: _decode_polygraphy_array(value, f"polygraphy JSON file {path} [{i}] {name!r}")
-            for name, value in item.items()
-        }
-        for i, item in enumerate(data)
-    ]
-
-
-def _decode_polygraphy_array(value: Any, where: str) -> np.ndarray[Any, Any]:
-    is_array = isinstance(value, dict) and isinstance(value.get("array"), str)
-    if not is_array or (value.get("polygraphy_class") != "ndarray" and "__polygraphy_encoded_ndarray" not in value):
-        raise BenchsetError(f"{where}: expected an encoded ndarray {{'array': ..., 'polygraphy_class': 'ndarray'}}")
-    text: str = value["array"]
-    try:
-        blob = base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError):
-        try:
-            blob = text.encode("latin-1")  # Polygraphy's older encoding
-        except UnicodeEncodeError:
-            raise BenchsetError(f"{where}: array is neither base64 nor latin-1 text") from None
-    if blob.startswith(b"PK"):  # an npz of one array, also an older encoding
-        arrays = load_npz(io.BytesIO(blob), label=where)
-        if len(arrays) != 1:
-            raise BenchsetError(f"{where}: embedded npz holds {len(arrays)} arrays, expected 1")
-        return next(iter(arrays.values()))
-    return load_npy_bytes(blob, where=where)
 
 
 def _file_hash(path: Path, source: str) -> str:

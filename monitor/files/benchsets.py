@@ -206,6 +206,8 @@ def import_files(
 
 
 def _materialize(cfg: BenchsetConfig, root: Path, clock: Callable[[], datetime]) -> tuple[Benchset, bool]:
+    if cfg.imported:  # made by `benchset import`: nothing to materialize, the newest version is the set
+        return open_benchset(root, cfg.name), False
     signature = read_signature(cfg)  # the one read of the model, shared by declaration and build
     decl = declaration(cfg, signature)
     decl_sha = declaration_sha256(decl)

@@ -1,0 +1,156 @@
+"""Batch sizes frozen into the graph: a baked Reshape/Expand constant, and fixed input dims.
+
+Why: the legacy exporter traces one call; ``x.view(1, -1)`` or ``x.reshape(8, -1)`` becomes a
+constant shape, so a model whose input axis 0 is dynamic still only works, or silently mixes
+samples, at the batch size it was exported with. The graph shows it when a Reshape's (or an
+Expand's) constant target fixes the leading dim while its data's leading dim is dynamic
+(``onnx.shape_inference`` keeps the symbolic ``batch`` through the graph). Found with
+``batch_invariance`` too, at run time: the two agree on such a model.
+
+``fixed_dim``: an input dim fixed in the model while the benchmark set (or the batch-invariance
+check) needs several sizes on that axis; the check would refuse the samples with ``model_error``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Set
+
+from monitor.lint.graph import DEFAULT_DOMAINS, LintGraph, Node
+from monitor.lint.hazards import Hazard, hazard
+
+# input name -> axis -> the sizes the benchmark set (or batch invariance) feeds on that axis
+VariedDims = Mapping[str, Mapping[int, Set[int]]]
+
+
+def check(graph: LintGraph) -> Iterator[Hazard]:
+    dynamic_batch = _dynamic_batch_inputs(graph)
+    if not dynamic_batch:
+        return  # a fixed batch: every constant agrees with it (a set that varies it is fixed_dim's)
+    batch_names = _batch_dim_names(graph)
+    for node in graph.nodes:
+        if node.domain not in DEFAULT_DOMAINS or node.op_type not in ("Reshape", "Expand"):
+            continue
+        target = graph.constant(node.input(1))
+        if target is None or target.ndim != 1 or target.size == 0:
+            continue
+        leading = int(target[0])
+        data_shape = graph.shapes.get(node.input(0))
+        data_leading = data_shape[0] if data_shape else None
+        if not (isinstance(data_leading, str) and data_leading in batch_names):
+            # inference lost the name (a Resize by scales gives unk__N): follow the data to an input
+            traced = _batch_source(graph, node.input(0), {})
+            data_leading = traced if traced else (data_leading if isinstance(data_leading, int) else None)
+        found = _baked(node, leading, data_leading, dynamic_batch)
+        if found:
+            yield found
+
+
+def _baked(node: Node, leading: int, data_leading: int | str | None, dynamic_batch: list[str]) -> Hazard | None:
+    shown = f"constant shape starts with {leading}"
+    if node.op_type == "Reshape" and leading > 0 and isinstance(data_leading, str):
+        return hazard(
+            "baked_batch",
+            node.name,
+            node.op_type,
+            f"{shown} while its input's leading dim {data_leading!r} is dynamic: only batch {leading} works"
+            " (or samples are mixed); export with x.reshape(x.shape[0], ...) / x.flatten(1)",
+        )
+    if node.op_type == "Expand" and leading > 1:
+        if isinstance(data_leading, str):
+            return hazard(
+                "baked_batch",
+                node.name,
+                node.op_type,
+                f"{shown} while its input's leading dim {data_leading!r} is dynamic: any other batch fails",
+            )
+        if data_leading == 1 and dynamic_batch:
+            return hazard(
+                "baked_batch",
+                node.name,
+                node.op_type,
+                f"{shown}, a fixed batch, while input(s) {dynamic_batch} have a dynamic batch dim:"
+                f" the expanded tensor keeps batch {leading} whatever the batch fed",
+                severity="warning",
+            )
+    return None
+
+
+# Ops whose output keeps the leading dim of their (non-constant) data inputs.
+KEEPS_LEADING = frozenset(
+    {
+        "Conv", "ConvTranspose", "BatchNormalization", "InstanceNormalization", "LayerNormalization", "Relu",
+        "LeakyRelu", "Sigmoid", "Tanh", "Gelu", "Erf", "Softmax", "LogSoftmax", "Clip", "Dropout", "Identity",
+        "Cast", "Resize", "Upsample", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Add",
+        "Sub", "Mul", "Div", "Pow", "Sqrt", "Exp", "Neg", "Abs", "MatMul", "Gemm", "Pad", "Flatten",
+        "ReduceMean", "ReduceSum", "ReduceMax", "Where", "QuantizeLinear", "DequantizeLinear",
+    }
+)  # fmt: skip
+
+
+def _batch_source(graph: LintGraph, tensor: str, seen: dict[str, str], depth: int = 0) -> str:
+    """The name of the dynamic input leading dim ``tensor``'s leading dim comes from ("" if none found)."""
+    if tensor in seen or depth > 500:
+        return seen.get(tensor, "")
+    seen[tensor] = ""
+    if graph.is_graph_input(tensor):
+        for value in graph.model.graph.input:
+            dims = value.type.tensor_type.shape.dim if value.name == tensor else []
+            if dims and not dims[0].HasField("dim_value"):
+                seen[tensor] = dims[0].dim_param or "?"
+        return seen[tensor]
+    producer = graph.producers.get(tensor)
+    if producer is None or producer.op_type not in KEEPS_LEADING:
+        return ""
+    for name in producer.proto.input:
+        if name and graph.constant(name) is None:
+            found = _batch_source(graph, name, seen, depth + 1)
+            if found:
+                seen[tensor] = found
+                return found
+        if producer.op_type not in ("Add", "Sub", "Mul", "Div", "Where", "Pow"):
+            break  # only the first input carries the data of the other ops
+    return ""
+
+
+def _batch_dim_names(graph: LintGraph) -> set[str]:
+    """The names of the inputs' dynamic leading dims (``batch``); empty when one of them is unnamed."""
+    names = set()
+    for value in graph.model.graph.input:
+        if value.name in graph.initializers or not value.type.HasField("tensor_type"):
+            continue
+        dims = value.type.tensor_type.shape.dim
+        if dims and not dims[0].HasField("dim_value"):
+            if not dims[0].dim_param:
+                return set()
+            names.add(dims[0].dim_param)
+    return names
+
+
+def _dynamic_batch_inputs(graph: LintGraph) -> list[str]:
+    found = []
+    for value in graph.model.graph.input:
+        if value.name in graph.initializers or not value.type.HasField("tensor_type"):
+            continue
+        dims = value.type.tensor_type.shape.dim
+        if dims and not dims[0].HasField("dim_value"):
+            found.append(value.name)
+    return found
+
+
+def check_fixed_dims(graph: LintGraph, varied: VariedDims) -> Iterator[Hazard]:
+    """A fixed input dim where ``varied`` feeds several sizes on that axis."""
+    for value in graph.model.graph.input:
+        if value.name in graph.initializers or value.name not in varied:
+            continue
+        if not value.type.HasField("tensor_type"):
+            continue
+        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+            sizes = sorted(varied[value.name].get(axis, ()))
+            if len(sizes) > 1 and dim.HasField("dim_value"):
+                yield hazard(
+                    "fixed_dim",
+                    f"input {value.name}",
+                    "graph input",
+                    f"input {value.name!r} axis {axis} is fixed to {dim.dim_value} in the model, but the"
+                    f" benchmark set / batch invariance feeds sizes {sizes}; export it as a dynamic axis",
+                )
