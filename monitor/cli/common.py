@@ -65,6 +65,17 @@ def print_json(data: Any, fmt: str = "json") -> None:
     output.print_data(data, fmt)
 
 
+ERROR_RATIO_HEADER = "error ÷ tolerance"
+"""The one name of ``OutputStats.error_ratio`` (max ``|a-b| / (atol + rtol*|b|)``; 1 is the line) on screen."""
+
+
+def ratio(value: float | None) -> str:
+    """``error_ratio`` as every table shows it: three significant digits; ``-`` when not measured."""
+    if value is None or value != value:
+        return "-"
+    return format(value, ".3g")
+
+
 def fmt(value: float | int | None, spec: str = ".3g") -> str:
     if value is None:
         return "-"

@@ -27,11 +27,8 @@ def register(app: typer.Typer) -> None:
             "models": len(settings.models),
             "benchsets": len(settings.benchsets),
         }
-        output.emit(
-            chosen,
-            lambda: data,
-            lambda wide: f"{settings.source}: ok ({len(settings.models)} model(s), {len(settings.benchsets)} benchset(s))",
-        )
+        sentence = f"{settings.source}: ok ({len(settings.models)} model(s), {len(settings.benchsets)} benchset(s))"
+        output.emit(chosen, lambda: data, lambda wide: sentence)
 
     @group.command("show")
     def show(

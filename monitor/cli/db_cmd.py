@@ -51,11 +51,8 @@ def register(app: typer.Typer) -> None:
             revision, head = store.current_revision(), store.head_revision()
             state = "up to date" if revision == head else "behind: run `onnxmon db upgrade`"
             data = {"database": store.display_url, "revision": revision, "head": head, "up_to_date": revision == head}
-            output.emit(
-                chosen,
-                lambda: data,
-                lambda wide: f"{store.display_url}: revision {revision or 'none (empty database)'}, head {head} ({state})",
-            )
+            sentence = f"{store.display_url}: revision {revision or 'none (empty database)'}, head {head} ({state})"
+            output.emit(chosen, lambda: data, lambda wide: sentence)
             if check and revision != head:
                 raise typer.Exit(1)
 

@@ -16,7 +16,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from monitor.cli import common
+from monitor.cli import common, output
 from monitor.config import settings as config
 from monitor.errors import MonitorError
 
@@ -34,12 +34,14 @@ def register(app: typer.Typer) -> None:
         node: str | None = typer.Option(None, "--node", help="Only runs on this node (plus model-wide events)."),
         limit: int = typer.Option(200, "--limit", min=1, help="At most this many runs."),
         as_json: bool = common.JsonOption,
+        fmt: str | None = common.OutputOption,
         config_file: str | None = common.ConfigOption,
         url: str | None = typer.Option(None, "--url", help="Database URL (default: store.url from the config)."),
     ) -> None:
         """Show a model's runs with environment changes and baseline promotions interleaved."""
         from monitor.store import Store
 
+        chosen = output.chosen(fmt, as_json)
         start = _since(since)
         with Store(url or common.settings(config_file).store.url) as store:
             _ready(store)
@@ -47,10 +49,10 @@ def register(app: typer.Typer) -> None:
             if not items and model not in store.models():
                 known = ", ".join(store.models()) or "none yet"
                 raise MonitorError(f"model '{model}' has no history in {store.display_url} (models: {known})")
-        if as_json:
-            common.print_json([_item_json(i) for i in items])
+        if output.structured(chosen):
+            common.print_json([_item_json(i) for i in items], chosen)
             return
-        common.console().print(_table(model, list(reversed(items))))
+        output.print_table(_table(model, list(reversed(items))))
 
 
 def _ready(store: Store) -> None:

@@ -46,7 +46,8 @@ ConfigOption = typer.Option(
 )
 
 
-_GLOBAL: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar("onnxmon_global_options", default={})
+_NONE: Mapping[str, Any] = {}
+_GLOBAL: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar("onnxmon_global_options", default=_NONE)
 
 
 def set_global(ctx: typer.Context, **values: Any) -> None:

@@ -53,7 +53,7 @@ def metavar(param: Any) -> str:
     if param.param_type_name == "argument":
         name = str(param.name or "value").upper()
     elif getattr(descriptor, "is_choice", False):
-        name = "|".join(str(c) for c in (descriptor.choices or ()))
+        name = "|".join(str(c) for c in (getattr(descriptor, "choices", None) or ()))
     else:
         name = _NAMES.get(annotation, "VALUE")
     return f"{name}..." if many else name
