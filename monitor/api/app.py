@@ -205,10 +205,16 @@ def _read_routes(app: FastAPI, handle: DaemonHandle) -> None:
 
     @app.get("/api/v1/environments/diff", responses=_NOT_FOUND | {409: {"model": out.Problem}}, tags=["environments"])
     def environments_diff(
-        a: Annotated[str, Query(min_length=1, max_length=200, description="fingerprint (prefix) or baseline id")],
-        b: Annotated[str, Query(min_length=1, max_length=200, description="fingerprint (prefix) or baseline id")],
+        a: Annotated[
+            str, Query(min_length=1, max_length=200, description="fingerprint (prefix), baseline id or 'current'")
+        ],
+        b: Annotated[
+            str, Query(min_length=1, max_length=200, description="fingerprint (prefix), baseline id or 'current'")
+        ] = "current",
     ) -> out.EnvDiff:
-        """What differs from environment ``a`` to ``b``; each is a fingerprint, a unique prefix, or a baseline id."""
+        """What differs from ``a`` to ``b`` (default ``current``, the daemon's environment now).
+
+        Each is a fingerprint, a unique prefix of one, a baseline id, or ``current``."""
         fp_a, snap_a = envs.resolve_environment(handle, a)
         fp_b, snap_b = envs.resolve_environment(handle, b)
         return envs.diff(fp_a, snap_a, fp_b, snap_b)

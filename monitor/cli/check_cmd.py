@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from monitor import jsonsafe
 from monitor.cli import common, output, recording
 from monitor.config.plan import plan_for
 from monitor.daemon import child
@@ -51,7 +52,7 @@ def register(app: typer.Typer) -> None:
         results = [child.run_isolated(plan, job=child.measure_only, memory_limit_mb=memory)[0] for plan in plans]
         recorded = recording.record(settings, results) if store else None
         if output.structured(chosen):
-            common.print_json([r.to_dict() for r in results], chosen)
+            common.print_json([as_json_record(r) for r in results], chosen)
         elif not quiet:
             output.print_table(render(results, wide=chosen == "wide"))
         code = exit_code(results)
@@ -59,6 +60,14 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"onnxmon: warning: {recorded.message()}", err=True)
             code = code or 3  # a drift still says 1; otherwise "not recorded" is "could not measure"
         raise typer.Exit(code)
+
+
+def as_json_record(result: CheckResult) -> dict[str, object]:
+    """``CheckResult.to_dict`` with RFC 3339 UTC timestamps (the dict itself keeps epoch seconds for the spool)."""
+    data = result.to_dict()
+    for key in ("started_at", "finished_at"):
+        data[key] = jsonsafe.timestamp(data[key])
+    return data
 
 
 def render(results: list[CheckResult], *, wide: bool = False) -> Table:

@@ -16,6 +16,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from monitor import jsonsafe
 from monitor.cli import common, output
 from monitor.config import settings as config
 from monitor.errors import MonitorError
@@ -150,7 +151,7 @@ def _item_json(item: HistoryItem) -> dict[str, Any]:
 
     body = item.run if item.run is not None else item.event
     data = _plain(dataclasses.asdict(body)) if body is not None else {}
-    return {"at": item.at.isoformat(), "kind": item.kind, **json_safe(data)}
+    return {"at": jsonsafe.timestamp(item.at), "kind": item.kind, **json_safe(data)}
 
 
 def _plain(value: Any) -> Any:
@@ -161,5 +162,5 @@ def _plain(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, datetime):
-        return value.isoformat()
+        return jsonsafe.timestamp(value)
     return value

@@ -338,6 +338,9 @@ class ApiConfig(StrictModel):
     port: int = Field(default=8080, ge=1, le=65535, description="Listen port.")
     token: str | None = Field(default=None, repr=False, description="Bearer token for mutating calls.")
     token_file: Path | None = Field(default=None, description="File holding the token (a mounted secret).")
+    access_log: bool = Field(
+        default=False, description="Log one line per HTTP request (off: probes and scrapes are noise)."
+    )
 
 
 class DaemonConfig(StrictModel):

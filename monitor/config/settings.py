@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from monitor.config.schema import (
+    URL_SHAPE,
     ApiConfig,
     BenchsetConfig,
     DaemonConfig,
@@ -39,7 +40,6 @@ from monitor.config.schema import (
     StoreConfig,
     StrictModel,
     Tolerance,
-    URL_SHAPE,
     TopK,
     parse_duration,
 )
