@@ -60,6 +60,15 @@ def epoch(value: float | int | str) -> float:
     return float(value)
 
 
+CHECK_TIMES: Final = ("started_at", "finished_at")
+"""The epoch-second fields of ``CheckResult.to_dict`` (kept as numbers for the spool and the child)."""
+
+
+def with_timestamps(data: Mapping[str, Any], keys: Collection[str] = CHECK_TIMES) -> dict[str, Any]:
+    """A copy of ``data`` with the epoch-second values under ``keys`` written as RFC 3339 UTC."""
+    return {k: timestamp(v) if k in keys and isinstance(v, int | float) else v for k, v in data.items()}
+
+
 def jsonable(obj: Any, default: Callable[[Any], Any] | None = None) -> Any:
     """A deep copy of ``obj`` that ``json.dumps(..., allow_nan=False)`` accepts as far as floats go.
 

@@ -260,3 +260,40 @@ def test_baseline_history_lists_a_baseline_on_disk_only_and_says_why(setup: Setu
 def test_shell_completion_is_offered() -> None:
     shown = invoke("--help")
     assert "--install-completion" in shown.stdout and "--show-completion" in shown.stdout
+
+
+RFC3339_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z$")
+
+
+def test_timestamps_in_cli_json_are_rfc3339_utc(setup: Setup) -> None:
+    (checked,) = strict(invoke("check", "clf", "--no-store", "-o", "json", "-c", setup.config).stdout)
+    history = strict(invoke("history", "clf", "-o", "json", "-c", setup.config).stdout)
+    stamps = [checked["started_at"], checked["finished_at"], *(i["at"] for i in history)]
+    stamps += [i["started_at"] for i in history if i["kind"] == "run"]
+    assert len(stamps) >= 4 and all(RFC3339_UTC.match(s) for s in stamps), stamps
+
+
+def test_a_bad_log_level_or_format_is_a_usage_error_and_json_logs_lift_the_check_fields(setup: Setup) -> None:
+    import io
+    import logging
+
+    from monitor.cli import logs
+    from monitor.results import CheckResult, Verdict
+    from monitor.sinks.log import LogSink
+
+    assert cli.main(["serve", "--log-level", "loud", "-c", setup.config]) == 2
+    assert cli.main(["serve", "--log-format", "xml", "-c", setup.config]) == 2
+    stream = io.StringIO()
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    try:
+        logs.configure("info", "json", stream)
+        logging.getLogger("alembic.runtime.migration").info("Context impl SQLiteImpl.")
+        LogSink(logging.getLogger("onnxmon.results")).write(CheckResult("clf", Verdict.PASS, 1.0e9, 1.0e9 + 2))
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+        logging.getLogger("alembic").setLevel(logging.NOTSET)
+    (line,) = [strict(text) for text in stream.getvalue().splitlines()]  # alembic's INFO is quiet
+    assert line["model"] == "clf" and line["verdict"] == "pass" and line["event"] == "check"
+    assert RFC3339_UTC.match(line["time"]), line["time"]

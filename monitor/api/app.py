@@ -30,7 +30,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client.exposition import choose_encoder
 from pydantic import AfterValidator, BeforeValidator
 
-from monitor import __version__
+from monitor import __version__, jsonsafe
 from monitor.api import environments as envs
 from monitor.api import schemas as out
 from monitor.api import web
@@ -270,7 +270,8 @@ def _write_routes(app: FastAPI, handle: DaemonHandle) -> None:
             result = handle.run_now(name)
         except BusyError as exc:
             raise HTTPException(429, str(exc), headers={"Retry-After": "5"}) from None
-        return out.CheckOut(model=result.model, verdict=result.verdict.value, result=out.json_safe(result.to_dict()))
+        record = out.json_safe(jsonsafe.with_timestamps(result.to_dict()))
+        return out.CheckOut(model=result.model, verdict=result.verdict.value, result=record)
 
     @app.post(
         "/api/v1/baselines/{baseline_id}/promote", dependencies=auth, responses=guarded | _NOT_FOUND, tags=["actions"]

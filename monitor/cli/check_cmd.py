@@ -64,10 +64,7 @@ def register(app: typer.Typer) -> None:
 
 def as_json_record(result: CheckResult) -> dict[str, object]:
     """``CheckResult.to_dict`` with RFC 3339 UTC timestamps (the dict itself keeps epoch seconds for the spool)."""
-    data = result.to_dict()
-    for key in ("started_at", "finished_at"):
-        data[key] = jsonsafe.timestamp(data[key])
-    return data
+    return jsonsafe.with_timestamps(result.to_dict())
 
 
 def render(results: list[CheckResult], *, wide: bool = False) -> Table:
