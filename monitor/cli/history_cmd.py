@@ -90,7 +90,7 @@ def _table(model: str, items: list[HistoryItem]) -> Table:
         ("verdict", "left"),
         ("worst output", "left"),
         ("max |err|", "right"),
-        ("x atol", "right"),
+        (common.ERROR_RATIO_HEADER, "right"),
         ("why / what changed", "left"),
     ):
         table.add_column(header, justify=justify, overflow="fold")  # type: ignore[arg-type]
@@ -121,7 +121,7 @@ def _run_cells(run: RunRecord) -> tuple[Any, ...]:
         Text(run.verdict.value, style=_VERDICT_STYLE.get(run.verdict.value, "")),
         run.worst_output or "-",
         common.fmt(run.worst_max_abs_error),
-        common.fmt(run.worst_atol_ratio, ".2f"),
+        common.ratio(run.error_ratio),
         why,
     )
 
