@@ -52,6 +52,14 @@ def timestamp(value: datetime | float | int | str) -> str:
     return value.isoformat(timespec=spec).replace("+00:00", "Z")
 
 
+def normalized(text: str) -> str:
+    """``text`` as RFC 3339 UTC when it is an ISO 8601 timestamp (files written by older versions), else unchanged."""
+    try:
+        return timestamp(text)
+    except (TypeError, ValueError, OverflowError):
+        return text
+
+
 def epoch(value: float | int | str) -> float:
     """Seconds since the epoch from a number or an RFC 3339 string (documents of either age read back)."""
     if isinstance(value, str):

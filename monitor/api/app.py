@@ -344,7 +344,7 @@ def _store_only_baseline(record: Any, active: str | None) -> out.BaselineOut:
     return out.BaselineOut(
         baseline_id=record.baseline_id,
         model=record.model,
-        created_at=record.created_at.isoformat(),
+        created_at=jsonsafe.timestamp(record.created_at),
         source=record.source,
         active=record.baseline_id == active,
         model_sha256=record.model_sha256,

@@ -39,7 +39,7 @@ def json_safe(value: Any) -> Any:
 
 
 def _text(value: Any) -> str:
-    return value.isoformat() if isinstance(value, datetime) else str(value)
+    return jsonsafe.timestamp(value) if isinstance(value, datetime) else str(value)
 
 
 class _Out(BaseModel):
@@ -302,7 +302,7 @@ def baseline_out(meta: Any, *, active: bool, record: BaselineRecord | None) -> B
     return BaselineOut(
         baseline_id=meta.id,
         model=meta.model,
-        created_at=str(meta.created_at),
+        created_at=jsonsafe.normalized(str(meta.created_at)),
         source=str(meta.source),
         active=active,
         model_sha256=meta.model_sha256 or None,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from monitor import capture
+from monitor import capture, jsonsafe
 from monitor.cli import common, output
 from monitor.config.plan import plan_for
 from monitor.config.settings import Settings, parse_duration
@@ -109,7 +109,7 @@ def register(app: typer.Typer) -> None:
                 )  # fmt: skip
             return shown
 
-        output.emit(chosen, lambda: [b.meta.to_dict() | {"active": b.id == active} for b in items], table)
+        output.emit(chosen, lambda: [_listed(b.meta.to_dict(), b.id == active) for b in items], table)
 
     @group.command("show")
     def show_cmd(
@@ -166,6 +166,11 @@ def register(app: typer.Typer) -> None:
 
 ModelArgument = typer.Argument(..., help="Model name from the config.")
 BaselineIdArgument = typer.Argument(..., help="Baseline id, as `onnxmon baseline list` prints it.")
+
+
+def _listed(meta: dict[str, object], active: bool) -> dict[str, object]:
+    """A baseline's metadata for ``-o json``: ``created_at`` in RFC 3339 UTC whatever version wrote it."""
+    return meta | {"created_at": jsonsafe.normalized(str(meta.get("created_at", ""))), "active": active}
 
 
 def _print_baseline(fmt: str, settings: Settings, baseline: baselines.Baseline, verb: str) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from monitor import jsonsafe
 from monitor.cli import common
 from monitor.config.settings import Settings
 from monitor.files import baselines
@@ -72,7 +73,7 @@ def collect(settings: Settings, model: str) -> list[Entry]:
             Entry(
                 baseline_id=baseline_id,
                 source=source,
-                created_at=created,
+                created_at=jsonsafe.normalized(created),
                 active=is_active,
                 on_disk=disk is not None,
                 in_store=record is not None,
