@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
         if output.structured(chosen):
             common.print_json([_item_json(i) for i in items], chosen)
             return
-        output.print_table(_table(model, list(reversed(items))))
+        output.print_table(_table(model, list(reversed(items)), wide=chosen == "wide"))
 
 
 def _ready(store: Store) -> None:
@@ -82,7 +82,10 @@ def _since(value: str | None) -> datetime | None:
         return datetime.min.replace(tzinfo=UTC)
 
 
-def _table(model: str, items: list[HistoryItem]) -> Table:
+def _table(model: str, items: list[HistoryItem], *, wide: bool = False) -> Table:
+    """Oldest first; the last column is each run's environment fingerprint (16 hex, all 64 with ``wide``),
+    which ``onnxmon env diff`` takes as it is."""
+    cut = 64 if wide else 16
     table = common.PlainTable(title=Text(f"history of {model} (oldest first)"), title_justify="left")
     for header, justify in (
         ("when (UTC)", "left"),
@@ -92,12 +95,14 @@ def _table(model: str, items: list[HistoryItem]) -> Table:
         ("max |err|", "right"),
         (common.ERROR_RATIO_HEADER, "right"),
         ("why / what changed", "left"),
+        ("environment", "left"),
     ):
         table.add_column(header, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for item in items:
         when = item.at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
         if item.run is not None:
-            table.add_row(when, *_run_cells(item.run))
+            fingerprint = item.run.environment_fingerprint or "-"
+            table.add_row(when, *_run_cells(item.run), fingerprint[:cut])
         elif item.event is not None:
             event = item.event
             table.add_row(
@@ -108,6 +113,7 @@ def _table(model: str, items: list[HistoryItem]) -> Table:
                 "",
                 "",
                 Text(describe(event), style="yellow"),
+                Text(_change(event, cut), style="yellow"),
             )
     return table
 
@@ -140,6 +146,13 @@ def describe(event: EventRecord) -> str:
     if event.kind == "model_changed":
         return f"model sha256 {_short(event.old)} -> {_short(event.new)}"
     return f"{event.old or '-'} -> {event.new or '-'}"
+
+
+def _change(event: EventRecord, cut: int) -> str:
+    """``old → new`` fingerprints of an environment change (each pasteable into ``env diff``)."""
+    if event.kind != "environment_changed":
+        return ""
+    return f"{(event.old or '-')[:cut]} → {(event.new or '-')[:cut]}"
 
 
 def _short(value: str | None) -> str:
