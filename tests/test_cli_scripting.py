@@ -303,3 +303,42 @@ def test_a_bad_log_level_or_format_is_a_usage_error_and_json_logs_lift_the_check
     (line,) = [strict(text) for text in stream.getvalue().splitlines()]  # alembic's INFO is quiet
     assert line["model"] == "clf" and line["verdict"] == "pass" and line["event"] == "check"
     assert RFC3339_UTC.match(line["time"]), line["time"]
+
+
+def test_lookups_against_an_unreachable_store_say_so_without_the_password(setup: Setup, tmp_path: Path) -> None:
+    settings = yaml_config(setup, tmp_path, "postgresql+psycopg://onnxmon:hunter2@127.0.0.1:1/nope")
+    missing = invoke("env", "diff", "0123456789abcdef", "-c", settings)
+    assert missing.exit_code == 3, "could not measure: the store is down"
+    assert "hunter2" not in str(missing.exception) and "127.0.0.1:1" in str(missing.exception)
+    on_disk = invoke("env", "diff", setup.fingerprint[:16], setup.fingerprint, "-o", "json", "-c", settings)
+    assert on_disk.exit_code == 0, "the baseline on disk still knows its fingerprint"
+    listed = invoke("baseline", "history", "clf", "-o", "json", "-c", settings)
+    assert listed.exit_code == 0, listed.output
+    rows = strict(listed.stdout)
+    assert rows and all("store not read" in r["note"] and "hunter2" not in r["note"] for r in rows)
+
+
+def yaml_config(setup: Setup, tmp_path: Path, url: str) -> str:
+    """The workspace's config with another store URL (same models, baselines and benchsets)."""
+    import yaml
+
+    data = yaml.safe_load(setup.ws.config_file.read_text())
+    data["store"] = {**data["store"], "url": url}
+    for key in ("baselines_dir", "benchsets_dir"):
+        data["store"][key] = str(setup.ws.root / data["store"][key])
+    for model in data["models"]:
+        model["path"] = str(setup.ws.root / model["path"])
+    path = tmp_path / "down.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def test_tsv_cells_never_split_a_row() -> None:
+    from rich.text import Text
+
+    from monitor.cli import common, output
+
+    table = common.PlainTable("name", "note")
+    table.add_row("a\tb", Text("line one\nline two"))
+    table.add_row("[/]odd", "")
+    assert output.tsv(table) == "name\tnote\na b\tline one line two\n[/]odd\t\n"

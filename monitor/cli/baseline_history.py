@@ -13,9 +13,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import typer
+
 from monitor import jsonsafe
 from monitor.cli import common
-from monitor.config.settings import Settings
+from monitor.config.settings import Settings, mask_url
+from monitor.errors import ConfigError
 from monitor.files import baselines
 
 DISK_ONLY = (
@@ -59,7 +62,15 @@ def collect(settings: Settings, model: str) -> list[Entry]:
         with common.open_store(settings) as store:
             stored = {r.baseline_id: r for r in store.baseline_history(model)}
     except Exception as exc:  # an unreachable or unmigrated database: disk still answers
-        store_problem = f"store not read ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        first = str(exc).splitlines()[0][:200] if str(exc) else ""
+        store_problem = f"store not read ({type(exc).__name__}: {first})"
+        where = mask_url(settings.store.url)
+        typer.echo(f"onnxmon: warning: {where}: {store_problem}; baselines on disk only", err=True)
+    if not on_disk and not stored and model not in {m.name for m in settings.models}:
+        raise ConfigError(
+            f"model {model!r} is not in {settings.source} and has no baselines under {root}"
+            f" (models: {[m.name for m in settings.models]})"
+        )
     entries = []
     for baseline_id in on_disk.keys() | stored.keys():
         disk, record = on_disk.get(baseline_id), stored.get(baseline_id)

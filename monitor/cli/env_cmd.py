@@ -19,6 +19,7 @@ from typing import Any
 import typer
 
 from monitor.cli import common, output
+from monitor.config.settings import mask_url
 from monitor.errors import MonitorError
 from monitor.runtime import envsnap
 
@@ -29,6 +30,12 @@ Lookup = Callable[[str], Mapping[str, Any] | None]
 def current_lookup(ref: str) -> Mapping[str, Any] | None:
     """``current`` means a snapshot captured now, in this process."""
     return envsnap.capture().to_dict() if ref == "current" else None
+
+
+class StoreUnreadable(MonitorError):
+    """A fingerprint could not be looked up because the store cannot be read: could not measure (3)."""
+
+    exit_code = 3
 
 
 HEX = re.compile(r"^[0-9a-fA-F]{4,64}$")
@@ -61,14 +68,24 @@ class StoreLookup:
             return None
         prefix = ref.lower()
         found: dict[str, Mapping[str, Any]] = {}
-        with common.open_store(settings) as store:
-            for record in store.find_environments(prefix, limit=20):
-                found[record.fingerprint] = record.snapshot
-        for model in settings.models:
+        for model in settings.models:  # the baselines on disk answer even when the store cannot
             for baseline in baselines.list_baselines(root, model.name):
                 fingerprint = baseline.meta.environment_fingerprint
                 if fingerprint and fingerprint.startswith(prefix) and baseline.meta.environment:
                     found.setdefault(fingerprint, baseline.meta.environment)
+        try:
+            with common.open_store(settings) as store:
+                for record in store.find_environments(prefix, limit=20):
+                    found.setdefault(record.fingerprint, record.snapshot)
+        except MonitorError:
+            raise
+        except Exception as exc:  # an unreachable or unmigrated database: say so, exit 3
+            if not found:
+                first = str(exc).splitlines()[0] if str(exc) else ""
+                raise StoreUnreadable(
+                    f"{ref!r}: not found in the baselines, and the store {mask_url(settings.store.url)} cannot be"
+                    f" read ({type(exc).__name__}: {first[:200]})"
+                ) from None
         if len(found) > 1:
             shown = ", ".join(envsnap.short(f) for f in sorted(found)[:5])
             raise MonitorError(f"fingerprint prefix {ref!r} is ambiguous: {shown}; give more digits")
