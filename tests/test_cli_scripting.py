@@ -342,3 +342,21 @@ def test_tsv_cells_never_split_a_row() -> None:
     table.add_row("a\tb", Text("line one\nline two"))
     table.add_row("[/]odd", "")
     assert output.tsv(table) == "name\tnote\na b\tline one line two\n[/]odd\t\n"
+
+
+def test_bash_completion_offers_subcommands_and_options() -> None:
+    import subprocess
+    import sys
+
+    onnxmon = str(Path(sys.executable).parent / "onnxmon")
+    script = subprocess.run([onnxmon, "--show-completion", "bash"], capture_output=True, text=True, timeout=60)
+    assert script.returncode == 0 and "_ONNXMON_COMPLETE=complete_bash" in script.stdout
+    env = {**os.environ, "_ONNXMON_COMPLETE": "complete_bash", "COMP_CWORD": "2"}
+    words = subprocess.run(
+        [onnxmon], env=env | {"COMP_WORDS": "onnxmon baseline "}, capture_output=True, text=True, timeout=60
+    ).stdout.split()
+    assert {"capture", "promote", "history"} <= set(words)
+    options = subprocess.run(
+        [onnxmon], env=env | {"COMP_WORDS": "onnxmon history m -", "COMP_CWORD": "3"}, capture_output=True, text=True
+    ).stdout.split()
+    assert {"-o", "--output", "--json", "-c", "--config"} <= set(options)
