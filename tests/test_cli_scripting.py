@@ -360,3 +360,17 @@ def test_bash_completion_offers_subcommands_and_options() -> None:
         [onnxmon], env=env | {"COMP_WORDS": "onnxmon history m -", "COMP_CWORD": "3"}, capture_output=True, text=True
     ).stdout.split()
     assert {"-o", "--output", "--json", "-c", "--config"} <= set(options)
+
+
+def test_a_terminal_table_at_80_columns_wraps_ids_and_never_cuts_them(setup: Setup) -> None:
+    from rich.console import Console
+
+    from monitor.cli import baseline_history
+
+    entries = baseline_history.collect(setup.ws.settings(), "clf")
+    console = Console(width=80, record=True, force_terminal=True, color_system=None)
+    console.print(baseline_history.table(entries, wide=True))
+    text = console.export_text()
+    assert "…" not in text
+    id_column = "".join(line.split("│")[2].strip() for line in text.splitlines() if line.count("│") > 3)
+    assert all(e.baseline_id in id_column for e in entries), "each id, whole, reads down its column"
