@@ -147,17 +147,17 @@ def test_every_command_documents_every_parameter_without_python_types() -> None:
     assert not typed, "help shows Python types:\n" + "\n".join(typed)
 
 
-def test_every_printing_command_takes_dash_o_and_dash_dash_json() -> None:
+def test_every_printing_command_takes_dash_o_dash_dash_json_and_dash_c() -> None:
     missing = []
     for path, command in leaves():
         if path in NOT_PRINTING:
             continue
         options = {opt for p in command.params for opt in getattr(p, "opts", [])}
-        if not {"-o", "--output", "--json"} <= options:
+        if not {"-o", "--output", "--json", "-c", "--config"} <= options:
             missing.append(" ".join(path))
         if path not in ARGS:
             missing.append(f"{' '.join(path)} (no entry in tests/test_cli_scripting.py ARGS)")
-    assert not missing, "commands without -o/--output and --json:\n" + "\n".join(missing)
+    assert not missing, "commands without -o/--output, --json and -c/--config:\n" + "\n".join(missing)
 
 
 @pytest.mark.parametrize("path", sorted(ARGS), ids=" ".join)

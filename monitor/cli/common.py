@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 ConfigOption = output.ConfigOption
 JsonOption = output.JsonOption
 OutputOption = output.OutputOption
+UnusedConfigOption = output.UnusedConfigOption
 QuietOption = typer.Option(False, "--quiet", "-q", help="Print nothing but errors; rely on the exit code.")
 
 

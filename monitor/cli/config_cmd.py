@@ -43,6 +43,7 @@ def register(app: typer.Typer) -> None:
 
     @group.command("reference")
     def reference(
+        config_file: str | None = common.UnusedConfigOption,
         fmt: str | None = common.OutputOption,
         as_json: bool = common.JsonOption,
     ) -> None:

@@ -165,6 +165,7 @@ def register(app: typer.Typer) -> None:
     def show(
         as_json: bool = typer.Option(False, "--json", help="Print the snapshot as JSON (same as -o json)."),
         fmt: str | None = common.OutputOption,
+        config_file: str | None = common.UnusedConfigOption,
     ) -> None:
         """Capture this machine's environment and print it, grouped by section, stable vs volatile."""
         chosen = output.chosen(fmt, as_json)

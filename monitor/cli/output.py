@@ -56,6 +56,16 @@ def set_global(ctx: typer.Context, **values: Any) -> None:
     ctx.call_on_close(lambda: _GLOBAL.reset(token))
 
 
+UnusedConfigOption = typer.Option(
+    None,
+    "-c",
+    "--config",
+    metavar="FILE",
+    help="Accepted like on every command (so scripts can pass it everywhere); this one reads no config.",
+    show_default=False,
+)
+
+
 def _root_param(name: str) -> Any:
     """A value of the root command's own options (``onnxmon -c f -o json ...``), or None."""
     return _GLOBAL.get().get(name)
