@@ -274,6 +274,7 @@ def test_timestamps_in_cli_json_are_rfc3339_utc(setup: Setup) -> None:
         b["created_at"] for b in strict(invoke("baseline", "list", "clf", "-o", "json", "-c", setup.config).stdout)
     ]
     stamps += [strict(invoke("env", "show", "-o", "json").stdout)["captured_at"]]
+    stamps += [b["created_at"] for b in strict(invoke("benchset", "list", "-o", "json", "-c", setup.config).stdout)]
     promoted = strict(invoke("baseline", "history", "clf", "-o", "json", "-c", setup.config).stdout)
     stamps += [b["active_from"] for b in promoted if b["active_from"]] + [b["created_at"] for b in promoted]
     assert len(stamps) >= 4 and all(RFC3339_UTC.match(s) for s in stamps), stamps

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from monitor import jsonsafe
 from monitor.cli import common, output
 from monitor.errors import BenchsetError
 from monitor.files import benchsets as benchset
@@ -117,7 +118,7 @@ def _row(bs: benchset.Benchset) -> dict[str, object]:
         "samples": len(bs),
         "sha256": bs.sha256,
         "source": bs.source,
-        "created_at": bs.created_at,
+        "created_at": jsonsafe.normalized(str(bs.created_at)),  # RFC 3339 UTC, as in every onnxmon JSON
         "directory": str(bs.directory),
     }
 
