@@ -20,7 +20,7 @@ import psycopg
 from sqlalchemy import make_url
 from sqlalchemy.dialects import postgresql
 
-from monitor.store import Store
+from monitor.store import Store, queries
 from monitor.store.queries import history_runs_query
 
 OUTPUT_NAMES = ("logits", "boxes", "scores", "features", "mask")
@@ -98,14 +98,14 @@ def fill(dsn: str, runs: int, outputs: int, models: int) -> None:
             "COPY output_results (run_id, name, verdict, dtype, shape, element_count, max_abs_error, mean_abs_error,"
             " rms_error, max_rel_error, p99_abs_error, cosine_similarity, snr_db, max_ulp, mismatch_count,"
             " mismatch_ratio, nan_count, nan_mismatch_count, inf_count, inf_mismatch_count, bitwise_equal,"
-            " topk_agreement, nondeterminism_max_abs, tolerance, reasons) FROM STDIN"
+            " topk_agreement, nondeterminism_max_abs, error_ratio, tolerance, reasons) FROM STDIN"
         ) as copy:
             for run_id in range(1, runs + 1):
                 for name in OUTPUT_NAMES[:outputs]:
                     copy.write_row(
                         (
                             run_id, name, "pass", "float32", "[1, 1000]", 1000, 2e-6, 1e-7, 2e-7, 1e-3, 1e-6,
-                            0.99999, 95.0, 12, 0, 0.0, 0, 0, 0, 0, False, None, None, tolerance, "[]",
+                            0.99999, 95.0, 12, 0, 0.0, 0, 0, 0, 0, False, None, None, 0.02, tolerance, "[]",
                         )
                     )  # fmt: skip
         with cur.copy("COPY events (model_id, node, kind, at, old, new, detail) FROM STDIN") as copy:
@@ -151,6 +151,19 @@ def measure(store: Store, dsn: str, repeats: int) -> None:
         store.latest_per_model()
         latest.append((time.perf_counter() - started) * 1000)
     print(f"Store.latest_per_model(): median {statistics.median(latest):.1f} ms")
+    # The run's error ÷ tolerance is read from its output rows: its share of history(), side by side.
+    run_ids = [i.run.id for i in items if i.run is not None]
+    ratio_ms = []
+    for _ in range(repeats):
+        with store._session() as session:
+            started = time.perf_counter()
+            queries.error_ratios(session, run_ids)
+            ratio_ms.append((time.perf_counter() - started) * 1000)
+    share = statistics.median(ratio_ms) / statistics.median(timings)
+    print(
+        f"queries.error_ratios({len(run_ids)} runs): median {statistics.median(ratio_ms):.1f} ms,"
+        f" {share:.0%} of history()"
+    )
     sql = history_runs_query(2, limit=200).compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True})
     with psycopg.connect(dsn) as conn:
         plan = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}").fetchall()

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import numpy as np
 import onnx
 
-from monitor import modeldiff
+from monitor import jsonsafe, modeldiff
 from monitor.config.plan import CheckPlan
 from monitor.config.settings import ModelConfig, ProviderSpec, SessionConfig
 from monitor.errors import BaselineError, MonitorError
@@ -194,7 +194,7 @@ def _meta(
     return baselines.BaselineMeta(
         id="",
         model=model.name,
-        created_at=dt.datetime.now(dt.UTC).isoformat(),
+        created_at=jsonsafe.timestamp(dt.datetime.now(dt.UTC)),
         source=source,
         model_sha256=identity.sha256,
         model_md5=identity.md5,

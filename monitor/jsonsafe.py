@@ -9,6 +9,9 @@ measured is NaN), so every writer (CLI ``--json``, the HTTP API, the log line, t
 columns, spool files, baseline metadata, localization reports) goes through ``dumps`` or
 ``jsonable`` here instead of choosing its own spelling.
 
+Timestamps follow one rule too: a ``datetime`` becomes RFC 3339 in UTC with a ``Z``
+(``2026-12-01T15:09:16.250000Z``; a naive one is taken as UTC), via ``timestamp``.
+
 Standard library only: it is shared vocabulary, like ``monitor.errors`` and ``monitor.results``.
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Collection, Mapping
+from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 INFINITY: Final = "Infinity"
@@ -37,6 +41,42 @@ def number(value: float) -> float | NonFinite:
     return value
 
 
+def timestamp(value: datetime | float | int | str) -> str:
+    """RFC 3339 UTC with a ``Z``: from an aware or naive (taken as UTC) datetime, epoch seconds, or an ISO string."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    elif not isinstance(value, datetime):
+        value = datetime.fromtimestamp(float(value), UTC)
+    value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    spec = "microseconds" if value.microsecond else "seconds"
+    return value.isoformat(timespec=spec).replace("+00:00", "Z")
+
+
+def normalized(text: str) -> str:
+    """``text`` as RFC 3339 UTC when it is an ISO 8601 timestamp (files written by older versions), else unchanged."""
+    try:
+        return timestamp(text)
+    except (TypeError, ValueError, OverflowError):
+        return text
+
+
+def epoch(value: float | int | str) -> float:
+    """Seconds since the epoch from a number or an RFC 3339 string (documents of either age read back)."""
+    if isinstance(value, str):
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return (parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed).timestamp()
+    return float(value)
+
+
+CHECK_TIMES: Final = ("started_at", "finished_at")
+"""The epoch-second fields of ``CheckResult.to_dict`` (kept as numbers for the spool and the child)."""
+
+
+def with_timestamps(data: Mapping[str, Any], keys: Collection[str] = CHECK_TIMES) -> dict[str, Any]:
+    """A copy of ``data`` with the epoch-second values under ``keys`` written as RFC 3339 UTC."""
+    return {k: timestamp(v) if k in keys and isinstance(v, int | float) else v for k, v in data.items()}
+
+
 def jsonable(obj: Any, default: Callable[[Any], Any] | None = None) -> Any:
     """A deep copy of ``obj`` that ``json.dumps(..., allow_nan=False)`` accepts as far as floats go.
 
@@ -49,6 +89,8 @@ def jsonable(obj: Any, default: Callable[[Any], Any] | None = None) -> Any:
         return obj
     if isinstance(obj, float):
         return number(obj)
+    if isinstance(obj, datetime):
+        return timestamp(obj)
     if isinstance(obj, Mapping):
         return {_key(k): jsonable(v, default) for k, v in obj.items()}
     if isinstance(obj, list | tuple | set | frozenset):

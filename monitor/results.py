@@ -232,6 +232,21 @@ class OutputStats:
         )
 
 
+def run_error_ratio(ratios: Iterable[float | None]) -> float | None:
+    """A run's one "error ÷ tolerance" figure: the largest ``error_ratio`` of its outputs.
+
+    NaN (not knowable) and None (not stored) are skipped while any output has a known value;
+    NaN when none has one; None when there are no outputs. The CLI, the API and every page show
+    this figure under the one name ``error_ratio`` ("error ÷ tolerance"), as Prometheus exports
+    ``onnxmon_output_error_ratio`` per output: 1 is the line.
+    """
+    seen = [r for r in ratios if r is not None]
+    known = [r for r in seen if not math.isnan(r)]
+    if known:
+        return max(known)
+    return math.nan if seen else None
+
+
 def worst_output(outputs: Iterable[OutputStats]) -> OutputStats | None:
     """The output furthest from its line: most severe verdict first, then the largest atol ratio (nan worst).
 

@@ -39,11 +39,12 @@ def two_models(ws: Workspace, *, timeout: str = "3s", interval: str = "1h") -> N
 
 
 class Served:
-    def __init__(self, ws: Workspace, port: int) -> None:
+    def __init__(self, ws: Workspace, port: int, *extra: str) -> None:
         self.port = port
-        self.log = (ws.root / "serve.log").open("w")
+        self.log_path = ws.root / "serve.log"
+        self.log = self.log_path.open("w")
         self.process = subprocess.Popen(
-            [str(BIN / "onnxmon"), "serve", "-c", str(ws.config_file), "--port", str(port)],
+            [str(BIN / "onnxmon"), "serve", "-c", str(ws.config_file), "--port", str(port), *extra],
             cwd=ws.root,
             stdout=self.log,
             stderr=subprocess.STDOUT,

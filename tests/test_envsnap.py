@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -408,7 +409,9 @@ def test_to_dict_and_from_dict_round_trip_through_json() -> None:
     data = json.loads(json.dumps(snapshot.to_dict()))
     assert data["fingerprint"] == snapshot.fingerprint
     again = EnvSnapshot.from_dict(data)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z", data["captured_at"]), "RFC 3339 UTC"
     assert again == snapshot
+    assert EnvSnapshot.from_dict(data | {"captured_at": snapshot.captured_at}) == snapshot, "epoch seconds still read"
     assert again.fingerprint == snapshot.fingerprint
     assert envsnap.diff(snapshot, again) == []
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -14,7 +15,7 @@ from monitor.cli import main
 from monitor.results import Verdict
 from monitor.store import Store
 from tests.databases import postgres_schema
-from tests.test_store import ENV_A, ENV_B, baseline_meta, result
+from tests.test_store import ENV_A, ENV_B, baseline_meta, output, result
 
 T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(days=3)
 
@@ -56,13 +57,34 @@ def test_history_shows_the_environment_change_right_before_the_first_failure(
     assert code == 0
     lines = out.splitlines()
     change = next(i for i, line in enumerate(lines) if "environment_changed" in line)
-    passes = [i for i, line in enumerate(lines) if re.search(r"│ pass\s+│", line)]
-    fails = [i for i, line in enumerate(lines) if re.search(r"│ fail\s+│", line)]
+    # piped: tab-separated, the verdict is the third column
+    passes = [i for i, line in enumerate(lines) if line.split("\t")[2:3] == ["pass"]]
+    fails = [i for i, line in enumerate(lines) if line.split("\t")[2:3] == ["fail"]]
     assert (len(passes), len(fails)) == (3, 2)
     assert max(passes) < change < min(fails)
     assert "onnxruntime.version 1.17.0" in out and "1.18.0" in out
     assert "baseline_promoted" in out and "gpu-2" not in out
-    assert re.search(r"│\s+3e-05 │\s+3.00 │ environment", out)  # worst max |err| is 3x the atol of 1e-5
+    # max |err| 3e-05; error ÷ tolerance is not knowable from these hand-made metrics (rtol > 0, no error_ratio)
+    assert re.search(r"\t3e-05\t-\tenvironment", out)
+
+
+def test_history_shows_the_runs_error_ratio_the_largest_of_its_outputs(
+    config_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outputs = (
+        output("logits", Verdict.FAIL, max_abs_error=3e-5, error_ratio=2.5),
+        output("features", max_abs_error=1e-7, error_ratio=0.01),
+        output("unknown", max_abs_error=1e-7, error_ratio=math.nan),
+    )
+    with Store(f"sqlite:///{config_file.parent / 'history.db'}") as store:
+        store.upgrade()
+        store.record_run(result(T0, Verdict.FAIL, outputs=outputs), node="gpu-1")
+    code, out, _ = run_cli(capsys, "history", "resnet", "-c", str(config_file))
+    assert code == 0 and re.search(r"\tlogits\t3e-05\t2.5\t", out), out
+    assert out.splitlines()[0].split("\t")[5] == "error ÷ tolerance"
+    code, out, _ = run_cli(capsys, "history", "resnet", "-o", "json", "-c", str(config_file))
+    (run,) = [i for i in json.loads(out) if i["kind"] == "run"]
+    assert run["error_ratio"] == 2.5
 
 
 def test_history_json_lists_runs_and_events_newest_first(

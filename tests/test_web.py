@@ -178,12 +178,27 @@ def test_model_page_charts_history_with_environment_and_promotion_markers(client
     chart = html[html.index('<svg class="chart"') : html.index("</svg>", html.index('<svg class="chart"'))]
     assert chart.count('<a href="/runs/') == 4, "every clf run is a point linking to its run"
     assert "environment: " + history.env_before in chart and "baseline promoted: " in chart
-    assert ">atol</text>" in chart
+    assert ">tolerance</text>" in chart, "the line at 1 is the tolerance: the chart plots error_ratio"
     baselines = html[html.index('id="baselines"') :]
     assert baselines.index(history.promoted_baseline) < baselines.index(history.first_baseline), "newest first"
     assert "alice" in baselines and 'class="badge ok">active' in baselines
     assert f'href="/runs/{history.env_change_run}"' in html
     assert "logits" in html and "prob" in html, "the latest run's outputs are tabled"
+
+
+def test_one_error_ratio_figure_on_every_page_and_in_the_api(client: TestClient, history: History) -> None:
+    from monitor.api.web.html import num
+
+    run = client.get(f"/api/v1/runs/{history.drift_run}").json()
+    ratios = [float(o["metrics"]["error_ratio"]) for o in run["outputs"]]
+    assert float(run["error_ratio"]) == max(ratios) > 1, "the run's figure is its largest output error_ratio"
+    shown = num(max(ratios))
+    pages = {path: page(client, path) for path in ("/", "/models/mlp", f"/runs/{history.drift_run}")}
+    for path, html in pages.items():
+        assert "error ÷ tolerance" in html, path
+        assert "÷ atol" not in html and "× atol" not in html and "÷ tol<" not in html, path
+    assert shown in pages["/models/mlp"] and shown in pages[f"/runs/{history.drift_run}"]
+    assert shown in pages["/"]
 
 
 def test_run_page_shows_the_localized_drift_and_the_env_diff_against_the_baseline(

@@ -30,7 +30,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client.exposition import choose_encoder
 from pydantic import AfterValidator, BeforeValidator
 
-from monitor import __version__
+from monitor import __version__, jsonsafe
 from monitor.api import environments as envs
 from monitor.api import schemas as out
 from monitor.api import web
@@ -212,10 +212,16 @@ def _read_routes(app: FastAPI, handle: DaemonHandle) -> None:
 
     @app.get("/api/v1/environments/diff", responses=_NOT_FOUND | {409: {"model": out.Problem}}, tags=["environments"])
     def environments_diff(
-        a: Annotated[str, Query(min_length=1, max_length=200, description="fingerprint (prefix) or baseline id")],
-        b: Annotated[str, Query(min_length=1, max_length=200, description="fingerprint (prefix) or baseline id")],
+        a: Annotated[
+            str, Query(min_length=1, max_length=200, description="fingerprint (prefix), baseline id or 'current'")
+        ],
+        b: Annotated[
+            str, Query(min_length=1, max_length=200, description="fingerprint (prefix), baseline id or 'current'")
+        ] = "current",
     ) -> out.EnvDiff:
-        """What differs from environment ``a`` to ``b``; each is a fingerprint, a unique prefix, or a baseline id."""
+        """What differs from ``a`` to ``b`` (default ``current``, the daemon's environment now).
+
+        Each is a fingerprint, a unique prefix of one, a baseline id, or ``current``."""
         fp_a, snap_a = envs.resolve_environment(handle, a)
         fp_b, snap_b = envs.resolve_environment(handle, b)
         return envs.diff(fp_a, snap_a, fp_b, snap_b)
@@ -271,7 +277,8 @@ def _write_routes(app: FastAPI, handle: DaemonHandle) -> None:
             result = handle.run_now(name)
         except BusyError as exc:
             raise HTTPException(429, str(exc), headers={"Retry-After": "5"}) from None
-        return out.CheckOut(model=result.model, verdict=result.verdict.value, result=out.json_safe(result.to_dict()))
+        record = out.json_safe(jsonsafe.with_timestamps(result.to_dict()))
+        return out.CheckOut(model=result.model, verdict=result.verdict.value, result=record)
 
     @app.post(
         "/api/v1/baselines/{baseline_id}/promote", dependencies=auth, responses=guarded | _NOT_FOUND, tags=["actions"]
@@ -344,7 +351,7 @@ def _store_only_baseline(record: Any, active: str | None) -> out.BaselineOut:
     return out.BaselineOut(
         baseline_id=record.baseline_id,
         model=record.model,
-        created_at=record.created_at.isoformat(),
+        created_at=jsonsafe.timestamp(record.created_at),
         source=record.source,
         active=record.baseline_id == active,
         model_sha256=record.model_sha256,

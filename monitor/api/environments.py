@@ -40,7 +40,11 @@ def find_environment(handle: DaemonHandle, prefix: str) -> EnvironmentRecord:
 
 
 def resolve_environment(handle: DaemonHandle, ref: str) -> tuple[str | None, dict[str, Any] | None]:
-    """A fingerprint (prefix) from the store, else a baseline id (its recorded environment)."""
+    """``current`` (this process's environment, captured now), a fingerprint (prefix) from the store,
+    else a baseline id (its recorded environment)."""
+    if ref == "current":
+        snapshot = envsnap.capture().to_dict()
+        return str(snapshot["fingerprint"]), snapshot
     if re.fullmatch(HEX_PREFIX, ref):
         found = handle.store.find_environments(ref.lower(), limit=2)
         if found:

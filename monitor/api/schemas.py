@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from monitor import jsonsafe
 from monitor.results import OutputStats, Reason
@@ -39,7 +39,7 @@ def json_safe(value: Any) -> Any:
 
 
 def _text(value: Any) -> str:
-    return value.isoformat() if isinstance(value, datetime) else str(value)
+    return jsonsafe.timestamp(value) if isinstance(value, datetime) else str(value)
 
 
 class _Out(BaseModel):
@@ -120,6 +120,9 @@ class RunSummary(_Out):
     worst_output: str | None
     worst_max_abs_error: JsonNumber | None
     worst_atol_ratio: JsonNumber | None
+    error_ratio: JsonNumber | None = Field(
+        default=None, description="error ÷ tolerance: the largest error_ratio of the run's outputs; 1 is the line"
+    )
 
     @classmethod
     def of(cls, run: RunRecord) -> RunSummary:
@@ -148,6 +151,7 @@ def _run_fields(run: RunRecord) -> dict[str, Any]:
         "worst_output": run.worst_output,
         "worst_max_abs_error": num(run.worst_max_abs_error),
         "worst_atol_ratio": num(run.worst_atol_ratio),
+        "error_ratio": num(run.error_ratio),
     }
 
 
@@ -298,7 +302,7 @@ def baseline_out(meta: Any, *, active: bool, record: BaselineRecord | None) -> B
     return BaselineOut(
         baseline_id=meta.id,
         model=meta.model,
-        created_at=str(meta.created_at),
+        created_at=jsonsafe.normalized(str(meta.created_at)),
         source=str(meta.source),
         active=active,
         model_sha256=meta.model_sha256 or None,

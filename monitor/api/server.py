@@ -8,6 +8,7 @@ wait for the running check, and only then stop the HTTP server.
 from __future__ import annotations
 
 import errno
+import logging
 import socket
 import threading
 import time
@@ -45,7 +46,13 @@ def start(handle: Any, host: str, port: int, *, wait_s: float = 15.0) -> Server:
 
     sock = listen(host, port)
     app = api.create_app(handle)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
+    access = bool(getattr(getattr(getattr(handle, "settings", None), "api", None), "access_log", False))
+    # log_config=None: uvicorn's loggers propagate to onnxmon's handler (text or JSON), none of its own.
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", access_log=access, lifespan="off", log_config=None
+    )
+    if access:  # uvicorn set its loggers to warning; the access lines are INFO
+        logging.getLogger("uvicorn.access").setLevel(logging.INFO)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="onnxmon-http", daemon=True)
     thread.start()

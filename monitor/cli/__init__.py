@@ -11,13 +11,15 @@ import sys
 import typer
 
 from monitor import __version__
+from monitor.cli import output, tree
 from monitor.errors import MonitorError
 
 app = typer.Typer(
     name="onnxmon",
     help="Continuous precision monitor for ONNX models served by ONNX Runtime.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
+    cls=tree.RootGroup,
     pretty_exceptions_enable=False,
 )
 
@@ -30,9 +32,25 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    config_file: str | None = output.ConfigOption,
+    output_format: str | None = typer.Option(
+        None,
+        "-o",
+        "--output",
+        metavar="FORMAT",
+        help="Output format of the command: table | json | yaml | wide (also after the command).",
+        show_default=False,
+    ),
+    as_json: bool = output.JsonOption,
 ) -> None:
-    """Continuous precision monitor for ONNX models served by ONNX Runtime."""
+    """Continuous precision monitor for ONNX models served by ONNX Runtime.
+
+    -c/--config and -o/--output work before or after the command; after wins.
+    """
+    output.chosen(output_format)  # a bad format is a usage error here, before the command runs
+    output.set_global(ctx, config_file=config_file, output=output_format, as_json=as_json)
 
 
 _registered = False

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from monitor import capture
-from monitor.cli import common
+from monitor import capture, jsonsafe
+from monitor.cli import common, output
 from monitor.config.plan import plan_for
 from monitor.config.settings import Settings, parse_duration
 from monitor.daemon import child
@@ -26,7 +25,7 @@ def register(app: typer.Typer) -> None:
 
     @group.command("capture")
     def capture_cmd(
-        model: str = typer.Argument(..., help="Model name from the config."),
+        model: str = ModelArgument,
         config_file: str | None = common.ConfigOption,
         promote: bool = typer.Option(False, "--promote", help="Make it the active baseline."),
         reference: bool = typer.Option(
@@ -41,8 +40,11 @@ def register(app: typer.Typer) -> None:
             None, "--timeout", help="Hard limit, e.g. 30m (default: 3 x the model's check timeout)."
         ),
         quiet: bool = common.QuietOption,
+        fmt: str | None = common.OutputOption,
+        as_json: bool = common.JsonOption,
     ) -> None:
         """Run the benchmark set on this stack and store the outputs as a new baseline."""
+        chosen = output.chosen(fmt, as_json)
         settings = common.settings(config_file)
         plan = plan_for(settings, model)  # an unknown name fails before the progress bar shows
         limit = _duration("--timeout", timeout) if timeout else 3 * plan.timeout_s
@@ -52,7 +54,7 @@ def register(app: typer.Typer) -> None:
             "intermediate_samples": samples if intermediates else 0,
             "note": note,
         }
-        with _progress(quiet) as bar:
+        with _progress(quiet or not output.is_terminal()) as bar:
             bar.add_task(f"capturing {model} (at most {limit:g} s)", total=None)
             # In an isolated child with a hard limit, like every check: a hung model cannot hang the CLI.
             baseline = child.capture_isolated(
@@ -60,14 +62,11 @@ def register(app: typer.Typer) -> None:
             )
         _record(settings, baseline)
         if not quiet:
-            state = "active" if baselines.active_id(settings.store.baselines_dir, model) == baseline.id else "inactive"
-            typer.echo(
-                f"captured {baseline.id} ({baseline.meta.sample_count} samples, {state}) in {baseline.directory}"
-            )
+            _print_baseline(chosen, settings, baseline, "captured")
 
     @group.command("import")
     def import_cmd(
-        model: str = typer.Argument(...),
+        model: str = ModelArgument,
         files: list[Path] = typer.Argument(
             ..., help="One .npz per sample, one onnx test-data directory, or one polygraphy --save-outputs JSON."
         ),
@@ -79,10 +78,13 @@ def register(app: typer.Typer) -> None:
             " from the first, or one polygraphy JSON; repeat the option per file.",
         ),
         config_file: str | None = common.ConfigOption,
-        promote: bool = typer.Option(False, "--promote"),
-        note: str = typer.Option("", "--note"),
+        promote: bool = typer.Option(False, "--promote", help="Make it the active baseline."),
+        note: str = typer.Option("", "--note", help="Free text kept with the baseline."),
+        fmt: str | None = common.OutputOption,
+        as_json: bool = common.JsonOption,
     ) -> None:
         """Store reference outputs produced elsewhere (e.g. PyTorch) as a baseline (source 'imported')."""
+        chosen = output.chosen(fmt, as_json)
         if kind not in ("npz", "onnx-test-data", "polygraphy-json"):
             raise typer.BadParameter(f"--kind must be npz, onnx-test-data or polygraphy-json, got {kind!r}")
         settings = common.settings(config_file)
@@ -95,70 +97,110 @@ def register(app: typer.Typer) -> None:
             note=note,
         )
         _record(settings, baseline)
-        typer.echo(f"imported {baseline.id} ({baseline.meta.sample_count} samples)")
+        _print_baseline(chosen, settings, baseline, "imported")
 
     @group.command("list")
     def list_cmd(
-        model: str = typer.Argument(...),
+        model: str = ModelArgument,
         config_file: str | None = common.ConfigOption,
         as_json: bool = common.JsonOption,
+        fmt: str | None = common.OutputOption,
     ) -> None:
         """Every baseline of MODEL, oldest first; the active one is marked."""
+        chosen = output.chosen(fmt, as_json)
         settings = common.settings(config_file)
         root = settings.store.baselines_dir
         active = baselines.active_id(root, model)
         items = baselines.list_baselines(root, model)
-        if as_json:
-            common.print_json([b.meta.to_dict() | {"active": b.id == active} for b in items])
-            return
-        table = common.PlainTable("", "id", "created", "source", "samples", "model sha256", "environment")
-        for b in items:
-            fp = b.meta.environment_fingerprint or "-"
-            table.add_row(
-                "*" if b.id == active else "", b.id, b.meta.created_at[:19], b.meta.source,
-                str(b.meta.sample_count), b.meta.model_sha256[:12], fp[:12],
-            )  # fmt: skip
-        common.console().print(table)
+
+        def table(wide: bool) -> common.PlainTable:
+            cut = 64 if wide else 16
+            shown = common.PlainTable("", "id", "created", "source", "samples", "model sha256", "environment")
+            for b in items:
+                fp = b.meta.environment_fingerprint or "-"
+                shown.add_row(
+                    "*" if b.id == active else "", b.id, b.meta.created_at, b.meta.source,
+                    str(b.meta.sample_count), b.meta.model_sha256[:cut], fp[:cut],
+                )  # fmt: skip
+            return shown
+
+        output.emit(chosen, lambda: [_listed(b.meta.to_dict(), b.id == active) for b in items], table)
 
     @group.command("show")
-    def show_cmd(baseline_id: str = typer.Argument(...), config_file: str | None = common.ConfigOption) -> None:
-        """Print one baseline's metadata (JSON) and verify its tensors."""
+    def show_cmd(
+        baseline_id: str = BaselineIdArgument,
+        config_file: str | None = common.ConfigOption,
+        fmt: str | None = common.OutputOption,
+        as_json: bool = common.JsonOption,
+    ) -> None:
+        """Print one baseline's metadata (JSON, or YAML with -o yaml) and verify its tensors."""
+        chosen = output.chosen(fmt, as_json)
         settings = common.settings(config_file)
         baseline = baselines.get(settings.store.baselines_dir, baseline_id)
         problems = baseline.verify()
-        common.print_json(baseline.meta.to_dict() | {"directory": str(baseline.directory), "problems": problems})
+        data = baseline.meta.to_dict() | {"directory": str(baseline.directory), "problems": problems}
+        common.print_json(data, "yaml" if chosen == "yaml" else "json")
         raise typer.Exit(1 if problems else 0)
 
     @group.command("promote")
-    def promote_cmd(baseline_id: str = typer.Argument(...), config_file: str | None = common.ConfigOption) -> None:
+    def promote_cmd(
+        baseline_id: str = BaselineIdArgument,
+        config_file: str | None = common.ConfigOption,
+        fmt: str | None = common.OutputOption,
+        as_json: bool = common.JsonOption,
+    ) -> None:
         """Make BASELINE_ID the active baseline of its model."""
+        chosen = output.chosen(fmt, as_json)
         settings = common.settings(config_file)
         baseline = baselines.promote(settings.store.baselines_dir, baseline_id, by="cli")
         store = common.open_store(settings)
         _record(settings, baseline, store=store)
         store.record_promotion(baseline.meta.model, baseline.id, by="cli")
-        typer.echo(f"{baseline.meta.model}: active baseline is now {baseline.id}")
+        output.emit(
+            chosen,
+            lambda: {"model": baseline.meta.model, "active": baseline.id, "directory": str(baseline.directory)},
+            lambda wide: f"{baseline.meta.model}: active baseline is now {baseline.id}",
+        )
 
     @group.command("history")
     def history_cmd(
-        model: str = typer.Argument(...),
+        model: str = ModelArgument,
         config_file: str | None = common.ConfigOption,
         as_json: bool = common.JsonOption,
+        fmt: str | None = common.OutputOption,
     ) -> None:
-        """Every baseline of MODEL: when it was active, on which environment."""
-        settings = common.settings(config_file)
-        rows = common.open_store(settings).baseline_history(model)
-        if as_json:
-            common.print_json([dataclasses.asdict(r) for r in rows])
-            return
-        table = common.PlainTable("id", "source", "created", "active from", "active until", "environment")
-        for r in rows:
-            table.add_row(*(str(getattr(r, f, "") or "-") for f in (
-                "baseline_id", "source", "created_at", "active_from", "active_until", "environment_fingerprint"
-            )))  # fmt: skip
-        common.console().print(table)
+        """Every baseline of MODEL on disk and in the store: when active, on which environment, where recorded."""
+        from monitor.cli import baseline_history
+
+        chosen = output.chosen(fmt, as_json)
+        entries = baseline_history.collect(common.settings(config_file), model)
+        output.emit(chosen, lambda: [e.to_dict() for e in entries], lambda wide: baseline_history.table(entries, wide))
 
     app.add_typer(group, name="baseline")
+
+
+ModelArgument = typer.Argument(..., help="Model name from the config.")
+BaselineIdArgument = typer.Argument(..., help="Baseline id, as `onnxmon baseline list` prints it.")
+
+
+def _listed(meta: dict[str, object], active: bool) -> dict[str, object]:
+    """A baseline's metadata for ``-o json``: ``created_at`` in RFC 3339 UTC whatever version wrote it."""
+    return meta | {"created_at": jsonsafe.normalized(str(meta.get("created_at", ""))), "active": active}
+
+
+def _print_baseline(fmt: str, settings: Settings, baseline: baselines.Baseline, verb: str) -> None:
+    """The new baseline's id (and where it lives), as a sentence or as data for scripts."""
+    active = baselines.active_id(settings.store.baselines_dir, baseline.meta.model) == baseline.id
+    data = {
+        "id": baseline.id,
+        "model": baseline.meta.model,
+        "samples": baseline.meta.sample_count,
+        "active": active,
+        "directory": str(baseline.directory),
+    }
+    state = "active" if active else "inactive"
+    sentence = f"{verb} {baseline.id} ({baseline.meta.sample_count} samples, {state}) in {baseline.directory}"
+    output.emit(fmt, lambda: data, lambda wide: sentence)
 
 
 def _record(settings: Settings, baseline: baselines.Baseline, store: Store | None = None) -> None:

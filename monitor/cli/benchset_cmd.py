@@ -8,15 +8,15 @@ from pathlib import Path
 import typer
 
 from monitor import jsonsafe
-from monitor.cli import common
-from monitor.config import settings as config
+from monitor.cli import common, output
 from monitor.errors import BenchsetError
 from monitor.files import benchsets as benchset
 
-ConfigOption = typer.Option(None, "-c", "--config", help="Config file (default: $ONNXMON_CONFIG or ./onnxmon.yaml).")
+ConfigOption = common.ConfigOption
 RootOption = typer.Option(None, "--root", help="Benchset directory (default: store.benchsets_dir of the config).")
 FilesArgument = typer.Argument(..., help="npz files, one onnx test-data directory, or one JSON file.")
 KindOption = typer.Option(None, "--kind", help="npz | onnx-test-data | polygraphy-json (default: guessed).")
+NameArgument = typer.Argument(..., help="Benchmark set name (as declared in the config).")
 VersionOption = typer.Option(None, "--version", help="Version to verify (default: the newest).")
 
 
@@ -24,44 +24,62 @@ def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Create, import, verify and list benchmark sets.", no_args_is_help=True)
 
     @group.command("create")
-    def create(name: str, config_file: str | None = ConfigOption, quiet: bool = common.QuietOption) -> None:
+    def create(
+        name: str = NameArgument,
+        config_file: str | None = ConfigOption,
+        quiet: bool = common.QuietOption,
+        fmt: str | None = common.OutputOption,
+        as_json: bool = common.JsonOption,
+    ) -> None:
         """Materialize the set NAME declared in the config (a new version only if its declaration changed)."""
-        settings = config.load(config_file)
+        chosen = output.chosen(fmt, as_json)
+        settings = common.load(config_file)
         root = settings.store.benchsets_dir
         before = _current_version(root, name)
         console = common.console()
-        with console.status(f"materializing {name} …", spinner="dots") if not quiet else contextlib.nullcontext():
+        busy = not quiet and output.is_terminal()
+        with console.status(f"materializing {name} …", spinner="dots") if busy else contextlib.nullcontext():
             bs = benchset.materialize(settings.benchset(name), root)
         if quiet:
             return
-        state = "unchanged" if before == bs.version else "created"
-        typer.echo(f"{bs.name} v{bs.version} ({state}): {len(bs)} sample(s), sha256 {bs.sha256}")
+        _print_state(chosen, bs, "unchanged" if before == bs.version else "created")
 
     @group.command("import")
     def import_(
-        name: str,
+        name: str = NameArgument,
         files: list[Path] = FilesArgument,
         kind: str | None = KindOption,
         config_file: str | None = ConfigOption,
         root: Path | None = RootOption,
+        fmt: str | None = common.OutputOption,
+        as_json: bool = common.JsonOption,
     ) -> None:
         """Materialize set NAME from files given by hand."""
+        chosen = output.chosen(fmt, as_json)
         directory = _root(root, config_file)
         before = _current_version(directory, name)
         bs = benchset.import_files(name, files, directory, kind or _guess_kind(files))
-        state = "unchanged" if before == bs.version else "created"
-        typer.echo(f"{bs.name} v{bs.version} ({state}): {len(bs)} sample(s), sha256 {bs.sha256}")
+        _print_state(chosen, bs, "unchanged" if before == bs.version else "created")
 
     @group.command("verify")
     def verify(
-        name: str,
+        name: str = NameArgument,
         version: int | None = VersionOption,
         config_file: str | None = ConfigOption,
         root: Path | None = RootOption,
+        fmt: str | None = common.OutputOption,
+        as_json: bool = common.JsonOption,
     ) -> None:
         """Re-hash every tensor of set NAME; exit 1 and print each problem if any."""
+        chosen = output.chosen(fmt, as_json)
         bs = benchset.open_benchset(_root(root, config_file), name, version)
         problems = benchset.verify(bs)
+        if output.structured(chosen):
+            data = _row(bs) | {"ok": not problems, "problems": problems}
+            common.print_json(data, chosen)
+            if problems:
+                raise SystemExit(1)
+            return
         for problem in problems:
             typer.echo(problem)
         if problems:
@@ -71,36 +89,50 @@ def register(app: typer.Typer) -> None:
 
     @group.command("list")
     def list_(
-        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+        as_json: bool = common.JsonOption,
+        fmt: str | None = common.OutputOption,
         all_versions: bool = typer.Option(False, "--all", help="Every version, not only the newest."),
         config_file: str | None = ConfigOption,
         root: Path | None = RootOption,
     ) -> None:
         """List the sets (their newest version unless --all)."""
+        chosen = output.chosen(fmt, as_json)
         sets = benchset.list_benchsets(_root(root, config_file), all_versions=all_versions)
-        if as_json:
-            rows = [
-                {
-                    "name": bs.name,
-                    "version": bs.version,
-                    "samples": len(bs),
-                    "sha256": bs.sha256,
-                    "source": bs.source,
-                    "created_at": bs.created_at,
-                    "directory": str(bs.directory),
-                }
-                for bs in sets
-            ]
-            typer.echo(jsonsafe.dumps(rows, indent=2))
-            return
-        for bs in sets:
-            typer.echo(f"{bs.name}\tv{bs.version}\t{len(bs)} sample(s)\t{bs.source}\t{bs.created_at}\t{bs.sha256}")
+
+        def table(wide: bool) -> common.PlainTable:
+            shown = common.PlainTable("name", "version", "samples", "source", "created", "sha256")
+            for bs in sets:
+                digest = bs.sha256 if wide else bs.sha256[:16]
+                shown.add_row(bs.name, f"v{bs.version}", str(len(bs)), bs.source, bs.created_at, digest)
+            return shown
+
+        output.emit(chosen, lambda: [_row(bs) for bs in sets], table)
 
     app.add_typer(group, name="benchset")
 
 
+def _row(bs: benchset.Benchset) -> dict[str, object]:
+    return {
+        "name": bs.name,
+        "version": bs.version,
+        "samples": len(bs),
+        "sha256": bs.sha256,
+        "source": bs.source,
+        "created_at": jsonsafe.normalized(str(bs.created_at)),  # RFC 3339 UTC, as in every onnxmon JSON
+        "directory": str(bs.directory),
+    }
+
+
+def _print_state(fmt: str, bs: benchset.Benchset, state: str) -> None:
+    output.emit(
+        fmt,
+        lambda: _row(bs) | {"state": state},
+        lambda wide: f"{bs.name} v{bs.version} ({state}): {len(bs)} sample(s), sha256 {bs.sha256}",
+    )
+
+
 def _root(root: Path | None, config_file: str | None) -> Path:
-    return root if root is not None else config.load(config_file).store.benchsets_dir
+    return root if root is not None else common.load(config_file).store.benchsets_dir
 
 
 def _current_version(root: Path, name: str) -> int | None:

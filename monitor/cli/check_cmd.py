@@ -10,12 +10,14 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from monitor.cli import common, recording
+from monitor import jsonsafe
+from monitor.cli import common, output, recording
 from monitor.config.plan import plan_for
 from monitor.daemon import child
 from monitor.errors import MonitorError
 from monitor.results import CheckResult, Verdict
 
+ERROR_RATIO_HEADER = common.ERROR_RATIO_HEADER
 _STYLE = {Verdict.PASS: "green", Verdict.FAIL: "bold red", Verdict.ERROR: "bold yellow"}
 
 
@@ -34,10 +36,12 @@ def register(app: typer.Typer) -> None:
         models: list[str] = typer.Argument(None, help="Models to check (default: all in the config)."),
         config_file: str | None = common.ConfigOption,
         as_json: bool = common.JsonOption,
+        fmt: str | None = common.OutputOption,
         quiet: bool = common.QuietOption,
         store: bool = typer.Option(True, "--store/--no-store", help="Record the results in the store."),
     ) -> None:
         """Replay each model's benchmark set and compare with its active baseline."""
+        chosen = output.chosen(fmt, as_json)
         settings = common.settings(config_file)
         names = models or [m.name for m in settings.models]
         if not names:
@@ -47,10 +51,10 @@ def register(app: typer.Typer) -> None:
         # Each check in its own child with the model's hard timeout, exactly as the daemon runs it.
         results = [child.run_isolated(plan, job=child.measure_only, memory_limit_mb=memory)[0] for plan in plans]
         recorded = recording.record(settings, results) if store else None
-        if as_json:
-            common.print_json([r.to_dict() for r in results])
+        if output.structured(chosen):
+            common.print_json([as_json_record(r) for r in results], chosen)
         elif not quiet:
-            common.console().print(render(results))
+            output.print_table(render(results, wide=chosen == "wide"))
         code = exit_code(results)
         if recorded is not None and not recorded.complete:
             typer.echo(f"onnxmon: warning: {recorded.message()}", err=True)
@@ -58,16 +62,23 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(code)
 
 
-def render(results: list[CheckResult]) -> Table:
-    """One row per output (one per model when nothing was measured)."""
+def as_json_record(result: CheckResult) -> dict[str, object]:
+    """``CheckResult.to_dict`` with RFC 3339 UTC timestamps (the dict itself keeps epoch seconds for the spool)."""
+    return jsonsafe.with_timestamps(result.to_dict())
+
+
+def render(results: list[CheckResult], *, wide: bool = False) -> Table:
+    """One row per output (one per model when nothing was measured); ``wide`` adds the baseline id."""
     table = common.PlainTable(show_lines=False, pad_edge=False)
-    for column in ("model", "output", "verdict", "max abs", "max rel", "cosine", "SNR dB", "mismatch", "reasons"):
+    columns = ["model", "output", "verdict", "max abs", "max rel", ERROR_RATIO_HEADER, "cosine", "SNR dB", "mismatch"]
+    for column in [*columns, "reasons", *(["baseline"] if wide else [])]:
         table.add_column(column, overflow="fold")
     for result in results:
         style = _STYLE[result.verdict]
         check_reasons = "; ".join(str(r) for r in result.reasons)
         if not result.outputs:
-            table.add_row(result.model, "-", Text(result.verdict.value, style=style), "", "", "", "", "", check_reasons)
+            row = [result.model, "-", Text(result.verdict.value, style=style), "", "", "", "", "", "", check_reasons]
+            table.add_row(*row, *([result.baseline_id or "-"] if wide else []))
             continue
         for i, out in enumerate(result.outputs):
             m = out.metrics
@@ -80,15 +91,18 @@ def render(results: list[CheckResult]) -> Table:
                 Text(out.verdict.value, style=_STYLE[out.verdict]),
                 common.fmt(m.max_abs_error),
                 common.fmt(m.max_rel_error),
+                common.ratio(out.error_ratio),
                 common.fmt(m.cosine_similarity, ".6f"),
                 common.fmt(m.snr_db, ".1f"),
                 common.fmt(m.mismatch_ratio, ".2%"),
                 reasons,
+                *([result.baseline_id or "-"] if wide else []),
             )
         if result.attribution:
-            table.add_row("", "", "", "", "", "", "", "", f"attribution: {result.attribution}")
+            blank = [""] * 9
+            table.add_row(*blank, f"attribution: {result.attribution}", *([""] if wide else []))
         for hazard in _lint_lines(result):
-            table.add_row("", "", "", "", "", "", "", "", hazard)
+            table.add_row(*[""] * 9, hazard, *([""] if wide else []))
     return table
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -11,20 +10,27 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from monitor import jsonsafe
+from monitor.cli import output
 from monitor.config import settings as config
 
 if TYPE_CHECKING:
     from monitor.store import Store
 
-ConfigOption = typer.Option(None, "-c", "--config", help="Config file (default: $ONNXMON_CONFIG or ./onnxmon.yaml).")
-JsonOption = typer.Option(False, "--json", help="Print JSON instead of a table.")
+ConfigOption = output.ConfigOption
+JsonOption = output.JsonOption
+OutputOption = output.OutputOption
+UnusedConfigOption = output.UnusedConfigOption
 QuietOption = typer.Option(False, "--quiet", "-q", help="Print nothing but errors; rely on the exit code.")
 
 
 def console() -> Console:
     """A console that fits the terminal (or 120 columns when piped)."""
-    return Console(width=None if sys.stdout.isatty() else 120, highlight=False, soft_wrap=False)
+    return output.console()
+
+
+def load(path: str | None) -> config.Settings:
+    """The config named by ``-c`` (after or before the command), unscoped: for commands that need no node."""
+    return config.load(output.config_file(path))
 
 
 def settings(path: str | None) -> config.Settings:
@@ -32,7 +38,7 @@ def settings(path: str | None) -> config.Settings:
     from monitor.config import scope
     from monitor.runtime import envsnap  # NVML is probed only for the pool scope
 
-    return scope.apply(config.load(path), gpu_name=envsnap.first_gpu_name)
+    return scope.apply(load(path), gpu_name=envsnap.first_gpu_name)
 
 
 def open_store(settings: config.Settings) -> Store:
@@ -55,9 +61,20 @@ def node_identity() -> tuple[str | None, str | None]:
     return node, os.environ.get("POD_NAME")
 
 
-def print_json(data: Any) -> None:
-    """``data`` as strict, indented JSON on stdout (non-finite floats as strings: ``monitor.jsonsafe``)."""
-    typer.echo(jsonsafe.dumps(data, indent=2, default=str))
+def print_json(data: Any, fmt: str = "json") -> None:
+    """``data`` as strict, indented JSON on stdout (``monitor.jsonsafe``), or as YAML when ``fmt`` says so."""
+    output.print_data(data, fmt)
+
+
+ERROR_RATIO_HEADER = "error ÷ tolerance"
+"""The one name of ``OutputStats.error_ratio`` (max ``|a-b| / (atol + rtol*|b|)``; 1 is the line) on screen."""
+
+
+def ratio(value: float | None) -> str:
+    """``error_ratio`` as every table shows it: three significant digits; ``-`` when not measured."""
+    if value is None or value != value:
+        return "-"
+    return format(value, ".3g")
 
 
 def fmt(value: float | int | None, spec: str = ".3g") -> str:
@@ -72,6 +89,11 @@ class PlainTable(Table):
     Model, output and node names are data: ``[/]`` in one must not crash the command and
     ``[word]`` must not vanish from the table. Styled cells are passed as ``Text``.
     """
+
+    def add_column(self, header: Any = "", *args: Any, **kwargs: Any) -> None:
+        """Columns fold long cells onto the next line instead of cutting them: ids must stay pasteable."""
+        kwargs.setdefault("overflow", "fold")
+        super().add_column(header, *args, **kwargs)
 
     def add_row(self, *renderables: Any, style: Any = None, end_section: bool = False) -> None:
         cells = [Text(cell) if isinstance(cell, str) else cell for cell in renderables]

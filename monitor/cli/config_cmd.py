@@ -1,35 +1,59 @@
-"""``onnxmon config validate|show``: check a config file before the daemon ever sees it."""
+"""``onnxmon config validate|show|reference``: check a config file before the daemon ever sees it."""
 
 from __future__ import annotations
 
 import typer
 
-from monitor import jsonsafe
-from monitor.config import settings as config
+from monitor.cli import common, output
 
-ConfigOption = typer.Option(None, "-c", "--config", help="Config file (default: $ONNXMON_CONFIG or ./onnxmon.yaml).")
+ConfigOption = common.ConfigOption
 
 
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Validate and show the configuration.", no_args_is_help=True)
 
     @group.command("validate")
-    def validate(config_file: str | None = ConfigOption) -> None:
+    def validate(
+        config_file: str | None = ConfigOption,
+        fmt: str | None = common.OutputOption,
+        as_json: bool = common.JsonOption,
+    ) -> None:
         """Validate the config; print every problem with its path and exit 2 if any."""
-        settings = config.load(config_file)
-        typer.echo(f"{settings.source}: ok ({len(settings.models)} model(s), {len(settings.benchsets)} benchset(s))")
+        chosen = output.chosen(fmt, as_json)
+        settings = common.load(config_file)
+        data = {
+            "config": str(settings.source),
+            "ok": True,
+            "models": len(settings.models),
+            "benchsets": len(settings.benchsets),
+        }
+        sentence = f"{settings.source}: ok ({len(settings.models)} model(s), {len(settings.benchsets)} benchset(s))"
+        output.emit(chosen, lambda: data, lambda wide: sentence)
 
     @group.command("show")
-    def show(config_file: str | None = ConfigOption) -> None:
-        """Print the effective config (file + ONNXMON_* overrides, paths resolved) as JSON, secrets masked."""
-        settings = config.load(config_file)
-        typer.echo(jsonsafe.dumps(settings.redacted(), indent=2))
+    def show(
+        config_file: str | None = ConfigOption,
+        fmt: str | None = common.OutputOption,
+        as_json: bool = common.JsonOption,
+    ) -> None:
+        """Print the effective config (file + ONNXMON_* overrides, paths resolved), secrets masked: JSON or YAML."""
+        chosen = output.chosen(fmt, as_json)
+        settings = common.load(config_file)
+        common.print_json(settings.redacted(), "yaml" if chosen == "yaml" else "json")
 
     @group.command("reference")
-    def reference() -> None:
-        """Print the configuration reference (Markdown) generated from the schema."""
+    def reference(
+        config_file: str | None = common.UnusedConfigOption,
+        fmt: str | None = common.OutputOption,
+        as_json: bool = common.JsonOption,
+    ) -> None:
+        """Print the configuration reference (Markdown) generated from the schema; -o json wraps it."""
         from monitor.config import doc
 
+        chosen = output.chosen(fmt, as_json)
+        if output.structured(chosen):
+            common.print_json({"format": "markdown", "text": doc.render()}, chosen)
+            return
         typer.echo(doc.render(), nl=False)
 
     app.add_typer(group, name="config")

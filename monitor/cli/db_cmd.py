@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from monitor.cli import common
+from monitor.cli import common, output
 
 if TYPE_CHECKING:
     from monitor.store import Store
@@ -22,25 +22,37 @@ def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Create and migrate the history database.", no_args_is_help=True)
 
     @group.command("upgrade")
-    def upgrade(config_file: str | None = common.ConfigOption, url: str | None = UrlOption) -> None:
+    def upgrade(
+        config_file: str | None = common.ConfigOption,
+        url: str | None = UrlOption,
+        fmt: str | None = common.OutputOption,
+        as_json: bool = common.JsonOption,
+    ) -> None:
         """Migrate the database to the newest schema (safe to run again)."""
+        chosen = output.chosen(fmt, as_json)
         with _store(config_file, url) as store:
             before = store.current_revision()
             store.upgrade()
             after = store.current_revision()
-            typer.echo(f"{store.display_url}: {before or 'empty'} -> {after}")
+            data = {"database": store.display_url, "before": before, "after": after}
+            output.emit(chosen, lambda: data, lambda wide: f"{store.display_url}: {before or 'empty'} -> {after}")
 
     @group.command("current")
     def current(
         config_file: str | None = common.ConfigOption,
         url: str | None = UrlOption,
         check: bool = typer.Option(False, "--check", help="Exit 1 unless the database is at the newest revision."),
+        fmt: str | None = common.OutputOption,
+        as_json: bool = common.JsonOption,
     ) -> None:
         """Print the database's schema revision and the newest one this version ships."""
+        chosen = output.chosen(fmt, as_json)
         with _store(config_file, url) as store:
             revision, head = store.current_revision(), store.head_revision()
             state = "up to date" if revision == head else "behind: run `onnxmon db upgrade`"
-            typer.echo(f"{store.display_url}: revision {revision or 'none (empty database)'}, head {head} ({state})")
+            data = {"database": store.display_url, "revision": revision, "head": head, "up_to_date": revision == head}
+            sentence = f"{store.display_url}: revision {revision or 'none (empty database)'}, head {head} ({state})"
+            output.emit(chosen, lambda: data, lambda wide: sentence)
             if check and revision != head:
                 raise typer.Exit(1)
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from monitor.cli import common
+from monitor.cli import common, output
 from monitor.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -39,11 +39,13 @@ def register(app: typer.Typer) -> None:
         top: int = typer.Option(10, "--top", min=0, help="Changes listed per kind in the text form."),
         limit: int = typer.Option(200, "--limit", min=1, help="Entries per list in --json (the rest are counted)."),
         as_json: bool = common.JsonOption,
+        fmt: str | None = common.OutputOption,
         quiet: bool = common.QuietOption,
     ) -> None:
         """Diff ONNX models statically: weights, nodes, types, opsets; exit 1 when they differ."""
         from monitor import modeldiff
 
+        as_json = output.structured(output.chosen(fmt, as_json))
         given = list(files or [])
         if baseline_of is None:
             if len(given) != 2:

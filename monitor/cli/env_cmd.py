@@ -1,21 +1,25 @@
 """``onnxmon env show|diff``: this machine's environment snapshot, and what changed between two.
 
 A snapshot reference (``REF``) is, in order: a path to a JSON file holding a snapshot (or a
-check result with an ``environment`` key), the word ``current`` (capture now), or anything
-one of the lookups passed to :func:`resolve_snapshot` knows (a fingerprint; baseline ids
-once the store is wired in).
+check result with an ``environment`` key), the word ``current`` (capture now), a baseline id
+(its recorded environment), or a fingerprint or any prefix of one onnxmon prints (12, 16 or 64
+hex; 4 at least), looked up in the store and in the baselines on disk. ``env diff`` with no
+argument diffs the active baseline's environment against the current one (the on-call question
+"what changed since we validated?"); with several models, ``--model`` picks one.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from monitor import jsonsafe
+from monitor.cli import common, output
+from monitor.config.settings import mask_url
 from monitor.errors import MonitorError
 from monitor.runtime import envsnap
 
@@ -26,6 +30,86 @@ Lookup = Callable[[str], Mapping[str, Any] | None]
 def current_lookup(ref: str) -> Mapping[str, Any] | None:
     """``current`` means a snapshot captured now, in this process."""
     return envsnap.capture().to_dict() if ref == "current" else None
+
+
+class StoreUnreadable(MonitorError):
+    """A fingerprint could not be looked up because the store cannot be read: could not measure (3)."""
+
+    exit_code = 3
+
+
+HEX = re.compile(r"^[0-9a-fA-F]{4,64}$")
+
+
+class StoreLookup:
+    """Fingerprints (or prefixes) from the store and from baselines on disk; baseline ids from disk.
+
+    The config is read only when a reference is not a file or ``current``, so diffing two files
+    works anywhere; a config that cannot be read is reported with the reference that needed it.
+    """
+
+    def __init__(self, config_file: str | None) -> None:
+        self.config_file = config_file
+
+    def __call__(self, ref: str) -> Mapping[str, Any] | None:
+        from monitor.files import baselines
+
+        try:
+            settings = common.settings(self.config_file)
+        except MonitorError as exc:
+            raise MonitorError(f"{ref!r} is not a file or 'current'; looking it up needs the config: {exc}") from None
+        root = settings.store.baselines_dir
+        if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", ref) and not HEX.match(ref):
+            try:
+                return dict(baselines.get(root, ref).meta.environment) or None
+            except MonitorError:
+                return None
+        if not HEX.match(ref):
+            return None
+        prefix = ref.lower()
+        found: dict[str, Mapping[str, Any]] = {}
+        for model in settings.models:  # the baselines on disk answer even when the store cannot
+            for baseline in baselines.list_baselines(root, model.name):
+                fingerprint = baseline.meta.environment_fingerprint
+                if fingerprint and fingerprint.startswith(prefix) and baseline.meta.environment:
+                    found.setdefault(fingerprint, baseline.meta.environment)
+        try:
+            with common.open_store(settings) as store:
+                for record in store.find_environments(prefix, limit=20):
+                    found.setdefault(record.fingerprint, record.snapshot)
+        except MonitorError:
+            raise
+        except Exception as exc:  # an unreachable or unmigrated database: say so, exit 3
+            if not found:
+                first = str(exc).splitlines()[0] if str(exc) else ""
+                raise StoreUnreadable(
+                    f"{ref!r}: not found in the baselines, and the store {mask_url(settings.store.url)} cannot be"
+                    f" read ({type(exc).__name__}: {first[:200]})"
+                ) from None
+        if len(found) > 1:
+            shown = ", ".join(envsnap.short(f) for f in sorted(found)[:5])
+            raise MonitorError(f"fingerprint prefix {ref!r} is ambiguous: {shown}; give more digits")
+        return next(iter(found.values()), None)
+
+
+def active_baseline_ref(config_file: str | None, model: str | None) -> tuple[str, Mapping[str, Any]]:
+    """The active baseline's id and recorded environment (of ``model``, or of the only model configured)."""
+    from monitor.files import baselines
+
+    settings = common.settings(config_file)
+    names = [model] if model else [m.name for m in settings.models]
+    if model:
+        settings.model(model)  # an unknown name says which names exist
+    if len(names) != 1:
+        raise MonitorError(
+            f"{settings.source}: {len(names)} models configured; pass --model NAME (one of {names}) or two references"
+        )
+    baseline = baselines.active(settings.store.baselines_dir, names[0])
+    if baseline is None:
+        raise MonitorError(f"model {names[0]!r} has no active baseline under {settings.store.baselines_dir}")
+    if not baseline.meta.environment:
+        raise MonitorError(f"baseline {baseline.id} recorded no environment snapshot (in {baseline.directory})")
+    return baseline.id, baseline.meta.environment
 
 
 def resolve_snapshot(ref: str, lookups: Sequence[Lookup] = ()) -> envsnap.EnvSnapshot:
@@ -41,7 +125,10 @@ def resolve_snapshot(ref: str, lookups: Sequence[Lookup] = ()) -> envsnap.EnvSna
         found = lookup(ref)
         if found is not None:
             return _snapshot_from(found, ref)
-    raise MonitorError(f"{ref!r}: no such snapshot; expected a snapshot JSON file, 'current', or a known fingerprint")
+    raise MonitorError(
+        f"{ref!r}: no such snapshot; expected a snapshot JSON file, 'current', a baseline id, or a fingerprint"
+        " (or a prefix of 4+ hex) known to the store or to a baseline"
+    )
 
 
 def _snapshot_from(data: Any, where: str) -> envsnap.EnvSnapshot:
@@ -56,10 +143,13 @@ def _snapshot_from(data: Any, where: str) -> envsnap.EnvSnapshot:
         ) from exc
 
 
-def format_diff(a: envsnap.EnvSnapshot, b: envsnap.EnvSnapshot, changes: Sequence[envsnap.FieldChange]) -> str:
-    """Human text: both fingerprints, one line per changed field, then the one-line summary."""
+def format_diff(
+    a: envsnap.EnvSnapshot, b: envsnap.EnvSnapshot, changes: Sequence[envsnap.FieldChange], *, wide: bool = False
+) -> str:
+    """Human text: both fingerprints (all 64 hex with ``wide``), one line per changed field, then the summary."""
     same = "same fingerprint" if a.fingerprint == b.fingerprint else "fingerprint differs"
-    lines = [f"{envsnap.short(a.fingerprint)} → {envsnap.short(b.fingerprint)}: {same}"]
+    shown = (lambda f: f) if wide else envsnap.short
+    lines = [f"{shown(a.fingerprint)} → {shown(b.fingerprint)}: {same}"]
     width = max((len(c.field) for c in changes), default=0)
     for c in changes:
         kind = "stable  " if c.stable else "volatile"
@@ -72,32 +162,47 @@ def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Show the environment snapshot, or diff two snapshots.", no_args_is_help=True)
 
     @group.command("show")
-    def show(as_json: bool = typer.Option(False, "--json", help="Print the snapshot as JSON.")) -> None:
+    def show(
+        as_json: bool = typer.Option(False, "--json", help="Print the snapshot as JSON (same as -o json)."),
+        fmt: str | None = common.OutputOption,
+        config_file: str | None = common.UnusedConfigOption,
+    ) -> None:
         """Capture this machine's environment and print it, grouped by section, stable vs volatile."""
+        chosen = output.chosen(fmt, as_json)
         snapshot = envsnap.capture()
-        typer.echo(jsonsafe.dumps(snapshot.to_dict(), indent=2) if as_json else envsnap.format_table(snapshot))
+        output.emit(chosen, snapshot.to_dict, lambda wide: envsnap.format_table(snapshot))
 
     @group.command("diff")
     def diff(
-        a: str = typer.Argument(..., help="Snapshot JSON file, 'current', or fingerprint."),
-        b: str = typer.Argument("current", help="Snapshot JSON file, 'current', or fingerprint."),
-        as_json: bool = typer.Option(False, "--json", help="Print the changes as JSON."),
+        a: str | None = typer.Argument(
+            None, help="Snapshot JSON file, 'current', baseline id or fingerprint (default: the active baseline)."
+        ),
+        b: str = typer.Argument("current", help="Snapshot JSON file, 'current', baseline id or fingerprint."),
+        model: str | None = typer.Option(
+            None, "--model", help="Without A: whose active baseline (default: the only model)."
+        ),
+        config_file: str | None = common.ConfigOption,
+        as_json: bool = typer.Option(False, "--json", help="Print the changes as JSON (same as -o json)."),
+        fmt: str | None = common.OutputOption,
     ) -> None:
         """List the fields that changed from A to B, stable first; exit 1 when the fingerprints differ."""
-        lookups = [current_lookup]
-        first, second = resolve_snapshot(a, lookups), resolve_snapshot(b, lookups)
-        changes = envsnap.diff(first, second)
-        if as_json:
-            payload = {
-                "a": first.fingerprint,
-                "b": second.fingerprint,
-                "same_fingerprint": first.fingerprint == second.fingerprint,
-                "summary": envsnap.summary(changes),
-                "changes": [c.to_dict() for c in changes],
-            }
-            typer.echo(jsonsafe.dumps(payload, indent=2))
+        chosen = output.chosen(fmt, as_json)
+        lookups: list[Lookup] = [current_lookup, StoreLookup(config_file)]
+        if a is None:
+            baseline_id, environment = active_baseline_ref(config_file, model)
+            first = _snapshot_from(environment, f"baseline {baseline_id}")
         else:
-            typer.echo(format_diff(first, second, changes))
+            first = resolve_snapshot(a, lookups)
+        second = resolve_snapshot(b, lookups)
+        changes = envsnap.diff(first, second)
+        payload = {
+            "a": first.fingerprint,
+            "b": second.fingerprint,
+            "same_fingerprint": first.fingerprint == second.fingerprint,
+            "summary": envsnap.summary(changes),
+            "changes": [c.to_dict() for c in changes],
+        }
+        output.emit(chosen, lambda: payload, lambda wide: format_diff(first, second, changes, wide=wide))
         if first.fingerprint != second.fingerprint:
             raise typer.Exit(1)
 

@@ -16,7 +16,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from monitor.cli import common
+from monitor import jsonsafe
+from monitor.cli import common, output
 from monitor.config import settings as config
 from monitor.errors import MonitorError
 
@@ -34,12 +35,14 @@ def register(app: typer.Typer) -> None:
         node: str | None = typer.Option(None, "--node", help="Only runs on this node (plus model-wide events)."),
         limit: int = typer.Option(200, "--limit", min=1, help="At most this many runs."),
         as_json: bool = common.JsonOption,
+        fmt: str | None = common.OutputOption,
         config_file: str | None = common.ConfigOption,
         url: str | None = typer.Option(None, "--url", help="Database URL (default: store.url from the config)."),
     ) -> None:
         """Show a model's runs with environment changes and baseline promotions interleaved."""
         from monitor.store import Store
 
+        chosen = output.chosen(fmt, as_json)
         start = _since(since)
         with Store(url or common.settings(config_file).store.url) as store:
             _ready(store)
@@ -47,10 +50,10 @@ def register(app: typer.Typer) -> None:
             if not items and model not in store.models():
                 known = ", ".join(store.models()) or "none yet"
                 raise MonitorError(f"model '{model}' has no history in {store.display_url} (models: {known})")
-        if as_json:
-            common.print_json([_item_json(i) for i in items])
+        if output.structured(chosen):
+            common.print_json([_item_json(i) for i in items], chosen)
             return
-        common.console().print(_table(model, list(reversed(items))))
+        output.print_table(_table(model, list(reversed(items)), wide=chosen == "wide"))
 
 
 def _ready(store: Store) -> None:
@@ -79,7 +82,10 @@ def _since(value: str | None) -> datetime | None:
         return datetime.min.replace(tzinfo=UTC)
 
 
-def _table(model: str, items: list[HistoryItem]) -> Table:
+def _table(model: str, items: list[HistoryItem], *, wide: bool = False) -> Table:
+    """Oldest first; the last column is each run's environment fingerprint (16 hex, all 64 with ``wide``),
+    which ``onnxmon env diff`` takes as it is."""
+    cut = 64 if wide else 16
     table = common.PlainTable(title=Text(f"history of {model} (oldest first)"), title_justify="left")
     for header, justify in (
         ("when (UTC)", "left"),
@@ -87,14 +93,16 @@ def _table(model: str, items: list[HistoryItem]) -> Table:
         ("verdict", "left"),
         ("worst output", "left"),
         ("max |err|", "right"),
-        ("x atol", "right"),
+        (common.ERROR_RATIO_HEADER, "right"),
         ("why / what changed", "left"),
+        ("environment", "left"),
     ):
         table.add_column(header, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for item in items:
         when = item.at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
         if item.run is not None:
-            table.add_row(when, *_run_cells(item.run))
+            fingerprint = item.run.environment_fingerprint or "-"
+            table.add_row(when, *_run_cells(item.run), fingerprint[:cut])
         elif item.event is not None:
             event = item.event
             table.add_row(
@@ -105,6 +113,7 @@ def _table(model: str, items: list[HistoryItem]) -> Table:
                 "",
                 "",
                 Text(describe(event), style="yellow"),
+                Text(_change(event, cut), style="yellow"),
             )
     return table
 
@@ -118,7 +127,7 @@ def _run_cells(run: RunRecord) -> tuple[Any, ...]:
         Text(run.verdict.value, style=_VERDICT_STYLE.get(run.verdict.value, "")),
         run.worst_output or "-",
         common.fmt(run.worst_max_abs_error),
-        common.fmt(run.worst_atol_ratio, ".2f"),
+        common.ratio(run.error_ratio),
         why,
     )
 
@@ -139,6 +148,13 @@ def describe(event: EventRecord) -> str:
     return f"{event.old or '-'} -> {event.new or '-'}"
 
 
+def _change(event: EventRecord, cut: int) -> str:
+    """``old → new`` fingerprints of an environment change (each pasteable into ``env diff``)."""
+    if event.kind != "environment_changed":
+        return ""
+    return f"{(event.old or '-')[:cut]} → {(event.new or '-')[:cut]}"
+
+
 def _short(value: str | None) -> str:
     return value[:12] if value else "-"
 
@@ -148,7 +164,7 @@ def _item_json(item: HistoryItem) -> dict[str, Any]:
 
     body = item.run if item.run is not None else item.event
     data = _plain(dataclasses.asdict(body)) if body is not None else {}
-    return {"at": item.at.isoformat(), "kind": item.kind, **json_safe(data)}
+    return {"at": jsonsafe.timestamp(item.at), "kind": item.kind, **json_safe(data)}
 
 
 def _plain(value: Any) -> Any:
@@ -159,5 +175,5 @@ def _plain(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, datetime):
-        return value.isoformat()
+        return jsonsafe.timestamp(value)
     return value

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from monitor.cli import common
+from monitor.cli import common, output
 from monitor.config.plan import plan_for
 from monitor.config.settings import parse_duration
 from monitor.errors import MonitorError
@@ -45,11 +45,14 @@ def register(app: typer.Typer) -> None:
         budget: str | None = typer.Option(None, "--budget", help="Time budget, e.g. 60s; partial report after it."),
         svg: Path | None = typer.Option(None, "--svg", help="Write the per-node error plot (SVG) here."),
         as_json: bool = common.JsonOption,
+        fmt: str | None = common.OutputOption,
         quiet: bool = common.QuietOption,
     ) -> None:
         """Re-run one input with the model's tensors exposed: first node that changed, first out of tolerance."""
         from monitor.localize import configured
         from monitor.localize import engine as localize
+
+        as_json = output.structured(output.chosen(fmt, as_json))
 
         if mode not in ("auto", "all", "bisect"):
             raise typer.BadParameter(f"--mode must be auto, all or bisect, not {mode!r}")
@@ -108,10 +111,13 @@ def register(app: typer.Typer) -> None:
         config_file: str | None = common.ConfigOption,
         sample: int = typer.Option(0, "--sample", min=0, help="Benchmark sample to replay."),
         as_json: bool = common.JsonOption,
+        fmt: str | None = common.OutputOption,
     ) -> None:
         """Per-layer SQNR (dB) of a QDQ model against its float model, paired by DequantizeLinear outputs."""
         from monitor.files import benchsets
         from monitor.localize import sqnr
+
+        as_json = output.structured(output.chosen(fmt, as_json))
 
         if not float_model.is_file():
             raise typer.BadParameter(f"--float {float_model}: no such file")

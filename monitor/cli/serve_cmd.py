@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import logging
-import sys
-
 import typer
 
-from monitor.cli import common
+from monitor.cli import common, logs
 
 
 def register(app: typer.Typer) -> None:
@@ -16,18 +13,18 @@ def register(app: typer.Typer) -> None:
         config_file: str | None = common.ConfigOption,
         host: str | None = typer.Option(None, "--host", help="Override api.host."),
         port: int | None = typer.Option(None, "--port", min=1, max=65535, help="Override api.port."),
-        log_level: str = typer.Option("info", "--log-level", help="debug | info | warning | error"),
+        log_level: str = logs.LevelOption,
+        log_format: str = logs.FormatOption,
+        access_log: bool | None = typer.Option(
+            None, "--access-log/--no-access-log", help="Log every HTTP request (default: api.access_log, off)."
+        ),
     ) -> None:
         """Run checks on their schedules and serve /metrics, /healthz, /readyz and the API."""
-        logging.basicConfig(
-            level=getattr(logging, log_level.upper(), logging.INFO),
-            format="%(asctime)s %(levelname)s %(name)s %(message)s",
-            stream=sys.stderr,
-        )
+        logs.configure(log_level, log_format)
         settings = common.settings(config_file)
-        if host or port:
-            api = settings.api.model_copy(update={k: v for k, v in (("host", host), ("port", port)) if v})
-            settings = settings.model_copy(update={"api": api})
+        changes = {k: v for k, v in (("host", host), ("port", port), ("access_log", access_log)) if v is not None}
+        if changes:
+            settings = settings.model_copy(update={"api": settings.api.model_copy(update=changes)})
         store = common.open_store(settings)
         from monitor.daemon.root import Daemon
 

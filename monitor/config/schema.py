@@ -53,7 +53,7 @@ MAX_BACKOFF = 7 * DAY
 MAX_RETENTION = 100 * 365 * DAY
 MAX_REPEATS = 1000
 MAX_MEMORY_MB = 16 * 1024 * 1024  # 16 TiB: beyond any node, still a valid RLIMIT_AS
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+URL_SHAPE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 class StrictModel(BaseModel):
@@ -154,6 +154,11 @@ class StoreConfig(StrictModel):
         description="SQLAlchemy URL of the history database (postgresql+psycopg://… in production).",
         repr=False,
     )
+    url_file: Path | None = Field(
+        default=None,
+        description="File holding the database URL (a mounted secret, e.g. /run/secrets/onnxmon-db/url), read"
+        " at start; replaces store.url, which must then be left unset. Relative to the config file.",
+    )
     baselines_dir: Path = Field(default=Path("baselines"), description="Directory of baselines (tensors + metadata).")
     benchsets_dir: Path = Field(default=Path("benchsets"), description="Directory of materialized benchmark sets.")
     spool_dir: Path | None = Field(
@@ -189,7 +194,7 @@ class StoreConfig(StrictModel):
     @field_validator("url")
     @classmethod
     def _url_shape(cls, url: str) -> str:
-        if not _URL.match(url):
+        if not URL_SHAPE.match(url):
             raise ValueError("expected a SQLAlchemy URL like 'sqlite:///onnxmon.db' or 'postgresql+psycopg://host/db'")
         return url
 
@@ -365,6 +370,9 @@ class ApiConfig(StrictModel):
     port: int = Field(default=8080, ge=1, le=65535, description="Listen port.")
     token: str | None = Field(default=None, repr=False, description="Bearer token for mutating calls.")
     token_file: Path | None = Field(default=None, description="File holding the token (a mounted secret).")
+    access_log: bool = Field(
+        default=False, description="Log one line per HTTP request (off: probes and scrapes are noise)."
+    )
 
 
 class DaemonConfig(StrictModel):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from monitor.config.schema import (
+    URL_SHAPE,
     ApiConfig,
     BatchInvariance,
     BenchsetConfig,
@@ -318,12 +319,37 @@ def _copy(value: Any) -> Any:
     return value
 
 
+def _url_from_file(store: StoreConfig, rel: Callable[[Path], Path]) -> str:
+    """``store.url_file``'s content (one line, a mounted secret); the URL itself never appears in an error."""
+    assert store.url_file is not None
+    if "url" in store.model_fields_set:
+        raise ConfigError("store: set store.url or store.url_file, not both")
+    path = rel(store.url_file)
+    try:
+        url = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        raise ConfigError(f"store.url_file: {path} not found (expected a file holding the database URL)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or type(exc).__name__
+        raise ConfigError(f"store.url_file: {path} cannot be read: {why}") from None
+    if not url:
+        raise ConfigError(f"store.url_file: {path} is empty (expected one line: the database URL)")
+    if "\n" in url or not URL_SHAPE.match(url):
+        raise ConfigError(
+            f"store.url_file: {path} does not hold a database URL (expected one line like"
+            " 'postgresql+psycopg://user:password@host/db')"
+        )
+    return url
+
+
 def _resolve_paths(settings: Settings, base: Path, origin: Path | None) -> Settings:
     def rel(path: Path) -> Path:
         return path if path.is_absolute() else (base / path)
 
     store = settings.store.model_copy(
         update={
+            "url": _url_from_file(settings.store, rel) if settings.store.url_file else settings.store.url,
+            "url_file": rel(settings.store.url_file) if settings.store.url_file else None,
             "baselines_dir": rel(settings.store.baselines_dir),
             "benchsets_dir": rel(settings.store.benchsets_dir),
             "spool_dir": rel(settings.store.spool_dir) if settings.store.spool_dir else None,

@@ -287,7 +287,7 @@ def promote(root: Path, baseline_id: str, *, by: str = "cli", now: dt.datetime |
     os.replace(temp, model_dir / ACTIVE_FILE)
     tensorio.fsync_dir(model_dir)
     record = {
-        "at": (now or dt.datetime.now(dt.UTC)).isoformat(),
+        "at": jsonsafe.timestamp(now or dt.datetime.now(dt.UTC)),
         "baseline_id": baseline_id,
         "previous": previous,
         "by": by,

@@ -44,6 +44,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from monitor import jsonsafe
 from monitor.runtime.cpu import cpu_entries
 from monitor.runtime.gpu import Entries, JsonValue, NvmlLike, cuda_entries, default_nvml, describe, nvml_entries
 
@@ -130,7 +131,7 @@ class EnvSnapshot:
         return {
             "fingerprint": self.fingerprint,
             "schema": SCHEMA_VERSION,
-            "captured_at": self.captured_at,
+            "captured_at": jsonsafe.timestamp(self.captured_at),  # RFC 3339 UTC, as every onnxmon JSON
             "fields": {name: {"value": f.value, "stable": f.stable} for name, f in self.fields.items()},
         }
 
@@ -142,7 +143,7 @@ class EnvSnapshot:
         one that disagrees, from a hand-edited file, is ignored rather than trusted.
         """
         fields = {name: Field(_json_value(f["value"]), bool(f["stable"])) for name, f in data["fields"].items()}
-        return cls(fields=fields, captured_at=float(data.get("captured_at", 0.0)))
+        return cls(fields=fields, captured_at=jsonsafe.epoch(data.get("captured_at") or 0.0))  # either age
 
 
 def _json_value(value: Any) -> JsonValue:
@@ -258,7 +259,8 @@ def capture(
         except Exception as exc:  # one broken probe must not cost the rest of the snapshot
             entries[f"{part}.error"] = (describe(exc), False)
     fields = {name: Field(value, stable) for name, (value, stable) in entries.items()}
-    return EnvSnapshot(fields=fields, captured_at=time.time())
+    # Quantized to the microseconds its RFC 3339 form keeps, so a snapshot read back equals the original.
+    return EnvSnapshot(fields=fields, captured_at=jsonsafe.epoch(jsonsafe.timestamp(time.time())))
 
 
 def _distribution_version(name: str) -> str | None:

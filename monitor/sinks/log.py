@@ -25,7 +25,9 @@ class LogSink:
     def write(self, result: CheckResult) -> None:
         """Log one line for ``result``."""
         level = logging.INFO if result else logging.WARNING
-        self.logger.log(level, "%s", jsonsafe.dumps(record(result), sort_keys=False))
+        fields = record(result)
+        # The text line keeps the JSON in the message; `--log-format json` lifts the fields to the top level.
+        self.logger.log(level, "%s", jsonsafe.dumps(fields, sort_keys=False), extra={"onnxmon_fields": fields})
 
 
 def record(result: CheckResult) -> dict[str, Any]:

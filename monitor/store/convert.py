@@ -16,7 +16,16 @@ from pathlib import PurePath
 from typing import Any
 
 from monitor import jsonsafe
-from monitor.results import AppliedTolerance, CheckResult, OutputMetrics, OutputStats, Reason, Verdict, worst_output
+from monitor.results import (
+    AppliedTolerance,
+    CheckResult,
+    OutputMetrics,
+    OutputStats,
+    Reason,
+    Verdict,
+    run_error_ratio,
+    worst_output,
+)
 from monitor.store import schema
 from monitor.store.records import BaselineRecord, EventRecord, RunRecord
 
@@ -111,7 +120,12 @@ def output_stats(row: schema.OutputResult) -> OutputStats:
     )
 
 
-def run_record(row: schema.Run, model: str, outputs: tuple[OutputStats, ...] = ()) -> RunRecord:
+def run_record(
+    row: schema.Run, model: str, outputs: tuple[OutputStats, ...] = (), error_ratio: float | None = None
+) -> RunRecord:
+    """The record of a stored run; its ``error_ratio`` from ``outputs`` when given, else as passed."""
+    if outputs:
+        error_ratio = run_error_ratio(o.error_ratio for o in outputs)
     return RunRecord(
         id=row.id,
         model=model,
@@ -137,6 +151,7 @@ def run_record(row: schema.Run, model: str, outputs: tuple[OutputStats, ...] = (
         worst_max_abs_error=row.worst_max_abs_error,
         worst_atol_ratio=row.worst_atol_ratio,
         outputs=outputs,
+        error_ratio=error_ratio,
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
-from monitor.results import OutputStats
+from monitor.results import OutputStats, run_error_ratio
 from monitor.store import convert
 from monitor.store import schema as s
 from monitor.store.records import BaselineRecord, EnvironmentRecord, EventRecord, HistoryItem, RunRecord
@@ -56,8 +56,36 @@ def runs(
     found = model_id(session, model)
     if found is None:
         return []
-    rows = session.scalars(history_runs_query(found, since=since, until=until, node=node, limit=limit))
-    return [convert.run_record(row, model) for row in rows]
+    rows = list(session.scalars(history_runs_query(found, since=since, until=until, node=node, limit=limit)))
+    ratios = error_ratios(session, [row.id for row in rows])
+    return [convert.run_record(row, model, error_ratio=ratios.get(row.id)) for row in rows]
+
+
+def error_ratios(session: Session, run_ids: list[int]) -> dict[int, float | None]:
+    """Each run's error ÷ tolerance (``results.run_error_ratio``) from its output rows.
+
+    One narrow query reads the stored ``error_ratio`` column; only rows where it is NULL (written
+    before the comparison measured it) are loaded whole, for ``OutputStats.error_ratio``'s exact
+    fallbacks, so the figure is the one the run page shows per output.
+    """
+    per_run: dict[int, list[float | None]] = {}
+    missing: list[int] = []
+    for start in range(0, len(run_ids), 500):  # bounded IN lists
+        chunk = run_ids[start : start + 500]
+        rows = session.execute(
+            select(s.OutputResult.id, s.OutputResult.run_id, s.OutputResult.error_ratio).where(
+                s.OutputResult.run_id.in_(chunk)
+            )
+        )
+        for output_id, run_id, ratio in rows:
+            if ratio is None:
+                missing.append(output_id)
+            else:
+                per_run.setdefault(run_id, []).append(ratio)
+    for start in range(0, len(missing), 500):
+        for row in session.scalars(select(s.OutputResult).where(s.OutputResult.id.in_(missing[start : start + 500]))):
+            per_run.setdefault(row.run_id, []).append(convert.output_stats(row).error_ratio)
+    return {run_id: run_error_ratio(ratios) for run_id, ratios in per_run.items()}
 
 
 def history(
@@ -76,8 +104,13 @@ def history(
     if node is not None:
         stmt = stmt.where(s.Event.node.in_((node, "")))
     event_rows = session.scalars(stmt.order_by(s.Event.at.desc(), s.Event.id.desc()).limit(limit))
+    ratios = error_ratios(session, [r.id for r in run_rows])
     keyed: list[tuple[tuple[datetime, int, int], HistoryItem]] = [
-        ((r.started_at, 1, r.id), HistoryItem(at=r.started_at, run=convert.run_record(r, model))) for r in run_rows
+        (
+            (r.started_at, 1, r.id),
+            HistoryItem(at=r.started_at, run=convert.run_record(r, model, error_ratio=ratios.get(r.id))),
+        )
+        for r in run_rows
     ]
     keyed += [((e.at, 0, e.id), HistoryItem(at=e.at, event=convert.event_record(e, model))) for e in event_rows]
     keyed.sort(key=lambda pair: pair[0], reverse=True)

@@ -49,6 +49,8 @@ class RunRecord:
     worst_max_abs_error: float | None = None
     worst_atol_ratio: float | None = None
     outputs: tuple[OutputStats, ...] = ()
+    error_ratio: float | None = None
+    """The run's error ÷ tolerance: ``results.run_error_ratio`` of its outputs (read from the output rows)."""
 
     def __bool__(self) -> bool:
         return self.verdict is Verdict.PASS

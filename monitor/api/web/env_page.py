@@ -47,7 +47,7 @@ def render_environment(handle: DaemonHandle, fingerprint: str, now: datetime) ->
     snapshot = _snapshot(record.snapshot)
     fields: Mapping[str, envsnap.Field] = snapshot.fields if snapshot is not None else {}
     stable = sum(1 for f in fields.values() if f.stable)
-    captured = float(record.snapshot.get("captured_at") or 0.0)
+    captured = jsonsafe.epoch(record.snapshot.get("captured_at") or 0.0)  # RFC 3339 now, epoch seconds before
     summary = facts(
         [
             ("fingerprint", f'<span class="mono">{esc(record.fingerprint)}</span>'),

@@ -47,8 +47,8 @@ def created_at(meta: baselines.BaselineMeta | None) -> datetime | None:
 
 
 def ratio_of(run: RunRecord) -> float | None:
-    """The run's ``max |error| ÷ atol``; None when the run compared nothing (an error)."""
-    value = run.worst_atol_ratio
+    """The run's error ÷ tolerance (``RunRecord.error_ratio``); None when the run compared nothing (an error)."""
+    value = run.error_ratio
     if value is None or (math.isnan(value) and run.verdict == "error"):
         return None
     return float(value)

@@ -77,7 +77,7 @@ def render(handle: DaemonHandle, name: str, now: datetime) -> str:
         section("Model", facts(config_facts)),
         section("Latest run", _latest(latest, now)),
         "</div>",
-        section(f"History: worst output |error| ÷ atol, last {len(runs)} runs", _chart(runs, events)),
+        section(f"History: error ÷ tolerance, last {len(runs)} runs", _chart(runs, events)),
         section(f"Outputs of run #{latest.id}", outputs_table(latest.outputs)) if latest is not None else "",
         section("Baselines", _baselines(handle, name, baseline_id, now), anchor="baselines"),
         section("Recent events", events_table(events[:LISTED_EVENTS], now)),
@@ -93,7 +93,7 @@ def _latest(latest: RunRecord | None, now: datetime) -> str:
         ("run", link(url("runs", str(latest.id)), f"#{latest.id}") + " " + verdict_badge(latest.verdict.value)),
         ("finished", when(latest.finished_at, now)),
         ("environment", fingerprint_link(latest.environment_fingerprint)),
-        ("worst output", esc(f"{latest.worst_output or '—'}: |err| ÷ atol {num(latest.worst_atol_ratio)}")),
+        ("error ÷ tolerance", esc(f"{num(latest.error_ratio)} (worst output: {latest.worst_output or '—'})")),
     ]
     if latest.attribution:
         items.append(("attributed to", badge(latest.attribution, "info")))
@@ -113,14 +113,15 @@ def _chart(runs: list[RunRecord], events: list[EventRecord]) -> str:
     legend = (
         '<div class="legend"><span><i style="background:#16a34a"></i>pass</span>'
         '<span><i style="background:#dc2626"></i>fail</span><span><i style="background:#d97706"></i>error</span>'
-        '<span><i style="background:#dc2626;height:1px"></i>1 = atol</span>'
+        '<span><i style="background:#dc2626;height:1px"></i>1 = tolerance</span>'
         '<span><i style="background:#7c3aed"></i>E environment changed</span>'
         '<span><i style="background:#0d9488"></i>B baseline promoted</span>'
         '<span><i style="background:#ea580c"></i>M model file changed</span></div>'
     )
     note = (
-        '<p class="muted">Each point is a run (click to open it). rtol adds headroom on top of atol, so a point'
-        " above 1 is not by itself a failure; the verdict colour says what the tolerance rule decided.</p>"
+        '<p class="muted">Each point is a run (click to open it): its largest error ÷ (atol + rtol·|b|) over all'
+        " outputs (error_ratio); above 1 some element is out of tolerance. The verdict colour says what the whole"
+        " rule (cosine, SNR, mismatch ratio too) decided.</p>"
     )
     return history_chart(lookup.points(runs), markers) + legend + note
 
@@ -180,7 +181,7 @@ def _runs(runs: list[RunRecord], now: datetime) -> str:
             when(r.finished_at, now),
             verdict_badge(r.verdict.value),
             esc(r.worst_output or "—"),
-            f'<span class="num">{esc(num(r.worst_atol_ratio))}</span>',
+            f'<span class="num">{esc(num(r.error_ratio))}</span>',
             esc(", ".join(dict.fromkeys(x.code for x in r.reasons)) or "—"),
             esc(r.attribution or "—"),
             fingerprint_link(r.environment_fingerprint),
@@ -193,7 +194,7 @@ def _runs(runs: list[RunRecord], now: datetime) -> str:
         "Finished",
         "Verdict",
         "Worst output",
-        "|err| ÷ atol",
+        "error ÷ tolerance",
         "Reasons",
         "Attribution",
         "Environment",

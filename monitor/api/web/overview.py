@@ -1,7 +1,7 @@
 """The overview page (``/``): every configured model, failing ones first, with where it stands.
 
 One row per model: its last verdict, how long since it last passed, a sparkline of its recent
-``max |error| ÷ atol``, whether its latest run ran in the environment of its active baseline,
+error ÷ tolerance (``error_ratio``), whether its latest run ran in the environment of its active baseline,
 and that baseline's id and age.
 """
 
@@ -61,7 +61,7 @@ def render(handle: DaemonHandle, now: datetime) -> str:
         "Verdict",
         "Last run",
         "Last success",
-        f"|error| ÷ atol (last {SPARK_RUNS})",
+        f"error ÷ tolerance (last {SPARK_RUNS})",
         "Environment",
         "Active baseline",
         "Baseline age",
@@ -112,8 +112,8 @@ def _cells(row: _Row, now: datetime) -> list[str]:
     latest = row.latest
     worst = ""
     if latest is not None and latest.worst_output:
-        ratio = num(latest.worst_atol_ratio)
-        worst = f'<div class="muted">worst: {esc(latest.worst_output)}, {esc(ratio)} × atol</div>'
+        ratio = num(latest.error_ratio)
+        worst = f'<div class="muted">worst: {esc(latest.worst_output)}; error ÷ tolerance {esc(ratio)}</div>'
     last_run = (
         link(url("runs", str(latest.id)), ago(latest.finished_at, now), title=f"run #{latest.id}")
         if latest is not None

@@ -122,8 +122,8 @@ def reason_list(reasons: Sequence[Reason]) -> str:
 
 
 def outputs_table(outputs: Sequence[OutputStats]) -> str:
-    """Each output's verdict, tolerance and main metrics (``|err| ÷ tol`` is exact or NaN when not knowable)."""
-    headers = ["Output", "Verdict", "dtype", "shape", "atol", "rtol", "|err| ÷ tol"] + [
+    """Each output's verdict, tolerance and main metrics; "error ÷ tolerance" is ``error_ratio``."""
+    headers = ["Output", "Verdict", "dtype", "shape", "atol", "rtol", "error ÷ tolerance"] + [
         label for label, _ in _MAIN_METRICS
     ]
     rows = []

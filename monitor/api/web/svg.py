@@ -1,6 +1,6 @@
 """Small inline SVG charts for the status page: a sparkline and a run-history chart, both on a log scale.
 
-The plotted value is a run's worst output error over its absolute tolerance (``max |error| ÷ atol``):
+The plotted value is a run's error ÷ tolerance (``error_ratio``, the largest over its outputs):
 1 is the tolerance line. Zero is drawn at the bottom edge, +∞ at the top edge with a triangle,
 and a run without a value (an error, or NaN) as a hollow marker on the bottom edge, so no run
 silently disappears from the picture. Pure text out, no plotting library, no script.
@@ -80,7 +80,7 @@ def _decade_label(exponent: int) -> str:
 
 
 def sparkline(points: Sequence[Point], *, width: int = 150, height: int = 34) -> str:
-    """The last runs' ``max |error| ÷ atol``, oldest left; a dashed line marks 1; the last point is coloured."""
+    """The last runs' error ÷ tolerance, oldest left; a dashed line marks 1; the last point is coloured."""
     if not points:
         return '<span class="muted">no runs</span>'
     pad = 4
@@ -109,11 +109,11 @@ def sparkline(points: Sequence[Point], *, width: int = 150, height: int = 34) ->
 
 def _spark_title(points: Sequence[Point]) -> str:
     last = points[-1]
-    return f"last {len(points)} runs: worst |error| ÷ atol; latest {num(last.ratio)} ({last.verdict})"
+    return f"last {len(points)} runs: error ÷ tolerance; latest {num(last.ratio)} ({last.verdict})"
 
 
 def history_chart(points: Sequence[Point], markers: Sequence[Marker], *, width: int = 1100, height: int = 300) -> str:
-    """Every run's ``max |error| ÷ atol`` over time (log scale) with event lines; each point links to its run."""
+    """Every run's error ÷ tolerance over time (log scale) with event lines; each point links to its run."""
     if not points:
         return '<p class="muted">no runs yet</p>'
     left, right, top, bottom = 58, 18, 26, 40
@@ -131,7 +131,7 @@ def history_chart(points: Sequence[Point], markers: Sequence[Marker], *, width: 
     parts = [
         f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"'
         f' viewBox="0 0 {width} {height}" font-family="system-ui, sans-serif" font-size="11" role="img">',
-        "<title>worst output |error| ÷ atol per run (log scale)</title>",
+        "<title>error ÷ tolerance per run (log scale)</title>",
         f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="#fff" stroke="#d1d5db"/>',
     ]
     every = max(1, math.ceil((scale.high - scale.low) / 8))
@@ -151,7 +151,7 @@ def history_chart(points: Sequence[Point], markers: Sequence[Marker], *, width: 
     parts.append(
         f'<line x1="{left}" x2="{left + plot_w}" y1="{one:.1f}" y2="{one:.1f}" stroke="#dc2626"'
         ' stroke-dasharray="5 3"><title>1 = the absolute tolerance</title></line>'
-        f'<text x="{left + plot_w - 4}" y="{one - 4:.1f}" text-anchor="end" fill="#dc2626">atol</text>'
+        f'<text x="{left + plot_w - 4}" y="{one - 4:.1f}" text-anchor="end" fill="#dc2626">tolerance</text>'
     )
     parts += _time_ticks(start, span, left, plot_w, top + plot_h)
     label_x = math.inf
@@ -198,7 +198,7 @@ def _marker(marker: Marker, x: float, label_x: float, top: float, plot_h: float)
 
 def _point(p: Point, x: float, y: float) -> str:
     color = COLORS.get(p.verdict, "#6b7280")
-    tip = esc(f"run #{p.run_id} · {p.verdict} · {p.at:%Y-%m-%d %H:%M:%S} UTC · |error| ÷ atol {num(p.ratio)}")
+    tip = esc(f"run #{p.run_id} · {p.verdict} · {p.at:%Y-%m-%d %H:%M:%S} UTC · error ÷ tolerance {num(p.ratio)}")
     if p.ratio is None or math.isnan(p.ratio):
         shape = f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="#fff" stroke="{color}" stroke-width="2"/>'
     elif math.isinf(p.ratio):

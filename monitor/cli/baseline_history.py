@@ -1,0 +1,123 @@
+"""``onnxmon baseline history MODEL``: every baseline from disk and store, and where each is recorded.
+
+A baseline committed with the repository (or copied onto a volume) lives on disk and is active
+there, but the store only learns of it when onnxmon records it (capture, import, promote). An
+empty table for a model whose active baseline is on disk looked like "no baselines"; here each
+row says whether it is on disk, in the store or both, and why one is missing from the store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import typer
+
+from monitor import jsonsafe
+from monitor.cli import common
+from monitor.config.settings import Settings, mask_url
+from monitor.errors import ConfigError
+from monitor.files import baselines
+
+DISK_ONLY = (
+    "on disk only: the store has not recorded it (committed or copied next to the config, not captured"
+    " through onnxmon); `onnxmon baseline promote ID` records it"
+)
+STORE_ONLY = "in the store only: its directory is gone from store.baselines_dir"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One baseline as the two places know it."""
+
+    baseline_id: str
+    source: str
+    created_at: str
+    active: bool
+    on_disk: bool
+    in_store: bool
+    environment_fingerprint: str | None
+    active_from: datetime | None = None
+    active_until: datetime | None = None
+    note: str = ""
+
+    @property
+    def recorded(self) -> str:
+        return "disk+store" if self.on_disk and self.in_store else "disk" if self.on_disk else "store"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self) | {"recorded": self.recorded}
+
+
+def collect(settings: Settings, model: str) -> list[Entry]:
+    """Disk and store merged by id, oldest first; an unreachable store is a note on every row, not an error."""
+    root = settings.store.baselines_dir
+    active = baselines.active_id(root, model)
+    on_disk = {b.id: b for b in baselines.list_baselines(root, model)}
+    stored: dict[str, Any] = {}
+    store_problem = ""
+    try:
+        with common.open_store(settings) as store:
+            stored = {r.baseline_id: r for r in store.baseline_history(model)}
+    except Exception as exc:  # an unreachable or unmigrated database: disk still answers
+        first = str(exc).splitlines()[0][:200] if str(exc) else ""
+        store_problem = f"store not read ({type(exc).__name__}: {first})"
+        where = mask_url(settings.store.url)
+        typer.echo(f"onnxmon: warning: {where}: {store_problem}; baselines on disk only", err=True)
+    if not on_disk and not stored and model not in {m.name for m in settings.models}:
+        raise ConfigError(
+            f"model {model!r} is not in {settings.source} and has no baselines under {root}"
+            f" (models: {[m.name for m in settings.models]})"
+        )
+    entries = []
+    for baseline_id in on_disk.keys() | stored.keys():
+        disk, record = on_disk.get(baseline_id), stored.get(baseline_id)
+        note = store_problem or (DISK_ONLY if record is None else STORE_ONLY if disk is None else "")
+        if disk is not None:
+            source, created, is_active = disk.meta.source, disk.meta.created_at, baseline_id == active
+        else:
+            assert record is not None  # the id came from one of the two
+            source, created, is_active = record.source, _when(record.created_at), bool(record.is_active)
+        entries.append(
+            Entry(
+                baseline_id=baseline_id,
+                source=source,
+                created_at=jsonsafe.normalized(created),
+                active=is_active,
+                on_disk=disk is not None,
+                in_store=record is not None,
+                environment_fingerprint=(disk.meta.environment_fingerprint if disk else None)
+                or (record.environment_fingerprint if record else None),
+                active_from=record.active_from if record else None,
+                active_until=record.active_until if record else None,
+                note=note,
+            )
+        )
+    return sorted(entries, key=lambda e: (e.created_at, e.baseline_id))
+
+
+def table(entries: list[Entry], wide: bool) -> common.PlainTable:
+    """Full ids always (folded, never cut); ``wide`` shows the 64-hex fingerprints."""
+    shown = common.PlainTable(
+        "", "id", "source", "created", "active from", "active until", "environment", "recorded", "note"
+    )
+    for e in entries:
+        fingerprint = e.environment_fingerprint or "-"
+        shown.add_row(
+            "*" if e.active else "",
+            e.baseline_id,
+            e.source,
+            e.created_at,
+            _when(e.active_from),
+            _when(e.active_until) if e.active_from else "-",
+            fingerprint if wide else fingerprint[:16],
+            e.recorded,
+            e.note,
+        )
+    return shown
+
+
+def _when(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value else "-"

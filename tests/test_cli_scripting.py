@@ -1,0 +1,377 @@
+"""The command line as scripts use it: global options anywhere, ``-o json`` everywhere, TSV when piped, help.
+
+The tests walk the whole typer app, so a command added later is covered without touching this
+file: it must document every parameter, accept ``-o``/``--json`` when it prints, and have an
+entry in ``ARGS`` (the arguments it is run with here), or a test says which command is missing.
+Everything runs for real: a workspace with an ONNX model, a baseline captured by ONNX Runtime
+and a SQLite store written by ``onnxmon check``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer.main
+from typer.testing import CliRunner
+
+from monitor import cli
+from monitor.cli import tree
+from monitor.errors import MonitorError
+from tests import modelzoo
+from tests.workspace import Workspace
+
+
+def reject(token: str) -> Any:
+    raise ValueError(f"non-standard JSON token {token}")
+
+
+def strict(text: str) -> Any:
+    """``json.loads`` that refuses NaN/Infinity tokens, as jq and browsers do."""
+    return json.loads(text, parse_constant=reject)
+
+
+@dataclass
+class Setup:
+    ws: Workspace
+    baseline_id: str
+    fingerprint: str
+
+    @property
+    def config(self) -> str:
+        return str(self.ws.config_file)
+
+
+def invoke(*argv: str) -> Any:
+    """Run ``onnxmon ARGV`` through typer; an onnxmon error comes back with ``main``'s exit code (2 or 3)."""
+    cli._register()
+    result = CliRunner().invoke(cli.app, list(argv))
+    if isinstance(result.exception, MonitorError):
+        result.exit_code = result.exception.exit_code
+    elif result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
+    """A workspace with model ``clf``: a baseline captured and promoted by the CLI, one check recorded."""
+    ws = Workspace(tmp_path_factory.mktemp("ws"))
+    ws.add_model("clf", modelzoo.classifier())
+    ws.write()
+    captured = invoke("baseline", "capture", "clf", "--promote", "-o", "json", "-c", str(ws.config_file))
+    assert captured.exit_code == 0, captured.output
+    baseline_id = strict(captured.stdout)["id"]
+    checked = invoke("check", "clf", "-o", "json", "-c", str(ws.config_file))
+    assert checked.exit_code == 0, checked.output
+    (result,) = strict(checked.stdout)
+    return Setup(ws, baseline_id, result["environment"]["fingerprint"])
+
+
+# The arguments each printing command runs with here ({config}, {baseline}, {model_file} filled in).
+ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
+    ("baseline", "capture"): ("clf", "-c", "{config}"),
+    ("baseline", "history"): ("clf", "-c", "{config}"),
+    ("baseline", "import"): ("clf", "{npz}", "-c", "{config}"),
+    ("baseline", "list"): ("clf", "-c", "{config}"),
+    ("baseline", "promote"): ("{baseline}", "-c", "{config}"),
+    ("baseline", "show"): ("{baseline}", "-c", "{config}"),
+    ("benchset", "create"): ("clf-bench", "-c", "{config}"),
+    ("benchset", "import"): ("mine", "{npz_input}", "-c", "{config}"),
+    ("benchset", "list"): ("-c", "{config}"),
+    ("benchset", "verify"): ("clf-bench", "-c", "{config}"),
+    ("check",): ("clf", "--no-store", "-c", "{config}"),
+    ("config", "reference"): (),
+    ("config", "show"): ("-c", "{config}"),
+    ("config", "validate"): ("-c", "{config}"),
+    ("db", "current"): ("-c", "{config}"),
+    ("db", "upgrade"): ("-c", "{config}"),
+    ("diff-model",): ("{model_file}", "{model_file}"),
+    ("env", "diff"): ("-c", "{config}"),
+    ("env", "show"): (),
+    ("history",): ("clf", "-c", "{config}"),
+    ("localize",): ("clf", "-c", "{config}"),
+    ("sqnr",): ("clf", "--float", "{model_file}", "-c", "{config}"),
+}
+NOT_PRINTING = {("serve",): "a daemon: it logs (--log-format json) instead of printing a result"}
+EXIT_CODES = {0, 1, 3}  # 1: drift or a difference, 3: could not measure (sqnr of a non-QDQ model)
+
+
+def leaves() -> list[tuple[tuple[str, ...], Any]]:
+    cli._register()
+    root = typer.main.get_command(cli.app)
+    return [(path, c) for path, c in tree.walk(root) if path and not isinstance(getattr(c, "commands", None), dict)]
+
+
+def fill(setup: Setup, args: tuple[str, ...], tmp: Path) -> list[str]:
+    import numpy as np
+
+    from monitor.files import baselines
+
+    baseline = baselines.get(setup.ws.settings().store.baselines_dir, setup.baseline_id)
+    outputs = []
+    for sample in range(baseline.meta.sample_count):  # one .npz of outputs per benchmark sample
+        outputs.append(str(tmp / f"outputs{sample}.npz"))
+        np.savez(outputs[-1], **baseline.sample_outputs(sample))
+    np.savez(tmp / "input.npz", x=np.zeros((1, 4), np.float32))
+    values = {
+        "config": setup.config,
+        "baseline": setup.baseline_id,
+        "model_file": str(setup.ws.root / "models" / "clf.onnx"),
+        "npz_input": str(tmp / "input.npz"),
+    }
+    filled: list[str] = []
+    for arg in args:
+        filled += outputs if arg == "{npz}" else [arg.format(**values)]
+    return filled
+
+
+def test_every_command_documents_every_parameter_without_python_types() -> None:
+    undocumented, typed = [], []
+    for path, command in [(p, c) for p, c in tree.walk(typer.main.get_command(cli.app)) if p]:
+        for param in command.params:
+            if not (getattr(param, "help", None) or "").strip():
+                undocumented.append(f"onnxmon {' '.join(path)} {param.name}")
+        shown = invoke(*path, "--help")
+        assert shown.exit_code == 0, shown.output
+        typed += [
+            f"onnxmon {' '.join(path)}: {t}"
+            for t in re.findall(r"<(?:bool|str|int|float|list\[.*?\]|Path)>", shown.stdout)
+        ]
+    assert not undocumented, "parameters without help:\n" + "\n".join(undocumented)
+    assert not typed, "help shows Python types:\n" + "\n".join(typed)
+
+
+def test_every_printing_command_takes_dash_o_dash_dash_json_and_dash_c() -> None:
+    missing = []
+    for path, command in leaves():
+        if path in NOT_PRINTING:
+            continue
+        options = {opt for p in command.params for opt in getattr(p, "opts", [])}
+        if not {"-o", "--output", "--json", "-c", "--config"} <= options:
+            missing.append(" ".join(path))
+        if path not in ARGS:
+            missing.append(f"{' '.join(path)} (no entry in tests/test_cli_scripting.py ARGS)")
+    assert not missing, "commands without -o/--output, --json and -c/--config:\n" + "\n".join(missing)
+
+
+@pytest.mark.parametrize("path", sorted(ARGS), ids=" ".join)
+def test_dash_o_json_prints_strict_json_on_every_printing_command(
+    setup: Setup, path: tuple[str, ...], tmp_path: Path
+) -> None:
+    result = invoke(*path, *fill(setup, ARGS[path], tmp_path), "-o", "json")
+    assert result.exit_code in EXIT_CODES, result.output
+    strict(result.stdout)  # the whole of stdout is one JSON document
+
+
+@pytest.mark.parametrize("path", [("baseline", "list"), ("history",), ("config", "validate")], ids=" ".join)
+def test_dash_o_json_before_the_command_and_yaml_give_the_same_data(
+    setup: Setup, path: tuple[str, ...], tmp_path: Path
+) -> None:
+    import yaml
+
+    args = fill(setup, ARGS[path], tmp_path)
+    before = invoke("-o", "json", *path, *args)
+    after = invoke(*path, *args, "--json")
+    as_yaml = invoke(*path, *args, "-o", "yaml")
+    assert before.exit_code == after.exit_code == as_yaml.exit_code == 0, before.output + after.output
+    assert strict(before.stdout) == strict(after.stdout) == yaml.safe_load(as_yaml.stdout)
+
+
+def test_dash_c_works_before_and_after_the_subcommand_and_after_wins(setup: Setup, tmp_path: Path) -> None:
+    before = invoke("-c", setup.config, "baseline", "list", "clf", "-o", "json")
+    after = invoke("baseline", "list", "clf", "-o", "json", "-c", setup.config)
+    both = invoke("-c", str(tmp_path / "missing.yaml"), "baseline", "list", "clf", "-o", "json", "-c", setup.config)
+    assert before.exit_code == after.exit_code == both.exit_code == 0, before.output + after.output + both.output
+    ids = [b["id"] for b in strict(before.stdout)]
+    assert setup.baseline_id in ids and strict(after.stdout) == strict(before.stdout) == strict(both.stdout)
+    wrong = invoke("-c", str(tmp_path / "missing.yaml"), "config", "validate")
+    assert wrong.exit_code == 2 and "missing.yaml" in str(wrong.exception)
+
+
+def test_an_unknown_output_format_is_a_usage_error(setup: Setup) -> None:
+    for argv in (("-o", "xml", "config", "validate", "-c", setup.config), ("config", "validate", "-o", "xml")):
+        result = invoke(*argv)
+        assert result.exit_code == 2 and "table | json | yaml | wide" in result.output
+
+
+def test_a_table_is_tab_separated_when_stdout_is_not_a_terminal(setup: Setup) -> None:
+    result = invoke("baseline", "list", "clf", "-c", setup.config)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert not re.search("[│┃━─┏┡└]", result.stdout), "no box drawing in a pipe"
+    header = lines[0].split("\t")
+    assert header[:3] == ["", "id", "created"]
+    rows = [line.split("\t") for line in lines[1:]]
+    ours = next(r for r in rows if r[1] == setup.baseline_id)  # the full id, pasteable
+    assert ours[0] == "*" and len(ours) == len(header)
+    wide = invoke("baseline", "list", "clf", "-c", setup.config, "-o", "wide").stdout.splitlines()
+    assert setup.fingerprint in wide[1].split("\t"), "wide: the 64-hex fingerprint"
+
+
+@pytest.mark.parametrize("digits", [12, 16, 64])
+def test_env_diff_finds_every_fingerprint_length_onnxmon_prints(setup: Setup, digits: int) -> None:
+    prefix = setup.fingerprint[:digits]
+    result = invoke("env", "diff", prefix, setup.fingerprint, "-o", "json", "-c", setup.config)
+    assert result.exit_code == 0, result.output
+    data = strict(result.stdout)
+    assert data["a"] == data["b"] == setup.fingerprint and data["same_fingerprint"] is True
+
+
+def test_env_diff_alone_is_the_active_baselines_environment_against_current(setup: Setup) -> None:
+    from monitor.files import baselines
+
+    result = invoke("env", "diff", "-o", "json", "-c", setup.config)
+    assert result.exit_code in (0, 1), result.output
+    meta = json.loads(
+        (
+            baselines.get(setup.ws.settings().store.baselines_dir, setup.baseline_id).directory / "baseline.json"
+        ).read_text()
+    )
+    assert strict(result.stdout)["a"] == meta["environment"]["fingerprint"]
+
+
+def test_env_diff_of_an_unknown_fingerprint_says_what_it_looked_for(setup: Setup) -> None:
+    result = invoke("env", "diff", "0000deadbeef", "-c", setup.config)
+    message = str(result.exception)
+    assert result.exit_code == 2 and "0000deadbeef" in message and "fingerprint" in message
+
+
+def test_baseline_history_lists_a_baseline_on_disk_only_and_says_why(setup: Setup) -> None:
+    from monitor import capture
+    from monitor.config.plan import plan_for
+
+    on_disk_only = capture.capture_baseline(plan_for(setup.ws.settings(), "clf"))  # not through the CLI: no store row
+    result = invoke("baseline", "history", "clf", "-o", "json", "-c", setup.config)
+    assert result.exit_code == 0, result.output
+    rows = {r["baseline_id"]: r for r in strict(result.stdout)}
+    assert set(rows) == set(os.listdir(setup.ws.root / "baselines" / "clf")) - {"ACTIVE", "promotions.jsonl"}
+    assert rows[setup.baseline_id]["recorded"] == "disk+store" and rows[setup.baseline_id]["active"] is True
+    assert rows[on_disk_only.id]["recorded"] == "disk" and "store has not recorded it" in rows[on_disk_only.id]["note"]
+    table = invoke("baseline", "history", "clf", "-c", setup.config).stdout
+    assert on_disk_only.id in table.split()  # whole, never cut
+
+
+def test_shell_completion_is_offered() -> None:
+    shown = invoke("--help")
+    assert "--install-completion" in shown.stdout and "--show-completion" in shown.stdout
+
+
+RFC3339_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z$")
+
+
+def test_timestamps_in_cli_json_are_rfc3339_utc(setup: Setup) -> None:
+    (checked,) = strict(invoke("check", "clf", "--no-store", "-o", "json", "-c", setup.config).stdout)
+    history = strict(invoke("history", "clf", "-o", "json", "-c", setup.config).stdout)
+    stamps = [checked["started_at"], checked["finished_at"], *(i["at"] for i in history)]
+    stamps += [i["started_at"] for i in history if i["kind"] == "run"]
+    stamps += [
+        b["created_at"] for b in strict(invoke("baseline", "list", "clf", "-o", "json", "-c", setup.config).stdout)
+    ]
+    stamps += [strict(invoke("env", "show", "-o", "json").stdout)["captured_at"]]
+    stamps += [b["created_at"] for b in strict(invoke("benchset", "list", "-o", "json", "-c", setup.config).stdout)]
+    promoted = strict(invoke("baseline", "history", "clf", "-o", "json", "-c", setup.config).stdout)
+    stamps += [b["active_from"] for b in promoted if b["active_from"]] + [b["created_at"] for b in promoted]
+    assert len(stamps) >= 4 and all(RFC3339_UTC.match(s) for s in stamps), stamps
+
+
+def test_a_bad_log_level_or_format_is_a_usage_error_and_json_logs_lift_the_check_fields(setup: Setup) -> None:
+    import io
+    import logging
+
+    from monitor.cli import logs
+    from monitor.results import CheckResult, Verdict
+    from monitor.sinks.log import LogSink
+
+    assert cli.main(["serve", "--log-level", "loud", "-c", setup.config]) == 2
+    assert cli.main(["serve", "--log-format", "xml", "-c", setup.config]) == 2
+    stream = io.StringIO()
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    try:
+        logs.configure("info", "json", stream)
+        logging.getLogger("alembic.runtime.migration").info("Context impl SQLiteImpl.")
+        LogSink(logging.getLogger("onnxmon.results")).write(CheckResult("clf", Verdict.PASS, 1.0e9, 1.0e9 + 2))
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+        logging.getLogger("alembic").setLevel(logging.NOTSET)
+    (line,) = [strict(text) for text in stream.getvalue().splitlines()]  # alembic's INFO is quiet
+    assert line["model"] == "clf" and line["verdict"] == "pass" and line["event"] == "check"
+    assert RFC3339_UTC.match(line["time"]), line["time"]
+
+
+def test_lookups_against_an_unreachable_store_say_so_without_the_password(setup: Setup, tmp_path: Path) -> None:
+    settings = yaml_config(setup, tmp_path, "postgresql+psycopg://onnxmon:hunter2@127.0.0.1:1/nope")
+    missing = invoke("env", "diff", "0123456789abcdef", "-c", settings)
+    assert missing.exit_code == 3, "could not measure: the store is down"
+    assert "hunter2" not in str(missing.exception) and "127.0.0.1:1" in str(missing.exception)
+    on_disk = invoke("env", "diff", setup.fingerprint[:16], setup.fingerprint, "-o", "json", "-c", settings)
+    assert on_disk.exit_code == 0, "the baseline on disk still knows its fingerprint"
+    listed = invoke("baseline", "history", "clf", "-o", "json", "-c", settings)
+    assert listed.exit_code == 0, listed.output
+    rows = strict(listed.stdout)
+    assert rows and all("store not read" in r["note"] and "hunter2" not in r["note"] for r in rows)
+
+
+def yaml_config(setup: Setup, tmp_path: Path, url: str) -> str:
+    """The workspace's config with another store URL (same models, baselines and benchsets)."""
+    import yaml
+
+    data = yaml.safe_load(setup.ws.config_file.read_text())
+    data["store"] = {**data["store"], "url": url}
+    for key in ("baselines_dir", "benchsets_dir"):
+        data["store"][key] = str(setup.ws.root / data["store"][key])
+    for model in data["models"]:
+        model["path"] = str(setup.ws.root / model["path"])
+    path = tmp_path / "down.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def test_tsv_cells_never_split_a_row() -> None:
+    from rich.text import Text
+
+    from monitor.cli import common, output
+
+    table = common.PlainTable("name", "note")
+    table.add_row("a\tb", Text("line one\nline two"))
+    table.add_row("[/]odd", "")
+    assert output.tsv(table) == "name\tnote\na b\tline one line two\n[/]odd\t\n"
+
+
+def test_bash_completion_offers_subcommands_and_options() -> None:
+    import subprocess
+    import sys
+
+    onnxmon = str(Path(sys.executable).parent / "onnxmon")
+    script = subprocess.run([onnxmon, "--show-completion", "bash"], capture_output=True, text=True, timeout=60)
+    assert script.returncode == 0 and "_ONNXMON_COMPLETE=complete_bash" in script.stdout
+    env = {**os.environ, "_ONNXMON_COMPLETE": "complete_bash", "COMP_CWORD": "2"}
+    words = subprocess.run(
+        [onnxmon], env=env | {"COMP_WORDS": "onnxmon baseline "}, capture_output=True, text=True, timeout=60
+    ).stdout.split()
+    assert {"capture", "promote", "history"} <= set(words)
+    options = subprocess.run(
+        [onnxmon], env=env | {"COMP_WORDS": "onnxmon history m -", "COMP_CWORD": "3"}, capture_output=True, text=True
+    ).stdout.split()
+    assert {"-o", "--output", "--json", "-c", "--config"} <= set(options)
+
+
+def test_a_terminal_table_at_80_columns_wraps_ids_and_never_cuts_them(setup: Setup) -> None:
+    from rich.console import Console
+
+    from monitor.cli import baseline_history
+
+    entries = baseline_history.collect(setup.ws.settings(), "clf")
+    console = Console(width=80, record=True, force_terminal=True, color_system=None)
+    console.print(baseline_history.table(entries, wide=True))
+    text = console.export_text()
+    assert "…" not in text
+    id_column = "".join(line.split("│")[2].strip() for line in text.splitlines() if line.count("│") > 3)
+    assert all(e.baseline_id in id_column for e in entries), "each id, whole, reads down its column"
