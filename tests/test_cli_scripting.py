@@ -96,6 +96,7 @@ ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("env", "show"): (),
     ("history",): ("clf", "-c", "{config}"),
     ("localize",): ("clf", "-c", "{config}"),
+    ("lint",): ("{model_file}",),
     ("sqnr",): ("clf", "--float", "{model_file}", "-c", "{config}"),
 }
 NOT_PRINTING = {("serve",): "a daemon: it logs (--log-format json) instead of printing a result"}

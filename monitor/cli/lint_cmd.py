@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from monitor.cli import common
+from monitor.cli import common, output
 from monitor.errors import ConfigError, MonitorError
 
 
@@ -28,6 +28,7 @@ def register(app: typer.Typer) -> None:
             None, "--benchset", help="Benchmark set whose input shapes the model must accept (default: the model's)."
         ),
         as_json: bool = common.JsonOption,
+        fmt: str | None = common.OutputOption,
         quiet: bool = common.QuietOption,
     ) -> None:
         """Find export hazards (training mode, Resize modes, baked batch, fp16, QDQ, opset); exit 1 on an error."""
@@ -36,8 +37,9 @@ def register(app: typer.Typer) -> None:
 
         path, varied = _target(model, config_file, benchset)
         report = lint.lint_model(path, support=support.probe(), varied=varied)
-        if as_json:
-            common.print_json(report.to_dict())
+        chosen = output.chosen(fmt, as_json)
+        if output.structured(chosen):
+            output.print_data(report.to_dict(), chosen)
         elif not quiet:
             typer.echo(report.render())
         raise typer.Exit(0 if report else 1)

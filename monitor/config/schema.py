@@ -8,58 +8,28 @@ a tolerance must not silently do nothing). ``monitor.config.settings`` assembles
 from __future__ import annotations
 
 import datetime as dt
-import math
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from monitor.config import cron
+from monitor.config.benchset_schema import BENCHSET_SOURCES as BENCHSET_SOURCES
+from monitor.config.benchset_schema import BenchsetConfig as BenchsetConfig
+from monitor.config.benchset_schema import GenerateSpec as GenerateSpec
+from monitor.config.fields import DAY as DAY
+from monitor.config.fields import MAX_BACKOFF as MAX_BACKOFF
+from monitor.config.fields import MAX_INTERVAL as MAX_INTERVAL
+from monitor.config.fields import MAX_MEMORY_MB as MAX_MEMORY_MB
+from monitor.config.fields import MAX_REPEATS as MAX_REPEATS
+from monitor.config.fields import MAX_RETENTION as MAX_RETENTION
+from monitor.config.fields import MAX_SHORT as MAX_SHORT
+from monitor.config.fields import URL_SHAPE as URL_SHAPE
+from monitor.config.fields import Duration as Duration
+from monitor.config.fields import StrictModel as StrictModel
+from monitor.config.fields import parse_duration as parse_duration
 from monitor.errors import ConfigError
 from monitor.results import AppliedTolerance
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds from ``90``, ``"90s"``, ``"15m"``, ``"1h"``, ``"7d"``; rejects negatives and junk."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a duration like '15m' or '30s', got {value!r}")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        match = _DURATION.match(str(value))
-        if not match:
-            raise ValueError(f"expected a duration like '15m', '30s' or '1h', got {value!r}")
-        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-    if not math.isfinite(seconds):
-        raise ValueError(f"duration must be a finite number of seconds, got {value!r}")
-    if seconds < 0:
-        raise ValueError(f"duration must be >= 0, got {value!r}")
-    return seconds
-
-
-Duration = Annotated[float, BeforeValidator(parse_duration)]
-
-# Upper bounds that keep every duration computable: APScheduler, datetime and setrlimit overflow
-# (OverflowError in the scheduler thread) long before a finite float does. "Passes validation"
-# must mean "can be scheduled".
-DAY = 86400.0
-MAX_INTERVAL = 366 * DAY  # a yearly check is the longest schedule anyone needs
-MAX_SHORT = DAY  # jitter, startup spread, a check's timeout
-MAX_BACKOFF = 7 * DAY
-MAX_RETENTION = 100 * 365 * DAY
-MAX_REPEATS = 1000
-MAX_MEMORY_MB = 16 * 1024 * 1024  # 16 TiB: beyond any node, still a valid RLIMIT_AS
-URL_SHAPE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-
-
-class StrictModel(BaseModel):
-    """Unknown keys are errors: a typo in a tolerance must not silently do nothing."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class TopK(StrictModel):
@@ -208,81 +178,6 @@ class Defaults(StrictModel):
         default=600.0, gt=0, le=MAX_SHORT, description="Hard limit for one check (must be < the interval)."
     )
     schedule: Schedule = Field(default=Schedule(interval=900.0), description="Default schedule of the daemon.")
-
-
-class GenerateSpec(StrictModel):
-    """Random samples drawn from a model's input signature (seeded, so reproducible)."""
-
-    model: Path = Field(description="Model whose input signature the samples follow.")
-    count: int = Field(default=8, ge=1, le=100_000, description="Number of random samples.")
-    seed: int = Field(default=0, ge=0, lt=2**63, description="Seed of the random generator (same seed, same set).")
-    ranges: dict[str, tuple[float, float]] = Field(default={}, description="Per-input [low, high] value range.")
-    dims: dict[str, int] = Field(
-        default={}, description="Values of dynamic dims, by dim name or 'input:axis' for unnamed ones."
-    )
-    edge_cases: bool = Field(
-        default=False, description="Add zeros, range extremes, fp16-overflowing and denormal samples."
-    )
-
-    @field_validator("dims")
-    @classmethod
-    def _positive_dims(cls, dims: dict[str, int]) -> dict[str, int]:
-        for name, value in dims.items():
-            if not 1 <= value <= 2**31 - 1:
-                raise ValueError(f"dim {name!r} must be between 1 and 2**31-1, got {value}")
-        return dims
-
-    @field_validator("ranges")
-    @classmethod
-    def _ordered(cls, ranges: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
-        for name, (low, high) in ranges.items():
-            if not (math.isfinite(low) and math.isfinite(high)):
-                raise ValueError(f"range for input {name!r} must be finite, got [{low}, {high}]")
-            if low > high:
-                raise ValueError(f"range for input {name!r} has low {low} > high {high}")
-        return ranges
-
-
-BENCHSET_SOURCES = ("generate", "npz", "onnx_test_data", "polygraphy_json", "imported")
-
-
-def _one_or_many(value: Any) -> Any:
-    return [value] if isinstance(value, str | Path) else value
-
-
-class BenchsetConfig(StrictModel):
-    """A declared benchmark set; exactly one source."""
-
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Name of the set.")
-    generate: GenerateSpec | None = Field(default=None, description="Generate samples from the model signature.")
-    npz: Annotated[list[Path] | None, BeforeValidator(_one_or_many)] = Field(
-        default=None, description="One .npz per sample (globs like data/*.npz, sorted by name); keys are input names."
-    )
-    onnx_test_data: Path | None = Field(
-        default=None, description="ONNX test-data directory (test_data_set_N/input_K.pb)."
-    )
-    polygraphy_json: Path | None = Field(default=None, description="Inputs saved by polygraphy --save-inputs.")
-    imported: bool = Field(
-        default=False,
-        description="Made by `onnxmon benchset import NAME FILES...`: its newest version is used as it is."
-        " A model may also name such a set without declaring it.",
-    )
-
-    @model_validator(mode="after")
-    def _one_source(self) -> BenchsetConfig:
-        sources = [s for s in BENCHSET_SOURCES if getattr(self, s)]
-        if len(sources) != 1:
-            raise ValueError(
-                f"set exactly one source of {', '.join(map(repr, BENCHSET_SOURCES))} (found {sources or 'none'})"
-            )
-        return self
-
-    @property
-    def source(self) -> str:
-        for s in BENCHSET_SOURCES:
-            if getattr(self, s):
-                return s
-        raise AssertionError("validated to have one source")
 
 
 class ProviderSpec(StrictModel):
