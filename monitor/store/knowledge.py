@@ -1,0 +1,160 @@
+"""The knowledge the store keeps: diagnoses of runs and incidents noted by people.
+
+``add_diagnosis`` runs inside ``Store.record_run``'s transaction when a result carries
+``details["diagnosis"]`` (``daemon.diagnose_on_fail``); ``record_diagnosis`` stores one made later
+(``onnxmon diagnose --run ID``). An incident is one row with its cause (a ``results.CAUSE_CODES``
+code), the person's text and fix, and the failure's signature (``knowledge.incidents.signature``)
+that new failures are matched against; pruning a run keeps its incidents (the link becomes NULL).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from monitor.errors import MonitorError
+from monitor.results import CAUSE_CODES
+from monitor.store import schema as s
+
+if TYPE_CHECKING:
+    from monitor.store.repo import Store
+
+MAX_TEXT = 10_000
+
+
+@dataclass(frozen=True)
+class IncidentRecord:
+    """An incident as stored; ``to_dict`` is the JSON shape of the CLI and the API."""
+
+    id: int
+    run_id: int | None
+    model: str
+    created_at: datetime
+    created_by: str
+    cause: str
+    text: str
+    fix: str | None
+    signature: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "run_id": self.run_id,
+            "model": self.model,
+            "at": self.created_at.isoformat(),
+            "created_by": self.created_by,
+            "cause": self.cause,
+            "text": self.text,
+            "fix": self.fix,
+            "signature": dict(self.signature),
+        }
+
+
+def add_diagnosis(session: Session, run_id: int, model_id: int, document: Any, at: datetime) -> None:
+    """A diagnoses row for ``document`` when it is a diagnosis with hypotheses (an error document is not)."""
+    if not isinstance(document, Mapping) or not document.get("hypotheses"):
+        return
+    top = document["hypotheses"][0]
+    cause = top.get("cause") if top.get("cause") in CAUSE_CODES else "unknown"
+    confidence = float(top.get("confidence") or 0.0)
+    session.add(
+        s.Diagnosis(
+            run_id=run_id,
+            model_id=model_id,
+            created_at=at,
+            cause=cause,
+            confidence=confidence if math.isfinite(confidence) else 0.0,
+            document=dict(document),
+        )
+    )
+
+
+def record_diagnosis(store: Store, run_id: int, document: Mapping[str, Any]) -> None:
+    """Store a diagnosis made for an existing run; ``MonitorError`` when the run is unknown."""
+    with store._session(write=True) as session:
+        run = session.get(s.Run, run_id)
+        if run is None:
+            raise MonitorError(f"no run {run_id} in the history")
+        add_diagnosis(session, run_id, run.model_id, document, datetime.now(UTC))
+
+
+def diagnosis(store: Store, run_id: int) -> dict[str, Any] | None:
+    """The newest diagnosis document of a run, or None."""
+    with store._session() as session:
+        row = session.scalars(
+            select(s.Diagnosis).where(s.Diagnosis.run_id == run_id).order_by(s.Diagnosis.id.desc()).limit(1)
+        ).first()
+        return dict(row.document) if row is not None else None
+
+
+def record_incident(
+    store: Store,
+    run_id: int,
+    *,
+    cause: str,
+    text: str,
+    fix: str | None,
+    by: str,
+    signature: Mapping[str, Any],
+    at: datetime | None = None,
+) -> IncidentRecord:
+    """Note an incident on run ``run_id``; ``MonitorError`` naming the field for an unknown run or cause."""
+    if cause not in CAUSE_CODES:
+        raise MonitorError(f"--cause {cause!r} is not a cause code; known: {', '.join(sorted(CAUSE_CODES))}")
+    if not text.strip():
+        raise MonitorError("--text is empty: say what was found")
+    if len(text) > MAX_TEXT or len(fix or "") > MAX_TEXT:
+        raise MonitorError(f"--text and --fix are limited to {MAX_TEXT} characters")
+    with store._session(write=True) as session:
+        run = session.get(s.Run, run_id)
+        if run is None:
+            raise MonitorError(f"no run {run_id} in the history")
+        model = session.get(s.Model, run.model_id)
+        row = s.Incident(
+            run_id=run_id,
+            model=model.name if model else "",
+            created_at=at or datetime.now(UTC),
+            created_by=by[:200] or "unknown",
+            cause=cause,
+            text=text,
+            fix=fix or None,
+            signature=dict(signature),
+        )
+        session.add(row)
+        session.flush()
+        return _record(row)
+
+
+def incidents(store: Store, *, limit: int = 1000, model: str | None = None) -> list[IncidentRecord]:
+    """Incidents, newest first."""
+    with store._session() as session:
+        query = select(s.Incident).order_by(s.Incident.id.desc()).limit(limit)
+        if model is not None:
+            query = query.where(s.Incident.model == model)
+        return [_record(row) for row in session.scalars(query)]
+
+
+def incident(store: Store, incident_id: int) -> IncidentRecord | None:
+    with store._session() as session:
+        row = session.get(s.Incident, incident_id)
+        return _record(row) if row is not None else None
+
+
+def _record(row: s.Incident) -> IncidentRecord:
+    return IncidentRecord(
+        id=row.id,
+        run_id=row.run_id,
+        model=row.model,
+        created_at=row.created_at,
+        created_by=row.created_by,
+        cause=row.cause,
+        text=row.text,
+        fix=row.fix,
+        signature=dict(row.signature or {}),
+    )
