@@ -28,7 +28,8 @@ from typing import Any
 import onnx
 
 from monitor.config.plan import CheckPlan
-from monitor.diagnose import evidence, knobs, rank, replay
+from monitor.diagnose import evidence, knobs, rank
+from monitor.diagnose import replay as replays
 from monitor.diagnose.result import Diagnosis, Experiment, finite_or_none
 from monitor.files import baselines
 from monitor.knowledge import incidents as incident_match
@@ -49,9 +50,13 @@ def diagnose(
     scan_cap: int = 64,
     incidents: Iterable[Mapping[str, Any]] = (),
     run_id: int | None = None,
+    replay: bool = True,
     clock: Clock = time.monotonic,
 ) -> Diagnosis:
-    """Diagnose ``run`` (a ``CheckResult.to_dict()`` of ``plan``'s model) within ``budget_s`` seconds."""
+    """Diagnose ``run`` (a ``CheckResult.to_dict()`` of ``plan``'s model) within ``budget_s`` seconds.
+
+    ``replay=False`` skips the experiments: evidence, rules and incidents only (what ``check`` prints).
+    """
     began = clock()
     deadline = began + budget_s
     notes: list[str] = []
@@ -60,6 +65,8 @@ def diagnose(
     before: Experiment | None = None
     if baseline is None:
         notes.append(f"no active baseline for {plan.name!r}: nothing to replay against")
+    elif not replay:
+        pass
     elif str(run.get("verdict")) == "error":
         notes.append("the run could not measure (verdict error): no replay, evidence only")
     else:
@@ -168,7 +175,7 @@ def _run(
 ) -> Mapping[str, Any]:
     timeout = max(1.0, min(per_experiment_s, deadline - clock()))
     try:
-        return isolate(replay.measure, args, timeout)
+        return isolate(replays.measure, args, timeout)
     except Exception as exc:  # the isolator is the caller's: its failure is still one experiment's note
         return {"error": f"{type(exc).__name__}: {exc}"[:500]}
 

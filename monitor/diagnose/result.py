@@ -115,6 +115,39 @@ class Diagnosis:
             "notes": list(self.notes),
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Diagnosis:
+        """Rebuild from ``to_dict`` output (a stored document); unknown cause codes are dropped."""
+        hypotheses = []
+        for h in data.get("hypotheses") or []:
+            if h.get("cause") in CAUSE_CODES:
+                evidence = tuple(str(e) for e in h.get("evidence") or ())
+                confidence = float(h.get("confidence") or 0.0)
+                hypotheses.append(
+                    Hypothesis(h["cause"], confidence, evidence, str(h.get("fix", "")), str(h.get("source", "")))
+                )
+        experiments = tuple(
+            Experiment(
+                str(e.get("knob")),
+                str(e.get("value")),
+                str(e.get("cause", "unknown")),
+                finite_or_none(e.get("error_ratio")),
+                e.get("within_tolerance"),
+                float(e.get("seconds") or 0.0),
+                str(e.get("note") or ""),
+            )
+            for e in data.get("experiments") or []
+        )
+        return cls(
+            model=str(data.get("model", "")),
+            hypotheses=tuple(hypotheses),
+            experiments=experiments,
+            similar_incidents=tuple(dict(i) for i in data.get("similar_incidents") or []),
+            notes=tuple(str(n) for n in data.get("notes") or []),
+            seconds=float(data.get("seconds") or 0.0),
+            run_id=data.get("run_id"),
+        )
+
 
 def similar_line(incident: Mapping[str, Any]) -> str:
     """ "similar to incident 12 on 2026-11-03: conv_algorithm, fixed by cudnn_conv_algo_search=DEFAULT"."""

@@ -158,3 +158,28 @@ def _record(row: s.Incident) -> IncidentRecord:
         fix=row.fix,
         signature=dict(row.signature or {}),
     )
+
+
+def run_document(store: Store, run_id: int) -> dict[str, Any] | None:
+    """A stored run in ``CheckResult.to_dict()`` shape (environment snapshot included), or None.
+
+    Diagnosis, signatures and rules read this one shape whether the run is fresh or stored.
+    """
+    record = store.run(run_id)
+    if record is None:
+        return None
+    environment = store.environment(record.environment_fingerprint) if record.environment_fingerprint else None
+    return {
+        "id": record.id,
+        "model": record.model,
+        "verdict": record.verdict.value,
+        "started_at": record.started_at.timestamp(),
+        "finished_at": record.finished_at.timestamp(),
+        "reasons": [{"code": r.code, "detail": r.detail, "output": r.output} for r in record.reasons],
+        "outputs": [o.to_dict() for o in record.outputs],
+        "baseline_id": record.baseline_id,
+        "providers_requested": list(record.providers_requested),
+        "providers_effective": list(record.providers_effective),
+        "details": dict(record.details),
+        "environment": dict(environment or {}),
+    }
