@@ -183,3 +183,14 @@ def run_document(store: Store, run_id: int) -> dict[str, Any] | None:
         "details": dict(record.details),
         "environment": dict(environment or {}),
     }
+
+
+def similar_to_run(store: Store, run_id: int, *, most: int = 3) -> list[dict[str, Any]]:
+    """Incidents similar to a stored run now (not those noted on the run itself), best first."""
+    from monitor.knowledge import incidents as matching
+
+    document = run_document(store, run_id)
+    if document is None:
+        return []
+    known = [i.to_dict() for i in incidents(store) if i.run_id != run_id]
+    return matching.similar(matching.of_run(document), known)[:most]
