@@ -1,6 +1,6 @@
 """The knowledge the store keeps: diagnoses of runs and incidents noted by people.
 
-``add_diagnosis`` runs inside ``Store.record_run``'s transaction when a result carries
+``writes.add_diagnosis`` runs inside ``Store.record_run``'s transaction when a result carries
 ``details["diagnosis"]`` (``daemon.diagnose_on_fail``); ``record_diagnosis`` stores one made later
 (``onnxmon diagnose --run ID``). An incident is one row with its cause (a ``results.CAUSE_CODES``
 code), the person's text and fix, and the failure's signature (``knowledge.incidents.signature``)
@@ -9,18 +9,17 @@ that new failures are matched against; pruning a run keeps its incidents (the li
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from monitor.errors import MonitorError
 from monitor.results import CAUSE_CODES
 from monitor.store import schema as s
+from monitor.store import writes
 
 if TYPE_CHECKING:
     from monitor.store.repo import Store
@@ -56,32 +55,13 @@ class IncidentRecord:
         }
 
 
-def add_diagnosis(session: Session, run_id: int, model_id: int, document: Any, at: datetime) -> None:
-    """A diagnoses row for ``document`` when it is a diagnosis with hypotheses (an error document is not)."""
-    if not isinstance(document, Mapping) or not document.get("hypotheses"):
-        return
-    top = document["hypotheses"][0]
-    cause = top.get("cause") if top.get("cause") in CAUSE_CODES else "unknown"
-    confidence = float(top.get("confidence") or 0.0)
-    session.add(
-        s.Diagnosis(
-            run_id=run_id,
-            model_id=model_id,
-            created_at=at,
-            cause=cause,
-            confidence=confidence if math.isfinite(confidence) else 0.0,
-            document=dict(document),
-        )
-    )
-
-
 def record_diagnosis(store: Store, run_id: int, document: Mapping[str, Any]) -> None:
     """Store a diagnosis made for an existing run; ``MonitorError`` when the run is unknown."""
     with store._session(write=True) as session:
         run = session.get(s.Run, run_id)
         if run is None:
             raise MonitorError(f"no run {run_id} in the history")
-        add_diagnosis(session, run_id, run.model_id, document, datetime.now(UTC))
+        writes.add_diagnosis(session, run_id, run.model_id, document, datetime.now(UTC))
 
 
 def diagnosis(store: Store, run_id: int) -> dict[str, Any] | None:

@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 from monitor.config.settings import StoreConfig, mask_url
 from monitor.errors import BaselineError
 from monitor.results import CheckResult
-from monitor.store import convert, health, knowledge, leases, queries, retention, writes
+from monitor.store import convert, health, leases, queries, retention, writes
 from monitor.store import events as transitions
 from monitor.store import schema as s
 from monitor.store.records import (
@@ -185,7 +185,7 @@ class Store:
                     )
                 )
             writes.point_latest(session, model_id, node or "", run.id)
-            knowledge.add_diagnosis(session, run.id, model_id, result.details.get("diagnosis"), at)
+            writes.add_diagnosis(session, run.id, model_id, result.details.get("diagnosis"), at)
             return run.id
 
     def record_baseline(self, meta: Mapping[str, Any]) -> None:
