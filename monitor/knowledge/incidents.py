@@ -66,8 +66,13 @@ def localized_op_types(report: Any) -> list[str]:
 
 
 def score(a: Mapping[str, Sequence[str]], b: Mapping[str, Sequence[str]]) -> float:
-    """Similarity of two signatures in [0, 1]."""
+    """Similarity of two signatures in [0, 1]; below ``THRESHOLD`` when their environment changes share nothing.
+
+    Another upgrade is another problem, however alike the rest looks: when either side changed
+    environment fields and the two share none, the score is capped under the threshold.
+    """
     total = 0.0
+    envs = set(a.get("env_fields") or ()), set(b.get("env_fields") or ())
     for part, weight in _WEIGHTS.items():
         left, right = set(a.get(part) or ()), set(b.get(part) or ())
         if part == "reasons":
@@ -76,6 +81,8 @@ def score(a: Mapping[str, Sequence[str]], b: Mapping[str, Sequence[str]]) -> flo
             total += weight
         elif left and right:
             total += weight * len(left & right) / len(left | right)
+    if (envs[0] or envs[1]) and not envs[0] & envs[1]:
+        total = min(total, THRESHOLD - 0.1)
     return round(total, 3)
 
 
