@@ -2,6 +2,7 @@
 
 * ``GET  /api/v1/runs/{id}/diagnosis``  the stored diagnosis, with the incidents similar to the
   run *now* (an incident noted after the diagnosis is offered too); 404 when there is none
+* ``GET  /api/v1/runs/{id}/similar-incidents``  the incidents whose signature is like the run's
 * ``GET  /api/v1/incidents`` · ``GET /api/v1/incidents/{id}``
 * ``POST /api/v1/runs/{id}/incidents``  JSON ``{"cause", "text", "fix", "by"}``, bearer token as
   every mutating call; 201 with the incident
@@ -17,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 from urllib.parse import parse_qs
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi import Path as PathParam
 from fastapi.params import Depends
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
@@ -59,6 +60,13 @@ def mount(app: FastAPI, handle: DaemonHandle, *, auth: Sequence[Depends], token_
             raise HTTPException(404, f"run {run_id} has no diagnosis: run `onnxmon diagnose MODEL --run {run_id}`")
         return JSONResponse(out.json_safe({**document, "similar_incidents": similar(handle, run_id)}))
 
+    @app.get("/api/v1/runs/{run_id}/similar-incidents", responses=missing, tags=["diagnosis"])
+    def run_similar(run_id: RunId) -> JSONResponse:
+        """The incidents whose signature is like this run's, best first (no diagnosis needed)."""
+        if handle.store.run(run_id) is None:
+            raise HTTPException(404, f"no run {run_id} in the history")
+        return JSONResponse(out.json_safe(similar(handle, run_id)))
+
     @app.get("/api/v1/incidents", tags=["diagnosis"])
     def list_incidents(model: str | None = None) -> JSONResponse:
         """Every incident noted, newest first."""
@@ -89,8 +97,8 @@ def mount(app: FastAPI, handle: DaemonHandle, *, auth: Sequence[Depends], token_
             raise HTTPException(422, str(exc)) from None
         return JSONResponse(out.json_safe(record.to_dict()), status_code=201)
 
-    @app.post("/runs/{run_id}/incidents", include_in_schema=False)
-    async def incident_form(run_id: str, request: Request) -> HTMLResponse | RedirectResponse:
+    @app.post("/runs/{run_id}/incidents", include_in_schema=False, response_model=None)
+    async def incident_form(run_id: str, request: Request) -> Response:
         body = (await request.body())[:_MAX_FORM].decode("utf-8", errors="replace")
         form = {key: values[0] for key, values in parse_qs(body, keep_blank_values=True).items()}
         number = int(run_id) if run_id.isdecimal() and len(run_id) < 20 else 0
