@@ -159,13 +159,15 @@ def test_an_incident_noted_through_the_api_is_offered_on_the_next_failure(
         assert client.get("/api/v1/incidents").json()[0]["id"] == 1
         assert client.get("/api/v1/incidents/1").json()["text"] == "2 cores now"
         assert client.get("/api/v1/incidents/2").status_code == 404
-        assert client.get(f"/api/v1/runs/{second}/diagnosis").status_code == 404  # not diagnosed yet
+        undiagnosed = client.get(f"/api/v1/runs/{second}/diagnosis").json()
+        assert undiagnosed["diagnosed"] is False and undiagnosed["similar_incidents"][0]["id"] == 1
+        assert client.get("/api/v1/runs/999/diagnosis").status_code == 404
     code, _ = cli(capsys, "diagnose", "forest", "--run", str(second), "-c", drift.config)
     assert code == 0
     with Store(drift.url) as store:
         client = TestClient(create_app(RealDaemon(drift.workspace.settings(), store)), raise_server_exceptions=False)
         document = client.get(f"/api/v1/runs/{second}/diagnosis").json()
-    assert document["hypotheses"][0]["cause"] == "thread_count"
+    assert document["diagnosed"] is True and document["hypotheses"][0]["cause"] == "thread_count"
     assert document["similar_incidents"][0]["id"] == 1
 
 

@@ -254,9 +254,7 @@ def _write_routes(app: FastAPI, handle: DaemonHandle) -> None:
     auth = [Depends(authorized)]
 
     busy: dict[int | str, dict[str, Any]] = {429: {"model": out.Problem, "description": "every check worker is busy"}}
-    incidents.mount(
-        app, handle, auth=auth, token_ok=incidents.form_token_ok(lambda: _configured_token(handle.settings))
-    )
+    incidents.mount(app, handle, auth=auth, token=lambda: _configured_token(handle.settings))
 
     @app.post("/api/v1/models/{name}/check", dependencies=auth, responses=guarded | _NOT_FOUND | busy, tags=["actions"])
     def check_now(name: ModelName) -> out.CheckOut:

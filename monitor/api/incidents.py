@@ -47,18 +47,22 @@ class IncidentIn(BaseModel):
     by: str = Field(default="api", min_length=1, max_length=200, description="who notes it")
 
 
-def mount(app: FastAPI, handle: DaemonHandle, *, auth: Sequence[Depends], token_ok: Callable[[str], bool]) -> None:
-    """Add the diagnosis and incident routes; ``auth`` guards the JSON write, ``token_ok`` the form."""
+def mount(app: FastAPI, handle: DaemonHandle, *, auth: Sequence[Depends], token: Callable[[], str | None]) -> None:
+    """Add the diagnosis and incident routes; ``auth`` guards the JSON write, ``token()`` the form's field."""
     guarded: dict[int | str, dict[str, Any]] = {401: {"model": out.Problem}, 403: {"model": out.Problem}}
     missing: dict[int | str, dict[str, Any]] = {404: {"model": out.Problem}}
 
     @app.get("/api/v1/runs/{run_id}/diagnosis", responses=missing, tags=["diagnosis"])
     def run_diagnosis(run_id: RunId) -> JSONResponse:
         """The run's stored diagnosis (hypotheses, experiments) and the incidents similar to it now."""
+        if handle.store.run(run_id) is None:
+            raise HTTPException(404, f"no run {run_id} in the history")
         document = knowledge.diagnosis(handle.store, run_id)
-        if document is None:
-            raise HTTPException(404, f"run {run_id} has no diagnosis: run `onnxmon diagnose MODEL --run {run_id}`")
-        return JSONResponse(out.json_safe({**document, "similar_incidents": similar(handle, run_id)}))
+        if document is None:  # the run exists, nobody diagnosed it: say how, and still offer incidents
+            hint = f"not diagnosed: run `onnxmon diagnose MODEL --run {run_id}` or set daemon.diagnose_on_fail"
+            document = {"run_id": run_id, "hypotheses": [], "experiments": [], "notes": [hint]}
+        body = {**document, "diagnosed": bool(document.get("hypotheses")), "similar_incidents": similar(handle, run_id)}
+        return JSONResponse(out.json_safe(body))
 
     @app.get("/api/v1/runs/{run_id}/similar-incidents", responses=missing, tags=["diagnosis"])
     def run_similar(run_id: RunId) -> JSONResponse:
@@ -102,7 +106,11 @@ def mount(app: FastAPI, handle: DaemonHandle, *, auth: Sequence[Depends], token_
         body = (await request.body())[:_MAX_FORM].decode("utf-8", errors="replace")
         form = {key: values[0] for key, values in parse_qs(body, keep_blank_values=True).items()}
         number = int(run_id) if run_id.isdecimal() and len(run_id) < 20 else 0
-        if not token_ok(form.get("token", "")):
+        expected = token()
+        if expected is None:
+            disabled = "mutating calls are disabled: set api.token or api.token_file in the config"
+            return HTMLResponse(error_page(403, "Not allowed", disabled), status_code=403)
+        if not hmac.compare_digest(form.get("token", "").encode(), expected.encode()):
             return HTMLResponse(
                 error_page(
                     401,
@@ -140,13 +148,3 @@ def note(handle: DaemonHandle, run_id: int, body: IncidentIn) -> knowledge.Incid
 def similar(handle: DaemonHandle, run_id: int) -> list[dict[str, Any]]:
     """Incidents similar to the run (other than ones noted on the run itself), best first."""
     return knowledge.similar_to_run(handle.store, run_id)
-
-
-def form_token_ok(expected: Callable[[], str | None]) -> Callable[[str], bool]:
-    """A form token check against the configured token (none configured: every form is refused)."""
-
-    def check(given: str) -> bool:
-        token = expected()
-        return token is not None and hmac.compare_digest(given.encode(), token.encode())
-
-    return check

@@ -98,7 +98,8 @@ class Diagnosis:
         top = self.top
         if top is None:
             return "likely cause: unknown"
-        evidence = f" ({top.evidence[0]})" if top.evidence else ""
+        first = top.evidence[0].split(" (somewhere")[0].split(" (at the localized")[0] if top.evidence else ""
+        evidence = f" ({first[:117]}...)" if len(first) > 120 else f" ({first})" if first else ""
         line = f"likely cause: {top.cause} {top.confidence:.0%}{evidence}; try: {top.fix}"
         if self.similar_incidents:
             line += "; " + similar_line(self.similar_incidents[0])
