@@ -246,3 +246,62 @@ def test_diagnoses_and_incidents_round_trip_and_outlive_pruned_runs(store: Store
     kept = knowledge.incident(store, noted.id)
     assert kept is not None and kept.run_id is None and kept.text == "Ampere node"
     assert knowledge.diagnosis(store, run_id) is None
+
+
+def test_the_daemon_diagnoses_a_fail_within_its_budget_and_offers_the_incident(
+    drift: Drift, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from monitor.daemon.root import Daemon
+
+    cli(capsys, "check", "forest", "-c", drift.config)
+    first = latest_run(drift.url)
+    cli(capsys, "incident", "note", str(first), "--cause", "thread_count", "--text", "2 cores", "-c", drift.config)
+    drift.workspace.extra["daemon"] = {"diagnose_on_fail": True, "diagnose_budget": "60s", "startup_spread": 0}
+    settings = drift.workspace.settings()
+    with Store(settings.store.url) as store:
+        daemon = Daemon(settings, store=store)
+        try:
+            checked = daemon.run_now("forest")
+        finally:
+            daemon.stop()
+        document = checked.details["diagnosis"]
+        assert document["seconds"] < 60
+        assert document["hypotheses"][0]["cause"] == "thread_count"
+        assert [i["id"] for i in document["similar_incidents"]] == [1]
+        stored = knowledge.diagnosis(store, latest_run(drift.url))
+        assert stored is not None and stored["hypotheses"][0]["source"] == "experiment"
+
+
+def test_a_passing_daemon_run_is_not_diagnosed(drift: Drift) -> None:
+    from monitor.daemon.root import Daemon
+
+    drift.workspace.set("forest", session={"intra_op_num_threads": 1})
+    drift.workspace.extra["daemon"] = {"diagnose_on_fail": True, "startup_spread": 0}
+    settings = drift.workspace.settings()
+    with Store(settings.store.url) as store:
+        store.upgrade()
+        daemon = Daemon(settings, store=store)
+        try:
+            checked = daemon.run_now("forest")
+        finally:
+            daemon.stop()
+    assert checked.verdict is Verdict.PASS and "diagnosis" not in checked.details
+
+
+def test_a_model_that_cannot_run_is_diagnosed_from_evidence_and_exits_3(
+    drift: Drift, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (drift.workspace.root / "models" / "forest.onnx").unlink()
+    code, out = cli(capsys, "diagnose", "forest", "-c", drift.config, "--json")
+    assert code == 3 and "Traceback" not in out
+    document = jsonsafe.loads(out[: out.rindex("}") + 1])
+    assert document["experiments"] == []
+    assert any("could not measure" in note for note in document["notes"])
+
+
+def test_a_tiny_budget_still_answers(drift: Drift, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = cli(capsys, "diagnose", "forest", "-c", drift.config, "--budget", "1", "--json")
+    assert code == 0, out
+    document = jsonsafe.loads(out)
+    spent = ("time budget spent", "could not be replayed")  # cut before or after the first replay
+    assert document["hypotheses"] and any(s in n for n in document["notes"] for s in spent)

@@ -5,7 +5,7 @@ diagnosed and recorded with its diagnosis; with ``--run ID`` the stored run is d
 diagnosis is stored with it. Each experiment runs in its own child with its timeout; the whole
 diagnosis stays within ``--budget`` (default ``daemon.diagnose_budget``). Exit codes: 0 a diagnosis
 was made (whatever it found), 2 usage (unknown model or run), 3 could not diagnose (no store for
-``--run``, the check could not run).
+``--run``; the run could not measure, verdict ``error``: the diagnosis printed is its evidence alone).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ def register(app: typer.Typer) -> None:
         incidents = known_incidents(settings)
         if run_id is not None:
             document = _stored_run(settings, run_id, model)
+            verdict = str(document.get("verdict"))
             diagnosis = diagnose_run(plan, document, budget_s=seconds, incidents=incidents, run_id=run_id)
             if store and "error" not in diagnosis:
                 from monitor.store import knowledge
@@ -58,6 +59,7 @@ def register(app: typer.Typer) -> None:
             result, _ = child.run_isolated(
                 plan, job=child.measure_only, memory_limit_mb=settings.daemon.memory_limit_mb
             )
+            verdict = result.verdict.value
             diagnosis = diagnose_run(plan, result.to_dict(), budget_s=seconds, incidents=incidents)
             if store:
                 _record(settings, result, diagnosis)
@@ -67,6 +69,8 @@ def register(app: typer.Typer) -> None:
             common.print_json(diagnosis)
         else:
             typer.echo(render(diagnosis))
+        if verdict == "error":  # nothing could be replayed: the diagnosis is the evidence alone
+            raise typer.Exit(3)
 
 
 def known_incidents(settings: Settings) -> list[dict[str, Any]]:

@@ -72,7 +72,9 @@ def diagnose(
     else:
         before, samples = _scan(plan, isolate, deadline, per_experiment_s, max_samples, scan_cap, clock)
         experiments.append(before)
-        if before.measured:
+        if not before.measured:
+            notes.append(f"the current setup could not be replayed ({before.note or 'no ratio'}): evidence only")
+        else:
             experiments += _sweep(
                 plan, baseline.meta.session, run, samples, isolate, deadline, per_experiment_s, clock, notes
             )
