@@ -218,3 +218,29 @@ def test_a_passing_run_diagnosed_anyway_says_it_did_not_reproduce(in_tmp: Worksp
     assert current.within_tolerance is True
     assert any("did not reproduce" in e for h in diagnosis.hypotheses for e in h.evidence)
     assert math.isfinite(diagnosis.seconds)
+
+
+def test_with_stored_intermediates_the_failure_is_localized_and_its_op_type_is_evidence(in_tmp: Workspace) -> None:
+    import onnx
+
+    from monitor import capture
+    from monitor.check import run_check
+    from monitor.config.plan import plan_for
+    from tests import variants
+    from tests.diagnose_scenarios import CNN
+
+    in_tmp.add_model("cnn", onnx.load(CNN), count=2, dims={"batch": 2})
+    capture.capture_baseline(plan_for(in_tmp.settings(), "cnn"), intermediate_samples=2)
+    pristine = in_tmp.root / "pristine.onnx"
+    onnx.save(onnx.load(CNN), str(pristine))
+    edited = variants.edit_largest_weight(pristine, in_tmp.root / "models" / "cnn.onnx", None, variants.scaled)
+    name = edited.split()[1]  # "tensor NAME [shape]"
+    readers = {n.name: n.op_type for n in onnx.load(CNN).graph.node if name in n.input}  # ground truth, plain onnx
+    assert readers, edited
+    plan = plan_for(in_tmp.settings(), "cnn")
+    diagnosis = diagnose(plan, run_check(plan).to_dict(), isolate=isolated)
+    assert diagnosis.top is not None and diagnosis.top.cause == "model_weights_changed"
+    assert diagnosis.localization is not None
+    first = diagnosis.localization["first_changed"]
+    assert first is not None and first["name"] in readers and first["op_type"] == readers[first["name"]]
+    assert any(f"op_types={first['op_type']}" in note for note in diagnosis.notes)  # in the incident signature

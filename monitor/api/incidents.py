@@ -28,7 +28,6 @@ from monitor.api import schemas as out
 from monitor.api.handle import DaemonHandle
 from monitor.api.web.lookup import error_page
 from monitor.errors import MonitorError
-from monitor.knowledge import incidents as matching
 from monitor.results import CAUSE_CODES
 from monitor.store import knowledge
 
@@ -136,10 +135,9 @@ def mount(app: FastAPI, handle: DaemonHandle, *, auth: Sequence[Depends], token:
 
 def note(handle: DaemonHandle, run_id: int, body: IncidentIn) -> knowledge.IncidentRecord:
     """Record the incident with the run's signature; ``LookupError`` for an unknown run."""
-    document = knowledge.run_document(handle.store, run_id) if 1 <= run_id <= MAX_ID else None
-    if document is None:
+    signature = knowledge.signature_of(handle.store, run_id) if 1 <= run_id <= MAX_ID else None
+    if signature is None:
         raise LookupError(f"no run {run_id} in the history")
-    signature = matching.of_run(document)
     return knowledge.record_incident(
         handle.store, run_id, cause=body.cause, text=body.text, fix=body.fix, by=body.by, signature=signature
     )

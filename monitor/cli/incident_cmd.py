@@ -32,23 +32,15 @@ def register(app: typer.Typer) -> None:
         as_json: bool = common.JsonOption,
     ) -> None:
         """Note an incident on a run: its cause, what was found and the fix, matched to later failures."""
-        from monitor.knowledge.incidents import of_run
         from monitor.store import knowledge
 
         settings = common.settings(config_file)
         with common.open_store(settings) as store:
-            document = knowledge.run_document(store, run_id)
-            if document is None:
+            signature = knowledge.signature_of(store, run_id)
+            if signature is None:
                 raise MonitorError(f"no run {run_id} in the history")
-            stored = knowledge.diagnosis(store, run_id)
             record = knowledge.record_incident(
-                store,
-                run_id,
-                cause=cause,
-                text=text,
-                fix=fix,
-                by=by or _login(),
-                signature=of_run(document, _diagnosed_op_types(stored)),
+                store, run_id, cause=cause, text=text, fix=fix, by=by or _login(), signature=signature
             )
         if as_json:
             common.print_json(record.to_dict())
@@ -101,15 +93,6 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"{key}: {data[key]}")
         for part, values in data["signature"].items():
             typer.echo(f"signature.{part}: {', '.join(values) or '-'}")
-
-
-def _diagnosed_op_types(document: object) -> list[str]:
-    """Op types a stored diagnosis localized (its signature note), when there is one."""
-    from monitor.knowledge.incidents import localized_op_types
-
-    if isinstance(document, dict):
-        return localized_op_types(document.get("localization"))
-    return []
 
 
 def _login() -> str:

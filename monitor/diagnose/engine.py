@@ -9,9 +9,11 @@ The flow, bounded by ``budget_s`` from the start:
 3. each ``knobs.variations`` recipe, one knob changed, each in its own isolated child with its own
    timeout (``per_experiment_s``, never beyond the budget); what the budget leaves out is listed
    in ``notes``;
-4. the evidence of the run (``evidence.from_run``), the built-in rules (``knowledge.rules``) and
+4. a localization of one failing sample against the baseline's stored intermediates, when the
+   baseline keeps them and the run has none (its op types feed the rules and the signature);
+5. the evidence of the run (``evidence.from_run``), the built-in rules (``knowledge.rules``) and
    the similar incidents the caller found for the run's signature;
-5. ``rank.merge``: one hypothesis per cause, most likely first.
+6. ``rank.merge``: one hypothesis per cause, most likely first.
 
 Isolation is injected (``Isolator``): the daemon and the CLI pass ``daemon.diagnosis.isolated``
 (a child per experiment, its process group killed at its timeout); this layer sits below the
@@ -63,6 +65,7 @@ def diagnose(
     experiments: list[Experiment] = []
     baseline = baselines.active(plan.baselines_dir, plan.name)
     before: Experiment | None = None
+    samples: list[int] = []
     if baseline is None:
         notes.append(f"no active baseline for {plan.name!r}: nothing to replay against")
     elif not replay:
@@ -78,6 +81,16 @@ def diagnose(
             experiments += _sweep(
                 plan, baseline.meta.session, run, samples, isolate, deadline, per_experiment_s, clock, notes
             )
+    localization = (run.get("details") or {}).get("localization")
+    if localization is None and before is not None and before.measured and before.within_tolerance is False:
+        stored = {int(s) for s in baseline.meta.intermediates.get("samples", ())} if baseline is not None else set()
+        chosen = [s for s in samples if s in stored]
+        if chosen:  # against the baseline's own intermediates: what changed inside the model, exactly
+            localization = _localize(plan, isolate, chosen[0], deadline, clock, notes)
+        else:
+            notes.append("no localization: the baseline keeps no intermediates of a failing sample (--intermediates)")
+    if isinstance(localization, Mapping) and "error" not in localization:
+        run = {**run, "details": {**(run.get("details") or {}), "localization": localization}}
     fixed = [e.knob for e in experiments if e.within_tolerance and e.knob not in ("current", "repeat")]
     repeat = next((e for e in experiments if e.knob == "repeat"), None)
     facts = evidence.facts(
@@ -106,6 +119,7 @@ def diagnose(
         notes=(*notes, "signature: " + _describe(signature)),
         seconds=clock() - began,
         run_id=run_id,
+        localization=_nodes(run),
     )
 
 
@@ -172,6 +186,34 @@ def _sweep(
     return found
 
 
+def _localize(
+    plan: CheckPlan, isolate: Isolator, sample: int, deadline: float, clock: Clock, notes: list[str]
+) -> Mapping[str, Any] | None:
+    """Localize a failing sample in a child, with what the budget leaves (evidence for the rules)."""
+    left = deadline - clock()
+    if left < 5.0:
+        notes.append("no localization: the time budget is spent")
+        return None
+    try:
+        found = isolate(localize_job, (plan, sample, left / 2), left)
+    except Exception as exc:
+        found = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+    if "error" in found:
+        notes.append(f"no localization: {found['error']}"[:300])
+        return None
+    return found
+
+
+def localize_job(plan: CheckPlan, sample: int, budget_s: float) -> dict[str, Any]:
+    """Inside a child: ``localize.configured.localize_model`` on one sample; its report, or the error."""
+    from monitor.localize import configured
+
+    try:
+        return configured.localize_model(plan, sample=sample, time_budget_s=budget_s).to_dict()
+    except Exception as exc:  # localization is evidence: its failure is a note
+        return {"error": f"{type(exc).__name__}: {exc}"[:500]}
+
+
 def _run(
     isolate: Isolator, args: tuple[Any, ...], deadline: float, per_experiment_s: float, clock: Clock
 ) -> Mapping[str, Any]:
@@ -217,6 +259,18 @@ def _op_types(plan: CheckPlan) -> set[str]:
             graphs += [a.g for a in node.attribute if a.HasField("g")]
             graphs += list(b for a in node.attribute for b in a.graphs)
     return found
+
+
+def _nodes(run: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The localized nodes (name and op type) the diagnosis used, for the document and incident signatures."""
+    report = (run.get("details") or {}).get("localization")
+    if not isinstance(report, Mapping):
+        return None
+    nodes = {}
+    for key in ("first_changed", "first_out_of_tolerance"):
+        node = report.get(key)
+        nodes[key] = {"name": node.get("name"), "op_type": node.get("op_type")} if isinstance(node, Mapping) else None
+    return nodes
 
 
 def _public(incident: Mapping[str, Any]) -> dict[str, Any]:

@@ -88,6 +88,7 @@ class Diagnosis:
     notes: tuple[str, ...] = ()
     seconds: float = 0.0
     run_id: int | None = None
+    localization: Mapping[str, Any] | None = None  # the localized nodes (name, op type), when there were any
 
     @property
     def top(self) -> Hypothesis | None:
@@ -114,6 +115,7 @@ class Diagnosis:
             "experiments": [e.to_dict() for e in self.experiments],
             "similar_incidents": [dict(i) for i in self.similar_incidents],
             "notes": list(self.notes),
+            "localization": dict(self.localization) if self.localization is not None else None,
         }
 
     @classmethod
@@ -147,6 +149,7 @@ class Diagnosis:
             notes=tuple(str(n) for n in data.get("notes") or []),
             seconds=float(data.get("seconds") or 0.0),
             run_id=data.get("run_id"),
+            localization=data.get("localization") if isinstance(data.get("localization"), Mapping) else None,
         )
 
 

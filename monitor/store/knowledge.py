@@ -169,8 +169,19 @@ def similar_to_run(store: Store, run_id: int, *, most: int = 3) -> list[dict[str
     """Incidents similar to a stored run now (not those noted on the run itself), best first."""
     from monitor.knowledge import incidents as matching
 
-    document = run_document(store, run_id)
-    if document is None:
+    wanted = signature_of(store, run_id)
+    if wanted is None:
         return []
     known = [i.to_dict() for i in incidents(store) if i.run_id != run_id]
-    return matching.similar(matching.of_run(document), known)[:most]
+    return matching.similar(wanted, known)[:most]
+
+
+def signature_of(store: Store, run_id: int) -> dict[str, list[str]] | None:
+    """A stored run's signature: its own record, plus the nodes its newest diagnosis localized."""
+    from monitor.knowledge import incidents as matching
+
+    document = run_document(store, run_id)
+    if document is None:
+        return None
+    diagnosed = diagnosis(store, run_id) or {}
+    return matching.of_run(document, matching.localized_op_types(diagnosed.get("localization")))
