@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 from urllib.parse import parse_qs
 
-from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi import FastAPI, HTTPException, Query, Request, Response
 from fastapi import Path as PathParam
 from fastapi.params import Depends
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
@@ -71,7 +71,7 @@ def mount(app: FastAPI, handle: DaemonHandle, *, auth: Sequence[Depends], token:
         return JSONResponse(out.json_safe(similar(handle, run_id)))
 
     @app.get("/api/v1/incidents", tags=["diagnosis"])
-    def list_incidents(model: str | None = None) -> JSONResponse:
+    def list_incidents(model: Annotated[str | None, Query(max_length=200)] = None) -> JSONResponse:
         """Every incident noted, newest first."""
         return JSONResponse(out.json_safe([i.to_dict() for i in knowledge.incidents(handle.store, model=model)]))
 

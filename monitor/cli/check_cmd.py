@@ -49,10 +49,9 @@ def register(app: typer.Typer) -> None:
         memory = settings.daemon.memory_limit_mb
         # Each check in its own child with the model's hard timeout, exactly as the daemon runs it.
         results = [child.run_isolated(plan, job=child.measure_only, memory_limit_mb=memory)[0] for plan in plans]
-        causes = likely_causes(settings, plans, results, store=store)
-        if settings.daemon.diagnose_on_fail:
+        if settings.daemon.diagnose_on_fail:  # the full diagnosis, recorded with the run
             results = [_diagnosed(settings, plan, result, store) for plan, result in zip(plans, results, strict=True)]
-            causes = likely_causes(settings, plans, results, store=store)
+        causes = likely_causes(settings, plans, results, store=store)
         recorded = recording.record(settings, results) if store else None
         if as_json:
             common.print_json([r.to_dict() for r in results])
