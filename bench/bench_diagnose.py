@@ -2,8 +2,11 @@
 
 For each scenario of ``tests/diagnose_scenarios.py`` (real corpus models, one real cause each):
 the check's own time (``run_check``), the diagnosis's time (every experiment in its isolated
-child, as the daemon runs them), the number of experiments, the diagnosis ÷ check ratio measured
-side by side in this run, and whether the top cause is the scenario's truth. Run:
+child, as the daemon runs them), the time the experiments spent inside their children (session,
+replay, comparison: the rest is process start and hand-over), the number of experiments, the
+diagnosis ÷ check ratio measured side by side in this run, and whether the top cause is the
+scenario's truth. On a loaded machine the children's start-up dominates; say the load with the
+numbers (``uptime``). Run:
 ``.venv/bin/python bench/bench_diagnose.py``.
 """
 
@@ -29,7 +32,9 @@ from tests.workspace import Workspace  # noqa: E402
 
 def main() -> None:
     logging.disable(logging.WARNING)  # the quantizer's pre-processing advice
-    print(f"{'scenario':<38} {'truth':<24} {'top cause':<24} ok  check s  diagnose s  experiments  ratio")
+    print(
+        f"{'scenario':<38} {'truth':<24} {'top cause':<24} ok  check s  diagnose s  in children s  experiments  ratio"
+    )
     for scenario in SCENARIOS:
         root = Path(tempfile.mkdtemp(prefix="onnxmon-bench-diagnose-"))
         cwd = os.getcwd()
@@ -46,10 +51,11 @@ def main() -> None:
             os.chdir(cwd)
             shutil.rmtree(root, ignore_errors=True)
         top = diagnosis.top.cause if diagnosis.top else "-"
+        inside = sum(e.seconds for e in diagnosis.experiments)  # measured inside each child: replay + compare
         ok = "yes" if top == scenario.expected else "NO"
         print(
             f"{scenario.name:<38} {scenario.expected:<24} {top:<24} {ok:<3} {check_s:7.2f}  {diagnose_s:10.2f}"
-            f"  {len(diagnosis.experiments):11d}  {diagnose_s / check_s:5.1f}x"
+            f"  {inside:13.2f}  {len(diagnosis.experiments):11d}  {diagnose_s / check_s:5.1f}x"
         )
 
 
