@@ -76,6 +76,33 @@ REASON_CODES: frozenset[str] = frozenset(
 )
 
 
+# Causes of a drift that ``onnxmon diagnose`` names (docs/diagnose.md). Closed, like the reason
+# codes, so that ``onnxmon_diagnosis_info{cause}`` stays bounded and incidents compare by code.
+CAUSE_CODES: frozenset[str] = frozenset(
+    {
+        "model_weights_changed",  # same graph, other initializer values
+        "model_precision_changed",  # float32 -> float16 / bfloat16 (or back)
+        "model_quantized",  # QDQ / integer operators where the baseline's model had floats
+        "model_structure_changed",  # nodes, ops or wiring differ
+        "benchset_changed",  # the inputs are not the baseline's
+        "input_mismatch",  # inputs cast or reshaped to fit the model
+        "session_settings_changed",  # a session or provider option differs from the baseline's
+        "graph_optimization",  # the graph optimization level (fusions, layout passes) moves the numbers
+        "thread_count",  # reduction order depends on the number of threads
+        "execution_provider_fallback",  # another execution provider runs the model
+        "runtime_version",  # another ONNX Runtime release
+        "gpu_library_version",  # CUDA, cuDNN, cuBLAS or TensorRT changed
+        "driver_or_gpu_changed",  # another GPU kind or driver
+        "tf32",  # TF32 math in GEMM / convolutions
+        "conv_algorithm",  # cuDNN convolution algorithm choice
+        "nondeterminism",  # repeats of the same run disagree
+        "cpu_isa",  # MLAS kernels dispatched by another CPU instruction set
+        "gpu_throttling",  # clocks held down by temperature or power
+        "unknown",
+    }
+)
+
+
 @dataclass(frozen=True)
 class Reason:
     """Why a verdict is not ``pass``: a bounded ``code`` plus a human ``detail``."""

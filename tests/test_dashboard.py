@@ -93,6 +93,7 @@ REQUIRED_METRICS = [
     ("onnxmon_output_out_of_tolerance_total", "counter", {"model", "output"}),
     ("onnxmon_output_checks_total", "counter", {"model", "output"}),
     ("onnxmon_provider_fallback", "gauge", {"model"}),
+    ("onnxmon_diagnosis_info", "gauge", {"model", "cause"}),
     ("onnxmon_environment_matches_baseline", "gauge", {"model"}),
     ("onnxmon_environment_changes_total", "counter", {"model"}),
     ("onnxmon_baseline_promotions_total", "counter", {"model"}),

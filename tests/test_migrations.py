@@ -15,7 +15,8 @@ from tests.databases import BACKENDS, database_url
 from tests.test_store import T0, result
 
 ALL_TABLES = {
-    "models", "benchsets", "environments", "runs", "output_results", "baselines", "latest_runs", "events", "leases"
+    "models", "benchsets", "environments", "runs", "output_results", "baselines", "latest_runs", "events", "leases",
+    "diagnoses", "incidents",
 }  # fmt: skip
 
 
@@ -32,15 +33,15 @@ def tables(store: Store) -> set[str]:
 def test_an_empty_database_upgrades_to_head(empty: Store) -> None:
     assert empty.current_revision() is None
     empty.upgrade()
-    assert empty.current_revision() == empty.head_revision() == "0004"
+    assert empty.current_revision() == empty.head_revision() == "0005"
     assert tables(empty) == ALL_TABLES
     empty.upgrade()  # a second upgrade is a no-op
-    assert empty.current_revision() == "0004"
+    assert empty.current_revision() == "0005"
 
 
 def test_a_database_at_the_previous_revision_upgrades_and_keeps_its_runs(empty: Store) -> None:
     empty.upgrade("0001")
-    assert tables(empty) == ALL_TABLES - {"events", "leases"}
+    assert tables(empty) == ALL_TABLES - {"events", "leases", "diagnoses", "incidents"}
     with empty.engine.begin() as conn:
         conn.execute(sa.text("INSERT INTO models (name, first_seen, last_seen) VALUES ('resnet', :t, :t)"), {"t": T0})
     empty.upgrade()

@@ -28,7 +28,7 @@ from monitor.cli import main
 from monitor.config.plan import plan_for
 from monitor.config.settings import Settings
 from monitor.daemon.root import Daemon
-from monitor.store import Store
+from monitor.store import Store, knowledge
 from tests import modelzoo
 from tests.serving import Served, free_port
 from tests.test_metrics import RealDaemon, Scenario, build_scenario, migrated_store
@@ -40,7 +40,9 @@ DB_PASSWORD = "s3cr3t-pw-91d4"
 UNREACHABLE_DB = f"postgresql+psycopg://onnxmon:{DB_PASSWORD}@127.0.0.1:1/history"
 SECRETS = (TOKEN, DB_PASSWORD)
 MUTATING = {("POST", "/api/v1/models/{name}/check"), ("POST", "/api/v1/baselines/{baseline_id}/promote")} | {
-    ("POST", "/-/reload")
+    ("POST", "/-/reload"),
+    ("POST", "/api/v1/runs/{run_id}/incidents"),
+    ("POST", "/runs/{run_id}/incidents"),  # the run page's form: the token is a form field
 }
 
 
@@ -55,7 +57,8 @@ def routes(app: Any) -> set[tuple[str, str]]:
 def concrete(path: str, scenario: Scenario) -> str:
     """``path`` with its parameters set to things that exist in the scenario."""
     fingerprint = str(scenario.passing.environment["fingerprint"])
-    values = {"name": "clf", "run_id": "1", "baseline_id": scenario.baseline_id, "fingerprint": fingerprint}
+    values = {"name": "clf", "run_id": "1", "incident_id": "1", "baseline_id": scenario.baseline_id}
+    values["fingerprint"] = fingerprint
     path = re.sub(r"\{(\w+)(?::\w+)?\}", lambda m: values[m.group(1)], path)
     return path + (f"?a={fingerprint[:12]}&b={scenario.baseline_id}" if path.endswith("/diff") else "")
 
@@ -80,6 +83,7 @@ def app_over(scenario: Scenario, store: Store, **api_fields: object) -> TestClie
         with_api(scenario.settings, **api_fields), store, startup_env=dict(scenario.passing.environment)
     )
     handle.dispatch(scenario.passing)
+    knowledge.record_incident(store, 1, cause="tf32", text="seen before", fix=None, by="test", signature={})
     return TestClient(create_app(handle), raise_server_exceptions=False)
 
 

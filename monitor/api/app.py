@@ -32,8 +32,8 @@ from pydantic import AfterValidator, BeforeValidator
 
 from monitor import __version__, jsonsafe
 from monitor.api import environments as envs
+from monitor.api import incidents, web
 from monitor.api import schemas as out
-from monitor.api import web
 from monitor.api.environments import HEX_PREFIX, NAME
 from monitor.api.guard import ErrorGuard, internal_error
 from monitor.api.handle import DaemonHandle
@@ -267,6 +267,7 @@ def _write_routes(app: FastAPI, handle: DaemonHandle) -> None:
     auth = [Depends(authorized)]
 
     busy: dict[int | str, dict[str, Any]] = {429: {"model": out.Problem, "description": "every check worker is busy"}}
+    incidents.mount(app, handle, auth=auth, token=lambda: _configured_token(handle.settings))
 
     @app.post("/api/v1/models/{name}/check", dependencies=auth, responses=guarded | _NOT_FOUND | busy, tags=["actions"])
     def check_now(name: ModelName) -> out.CheckOut:

@@ -68,9 +68,11 @@ def _register() -> None:
         check_cmd,
         config_cmd,
         db_cmd,
+        diagnose_cmd,
         diff_model_cmd,
         env_cmd,
         history_cmd,
+        incident_cmd,
         lint_cmd,
         localize_cmd,
         serve_cmd,
@@ -81,10 +83,12 @@ def _register() -> None:
     check_cmd.register(app)
     config_cmd.register(app)
     db_cmd.register(app)
+    diagnose_cmd.register(app)
     diff_model_cmd.register(app)
     env_cmd.register(app)
     history_cmd.register(app)
     lint_cmd.register(app)
+    incident_cmd.register(app)
     localize_cmd.register(app)
     serve_cmd.register(app)
 

@@ -6,14 +6,17 @@ measured (an ``error``) and none drifted, 2 a usage or config error.
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 from rich.table import Table
 from rich.text import Text
 
 from monitor import jsonsafe
 from monitor.cli import common, output, recording
-from monitor.config.plan import plan_for
-from monitor.daemon import child
+from monitor.config.plan import CheckPlan, plan_for
+from monitor.config.settings import Settings
+from monitor.daemon import child, diagnosis
 from monitor.errors import MonitorError
 from monitor.results import CheckResult, Verdict
 
@@ -50,11 +53,16 @@ def register(app: typer.Typer) -> None:
         memory = settings.daemon.memory_limit_mb
         # Each check in its own child with the model's hard timeout, exactly as the daemon runs it.
         results = [child.run_isolated(plan, job=child.measure_only, memory_limit_mb=memory)[0] for plan in plans]
+        if settings.daemon.diagnose_on_fail:  # the full diagnosis, recorded with the run
+            results = [_diagnosed(settings, plan, result, store) for plan, result in zip(plans, results, strict=True)]
+        causes = likely_causes(settings, plans, results, store=store)
         recorded = recording.record(settings, results) if store else None
         if output.structured(chosen):
             common.print_json([as_json_record(r) for r in results], chosen)
         elif not quiet:
             output.print_table(render(results, wide=chosen == "wide"))
+            for model, line in causes.items():
+                typer.echo(f"{model}: {line}")
         code = exit_code(results)
         if recorded is not None and not recorded.complete:
             typer.echo(f"onnxmon: warning: {recorded.message()}", err=True)
@@ -65,6 +73,36 @@ def register(app: typer.Typer) -> None:
 def as_json_record(result: CheckResult) -> dict[str, object]:
     """``CheckResult.to_dict`` with RFC 3339 UTC timestamps (the dict itself keeps epoch seconds for the spool)."""
     return jsonsafe.with_timestamps(result.to_dict())
+
+
+def likely_causes(
+    settings: Settings, plans: list[CheckPlan], results: list[CheckResult], *, store: bool
+) -> dict[str, str]:
+    """Per failing model, the one line with the most likely cause (and a similar incident, if any)."""
+    failing = [(p, r) for p, r in zip(plans, results, strict=True) if r.verdict is Verdict.FAIL]
+    if not failing:
+        return {}
+    incidents = _incidents(settings) if store else []
+    lines = {}
+    for plan, result in failing:
+        line = diagnosis.headline(plan, result, incidents=incidents)
+        if line:
+            lines[result.model] = line
+    return lines
+
+
+def _diagnosed(settings: Settings, plan: CheckPlan, result: CheckResult, store: bool) -> CheckResult:
+    """``daemon.diagnose_on_fail`` in the CLI: the full diagnosis, recorded with the run."""
+    incidents = _incidents(settings) if store else []
+    return diagnosis.with_diagnosis(plan, result, budget_s=settings.daemon.diagnose_budget, incidents=incidents)
+
+
+def _incidents(settings: Settings) -> list[dict[str, Any]]:
+    try:
+        with common.open_store(settings) as opened:
+            return diagnosis.stored_incidents(opened)
+    except Exception:  # no store, no matches: the check itself is not affected
+        return []
 
 
 def render(results: list[CheckResult], *, wide: bool = False) -> Table:

@@ -297,3 +297,11 @@ class DaemonConfig(StrictModel):
     memory_limit_mb: int | None = Field(
         default=None, ge=64, le=MAX_MEMORY_MB, description="Address-space cap of each check child."
     )
+    diagnose_on_fail: bool = Field(
+        default=False,
+        description="On a fail, diagnose it (replay the failing samples one knob at a time, rank the causes)"
+        " and store the diagnosis with the run.",
+    )
+    diagnose_budget: Duration = Field(
+        default=120.0, gt=0, le=MAX_SHORT, description="Longest time one diagnosis may take, all experiments together."
+    )

@@ -26,7 +26,7 @@ from monitor.config import scope
 from monitor.config import settings as config
 from monitor.config.plan import CheckPlan, plan_for
 from monitor.daemon import child as worker
-from monitor.daemon import scheduler
+from monitor.daemon import diagnosis, scheduler
 from monitor.errors import BusyError, MonitorError
 from monitor.files import baselines
 from monitor.results import CheckResult, Verdict, error_result
@@ -205,6 +205,9 @@ class Daemon:
             result, captured = worker.run_isolated(
                 plan, memory_limit_mb=self._settings.daemon.memory_limit_mb, clock=self.clock
             )
+            if self._settings.daemon.diagnose_on_fail:  # still holding the device: experiments run on it
+                budget = self._settings.daemon.diagnose_budget
+                result = diagnosis.with_diagnosis(plan, result, budget_s=budget, store=self.store)
         if captured and "error" not in captured:
             self._record_captured(captured)
         self._update_backoff(plan, result)

@@ -185,6 +185,7 @@ class Store:
                     )
                 )
             writes.point_latest(session, model_id, node or "", run.id)
+            writes.add_diagnosis(session, run.id, model_id, result.details.get("diagnosis"), at)
             return run.id
 
     def record_baseline(self, meta: Mapping[str, Any]) -> None:

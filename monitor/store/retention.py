@@ -37,6 +37,8 @@ def prune(
     doomed_ids = select(s.Run.id).where(doomed)
     outputs = _count(session.execute(delete(s.OutputResult).where(s.OutputResult.run_id.in_(doomed_ids))))
     session.execute(update(s.Event).where(s.Event.run_id.in_(doomed_ids)).values(run_id=None))
+    session.execute(delete(s.Diagnosis).where(s.Diagnosis.run_id.in_(doomed_ids)))
+    session.execute(update(s.Incident).where(s.Incident.run_id.in_(doomed_ids)).values(run_id=None))  # knowledge stays
     runs = _count(session.execute(delete(s.Run).where(doomed)))
     events = 0
     if events_older_than is not None:

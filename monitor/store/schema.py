@@ -286,3 +286,38 @@ class Lease(Base):
     slot: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
     holder: Mapped[str] = mapped_column(String(253))
     acquired_at: Mapped[datetime]
+
+
+class Diagnosis(Base):
+    """A diagnosis of one run (``onnxmon diagnose``, ``daemon.diagnose_on_fail``): top cause and the document."""
+
+    __tablename__ = "diagnoses"
+    __table_args__ = (Index("ix_diagnoses_model_id_created_at", "model_id", "created_at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id"))
+    created_at: Mapped[datetime]
+    cause: Mapped[str] = mapped_column(String(40))  # one of results.CAUSE_CODES
+    confidence: Mapped[float]
+    document: Mapped[dict[str, Any]]
+
+
+class Incident(Base):
+    """What a person found a failure to be: cause, notes, fix, and the failure's signature for matching.
+
+    Kept when the run is pruned (``run_id`` becomes NULL): the knowledge outlives the history.
+    """
+
+    __tablename__ = "incidents"
+    __table_args__ = (Index("ix_incidents_created_at", "created_at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"), index=True)
+    model: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime]
+    created_by: Mapped[str] = mapped_column(String(200))
+    cause: Mapped[str] = mapped_column(String(40))
+    text: Mapped[str] = mapped_column(Text)
+    fix: Mapped[str | None] = mapped_column(Text)
+    signature: Mapped[dict[str, Any]]

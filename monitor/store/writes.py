@@ -7,6 +7,7 @@ reference tables (models, environments, benchsets) and the ``latest_runs`` point
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -15,6 +16,7 @@ from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from monitor.results import CAUSE_CODES
 from monitor.store import events as transitions
 from monitor.store import schema as s
 
@@ -101,3 +103,22 @@ def insert_ignore(session: Session, table: type[s.Base], values: Mapping[str, An
     """INSERT ... ON CONFLICT DO NOTHING, so that two daemons can upsert the same row safely."""
     dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
     session.execute(dialect.insert(table).values(**values).on_conflict_do_nothing())
+
+
+def add_diagnosis(session: Session, run_id: int, model_id: int, document: Any, at: datetime) -> None:
+    """A diagnoses row for ``document`` when it is a diagnosis with hypotheses (an error document is not)."""
+    if not isinstance(document, Mapping) or not document.get("hypotheses"):
+        return
+    top = document["hypotheses"][0]
+    cause = top.get("cause") if top.get("cause") in CAUSE_CODES else "unknown"
+    confidence = float(top.get("confidence") or 0.0)
+    session.add(
+        s.Diagnosis(
+            run_id=run_id,
+            model_id=model_id,
+            created_at=at,
+            cause=cause,
+            confidence=confidence if math.isfinite(confidence) else 0.0,
+            document=dict(document),
+        )
+    )

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from monitor.api.environments import run_env_diff
-from monitor.api.web import localization, model_diff
+from monitor.api.web import diagnosis, localization, model_diff
 from monitor.api.web.env_page import NotFound, diff_view
 from monitor.api.web.html import (
     badge,
@@ -65,12 +65,23 @@ def render(handle: DaemonHandle, run_ref: str, now: datetime) -> str:
         section("Environment against the baseline's", diff_view(run_env_diff(handle, record), "baseline", "this run")),
         model_diff.render(record.details),
         localization.render(record.details),
+        _diagnosis(handle, record),
     ]
     if record.timings:
         rows = ([esc(k), f'<span class="num">{esc(num(v))} s</span>'] for k, v in record.timings.items())
         parts.append(section("Timings", table(["Phase", "Seconds"], rows)))
     crumbs = [("Models", "/"), (record.model, url("models", record.model)), (f"run #{record.id}", None)]
     return page(f"Run #{record.id} · {record.model}", "".join(parts), crumbs=crumbs)
+
+
+def _diagnosis(handle: DaemonHandle, record: RunRecord) -> str:
+    """The diagnosis section on a run that did not pass: causes, experiments, incidents, the form."""
+    if record.verdict.value == "pass":
+        return ""
+    from monitor.store import knowledge
+
+    document = knowledge.diagnosis(handle.store, record.id) or record.details.get("diagnosis")
+    return diagnosis.render(record.id, document, knowledge.similar_to_run(handle.store, record.id))
 
 
 def _facts(record: RunRecord, now: datetime) -> str:

@@ -20,7 +20,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from monitor.config.settings import ModelConfig, Settings
-from monitor.results import AppliedTolerance, Verdict
+from monitor.results import CAUSE_CODES, AppliedTolerance, Verdict
 from monitor.sinks.prometheus import labels as values
 from monitor.sinks.prometheus.counters import VERDICTS, Clock, Metrics, ModelState
 from monitor.store import RunRecord, Store, pick_latest
@@ -112,6 +112,7 @@ class StoreCollector(Collector):
             else None
         )
         f.fallback.add_metric([name], state.fallback if fallback is None else fallback)
+        f.diagnosis.add_metric([name, diagnosed_cause(last)], 1.0)
         run_fingerprint = (last.environment_fingerprint if last is not None else None) or env_fingerprint
         matches = meta is not None and run_fingerprint is not None and run_fingerprint == meta.environment_fingerprint
         f.env_matches.add_metric([name], 1.0 if matches else 0.0)
@@ -131,6 +132,23 @@ class StoreCollector(Collector):
             f.mismatch.add_metric(labels, m.mismatch_ratio)
             f.nondeterministic.add_metric(labels, 1.0 if stats.is_nondeterministic else 0.0)
             f.error_ratio.add_metric(labels, stats.error_ratio)
+
+
+def diagnosed_cause(last: RunRecord | None) -> str:
+    """The first hypothesis of the last run's stored diagnosis: a ``CAUSE_CODES`` value, else ``none``.
+
+    The label stays within the closed set plus ``none``, whatever a stored document holds.
+    """
+    if last is None or last.verdict is Verdict.PASS:
+        return "none"
+    document = last.details.get("diagnosis")
+    hypotheses = document.get("hypotheses") if isinstance(document, dict) else None
+    cause = (
+        hypotheses[0].get("cause")
+        if isinstance(hypotheses, list) and hypotheses and isinstance(hypotheses[0], dict)
+        else None
+    )
+    return cause if cause in CAUSE_CODES else "none"
 
 
 class _Families:
@@ -161,6 +179,11 @@ class _Families:
         self.fallback = gauge("onnxmon_provider_fallback", "1 when a requested provider is not in use.", model)
         self.env_matches = gauge(
             "onnxmon_environment_matches_baseline", "1 when the environment equals the baseline's.", model
+        )
+        self.diagnosis = gauge(
+            "onnxmon_diagnosis_info",
+            "Always 1; the most likely cause of the last run's diagnosis ('none' without one).",
+            ["model", "cause"],
         )
         self.max_abs = gauge("onnxmon_output_max_abs_error", "max |a-b|.", output)
         self.max_rel = gauge("onnxmon_output_max_rel_error", "max |a-b| / max(|b|, floor).", output)

@@ -1,0 +1,142 @@
+"""``onnxmon diagnose MODEL [--run ID]``: why did it drift? Controlled re-runs and ranked causes.
+
+Without ``--run`` the model is checked now (isolated, as ``onnxmon check`` does) and that result is
+diagnosed and recorded with its diagnosis; with ``--run ID`` the stored run is diagnosed and the
+diagnosis is stored with it. Each experiment runs in its own child with its timeout; the whole
+diagnosis stays within ``--budget`` (default ``daemon.diagnose_budget``). Exit codes: 0 a diagnosis
+was made (whatever it found), 2 usage (unknown model or run), 3 could not diagnose (no store for
+``--run``; the run could not measure, verdict ``error``: the diagnosis printed is its evidence alone).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from monitor.cli import common, recording
+from monitor.config.plan import plan_for
+from monitor.config.settings import Settings
+from monitor.daemon import child
+from monitor.daemon.diagnosis import diagnose_run
+from monitor.errors import MonitorError
+from monitor.results import CheckResult
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("diagnose")
+    def diagnose(
+        model: str = typer.Argument(..., help="The model to diagnose (a name from the config)."),
+        run_id: int | None = typer.Option(
+            None, "--run", min=1, help="Diagnose this stored run instead of a fresh check."
+        ),
+        budget: float | None = typer.Option(
+            None,
+            "--budget",
+            min=1.0,
+            max=86400.0,
+            help="Seconds for the whole diagnosis (default: daemon.diagnose_budget).",
+        ),
+        config_file: str | None = common.ConfigOption,
+        as_json: bool = common.JsonOption,
+        store: bool = typer.Option(True, "--store/--no-store", help="Record the run and its diagnosis in the store."),
+    ) -> None:
+        """Replay the failing samples one knob at a time (each in an isolated child) and rank the likely causes."""
+        settings = common.settings(config_file)
+        plan = plan_for(settings, model)
+        seconds = budget or settings.daemon.diagnose_budget
+        incidents = known_incidents(settings)
+        if run_id is not None:
+            document = _stored_run(settings, run_id, model)
+            verdict = str(document.get("verdict"))
+            diagnosis = diagnose_run(plan, document, budget_s=seconds, incidents=incidents, run_id=run_id)
+            if store and "error" not in diagnosis:
+                from monitor.store import knowledge
+
+                with common.open_store(settings) as opened:
+                    knowledge.record_diagnosis(opened, run_id, diagnosis)
+        else:
+            result, _ = child.run_isolated(
+                plan, job=child.measure_only, memory_limit_mb=settings.daemon.memory_limit_mb
+            )
+            verdict = result.verdict.value
+            diagnosis = diagnose_run(plan, result.to_dict(), budget_s=seconds, incidents=incidents)
+            if store:
+                _record(settings, result, diagnosis)
+        if "error" in diagnosis:
+            raise _could_not(f"diagnosing {model!r} failed: {diagnosis['error']}")
+        if as_json:
+            common.print_json(diagnosis)
+        else:
+            typer.echo(render(diagnosis))
+        if verdict == "error":  # nothing could be replayed: the diagnosis is the evidence alone
+            raise typer.Exit(3)
+
+
+def known_incidents(settings: Settings) -> list[dict[str, Any]]:
+    """Every noted incident (newest first) for matching; none when the store cannot be read."""
+    try:
+        from monitor.store import knowledge
+
+        with common.open_store(settings) as store:
+            return [i.to_dict() for i in knowledge.incidents(store)]
+    except Exception:  # an unreachable store must not stop a diagnosis: it only loses the incident matches
+        return []
+
+
+def _stored_run(settings: Settings, run_id: int, model: str) -> dict[str, Any]:
+    from monitor.store import knowledge
+
+    try:
+        with common.open_store(settings) as store:
+            document = knowledge.run_document(store, run_id)
+    except MonitorError:
+        raise
+    except Exception as exc:
+        raise _could_not(f"the history store cannot be read: {type(exc).__name__}: {exc}") from None
+    if document is None:
+        raise MonitorError(f"--run {run_id}: no run {run_id} in the history")
+    if document["model"] != model:
+        raise MonitorError(f"--run {run_id} is a run of {document['model']!r}, not of {model!r}")
+    return document
+
+
+def _record(settings: Settings, result: CheckResult, diagnosis: dict[str, Any]) -> None:
+    import dataclasses
+
+    if "error" in diagnosis:
+        return
+    with_diagnosis = dataclasses.replace(result, details={**result.details, "diagnosis": diagnosis})
+    recorded = recording.record(settings, [with_diagnosis])
+    if not recorded.complete:
+        typer.echo(f"onnxmon: warning: {recorded.message()}", err=True)
+
+
+def _could_not(message: str) -> MonitorError:
+    error = MonitorError(message)
+    error.exit_code = 3
+    return error
+
+
+def render(diagnosis: dict[str, Any]) -> str:
+    """Hypotheses (most likely first), then the experiments as knob → error ratio, then notes."""
+    lines = [f"diagnosis of {diagnosis['model']} ({diagnosis['seconds']:.1f} s)", "", "likely causes:"]
+    for rank, hypothesis in enumerate(diagnosis["hypotheses"], 1):
+        lines.append(f"  {rank}. {hypothesis['cause']}  {hypothesis['confidence']:.0%}  fix: {hypothesis['fix']}")
+        lines += [f"       - {e}" for e in hypothesis["evidence"][:4]]
+    if diagnosis["similar_incidents"]:
+        from monitor.diagnose.result import similar_line
+
+        lines += ["", *(f"  {similar_line(i)}" for i in diagnosis["similar_incidents"])]
+    if diagnosis["experiments"]:
+        lines += ["", "experiments (error ÷ tolerance; 1 is the line):"]
+        width = max(len(f"{e['knob']}={e['value']}") for e in diagnosis["experiments"])
+        for e in diagnosis["experiments"]:
+            ratio = "-" if e["error_ratio"] is None else common.fmt(e["error_ratio"])
+            mark = {True: "within", False: "over", None: e.get("note", "")[:60] or "not measured"}[
+                e["within_tolerance"]
+            ]
+            knob = f"{e['knob']}={e['value']}"
+            lines.append(f"  {knob:<{width}}  {ratio:>10}  {mark}")
+    lines += ["", *diagnosis["notes"]]
+    return "\n".join(lines)

@@ -1,0 +1,102 @@
+"""``onnxmon incident note|list|show``: what people found a failure to be, kept for the next one.
+
+``note RUN_ID --cause CODE --text ... [--fix ...]`` stores the incident with the run's signature
+(changed environment fields, localized op type, failing outputs, reasons), so a later failure
+with the same signature is offered it ("similar to incident 12 on 2026-11-03: conv_algorithm,
+fixed by cudnn_conv_algo_search=DEFAULT") by ``check``, ``diagnose``, the API and the run page.
+"""
+
+from __future__ import annotations
+
+import getpass
+
+import typer
+
+from monitor.cli import common
+from monitor.errors import MonitorError
+from monitor.results import CAUSE_CODES
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(help="Incidents noted by people: note one on a run, list them, show one.", no_args_is_help=True)
+    app.add_typer(group, name="incident")
+
+    @group.command("note")
+    def note(
+        run_id: int = typer.Argument(..., min=1, help="The run the incident is about (onnxmon history shows ids)."),
+        cause: str = typer.Option(..., "--cause", help=f"A cause code: {', '.join(sorted(CAUSE_CODES))}."),
+        text: str = typer.Option(..., "--text", help="What was found."),
+        fix: str | None = typer.Option(None, "--fix", help="What fixed it (e.g. cudnn_conv_algo_search=DEFAULT)."),
+        by: str | None = typer.Option(None, "--by", help="Who notes it (default: the login name)."),
+        config_file: str | None = common.ConfigOption,
+        as_json: bool = common.JsonOption,
+    ) -> None:
+        """Note an incident on a run: its cause, what was found and the fix, matched to later failures."""
+        from monitor.store import knowledge
+
+        settings = common.settings(config_file)
+        with common.open_store(settings) as store:
+            signature = knowledge.signature_of(store, run_id)
+            if signature is None:
+                raise MonitorError(f"no run {run_id} in the history")
+            record = knowledge.record_incident(
+                store, run_id, cause=cause, text=text, fix=fix, by=by or _login(), signature=signature
+            )
+        if as_json:
+            common.print_json(record.to_dict())
+        else:
+            typer.echo(f"incident {record.id} noted on run {run_id} of {record.model}: {record.cause}")
+
+    @group.command("list")
+    def list_(
+        model: str | None = typer.Option(None, "--model", help="Only this model's incidents."),
+        limit: int = typer.Option(100, "--limit", min=1, max=10000, help="Newest first, at most this many."),
+        config_file: str | None = common.ConfigOption,
+        as_json: bool = common.JsonOption,
+    ) -> None:
+        """Incidents, newest first."""
+        from monitor.store import knowledge
+
+        settings = common.settings(config_file)
+        with common.open_store(settings) as store:
+            records = knowledge.incidents(store, limit=limit, model=model)
+        if as_json:
+            common.print_json([r.to_dict() for r in records])
+            return
+        table = common.PlainTable(pad_edge=False)
+        for column in ("id", "at", "model", "run", "cause", "fix", "text"):
+            table.add_column(column, overflow="fold")
+        for r in records:
+            at = r.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+            table.add_row(str(r.id), at, r.model, str(r.run_id or "-"), r.cause, r.fix or "-", r.text[:80])
+        common.console().print(table)
+
+    @group.command("show")
+    def show(
+        incident_id: int = typer.Argument(..., min=1, help="The incident id."),
+        config_file: str | None = common.ConfigOption,
+        as_json: bool = common.JsonOption,
+    ) -> None:
+        """One incident with the signature it is matched by."""
+        from monitor.store import knowledge
+
+        settings = common.settings(config_file)
+        with common.open_store(settings) as store:
+            record = knowledge.incident(store, incident_id)
+        if record is None:
+            raise MonitorError(f"no incident {incident_id}")
+        data = record.to_dict()
+        if as_json:
+            common.print_json(data)
+            return
+        for key in ("id", "at", "model", "run_id", "created_by", "cause", "fix", "text"):
+            typer.echo(f"{key}: {data[key]}")
+        for part, values in data["signature"].items():
+            typer.echo(f"signature.{part}: {', '.join(values) or '-'}")
+
+
+def _login() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "unknown"

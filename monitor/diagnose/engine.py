@@ -1,0 +1,282 @@
+"""``diagnose(plan, run)``: replay a failing run's samples one knob at a time and rank the causes.
+
+The flow, bounded by ``budget_s`` from the start:
+
+1. the current setup on every sample (up to ``scan_cap``), to find the failing samples and the
+   "before" error ratio; the failing ones (at most ``max_samples``) are what every later
+   experiment replays, so each stays cheap;
+2. the same setup twice on those samples (repeat-run determinism);
+3. each ``knobs.variations`` recipe, one knob changed, each in its own isolated child with its own
+   timeout (``per_experiment_s``, never beyond the budget); what the budget leaves out is listed
+   in ``notes``;
+4. a localization of one failing sample against the baseline's stored intermediates, when the
+   baseline keeps them and the run has none (its op types feed the rules and the signature);
+5. the evidence of the run (``evidence.from_run``), the built-in rules (``knowledge.rules``) and
+   the similar incidents the caller found for the run's signature;
+6. ``rank.merge``: one hypothesis per cause, most likely first.
+
+Isolation is injected (``Isolator``): the daemon and the CLI pass ``daemon.diagnosis.isolated``
+(a child per experiment, its process group killed at its timeout); this layer sits below the
+daemon and cannot import it. An experiment that crashes or times out is an experiment without a
+ratio and a note, never an exception.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import onnx
+
+from monitor.config.plan import CheckPlan
+from monitor.diagnose import evidence, knobs, rank
+from monitor.diagnose import replay as replays
+from monitor.diagnose.result import Diagnosis, Experiment, finite_or_none
+from monitor.files import baselines
+from monitor.knowledge import incidents as incident_match
+from monitor.knowledge import rules as knowledge
+
+Isolator = Callable[[Callable[..., Mapping[str, Any]], tuple[Any, ...], float], Mapping[str, Any]]
+Clock = Callable[[], float]
+
+
+def diagnose(
+    plan: CheckPlan,
+    run: Mapping[str, Any],
+    *,
+    isolate: Isolator,
+    budget_s: float = 120.0,
+    per_experiment_s: float = 30.0,
+    max_samples: int = 4,
+    scan_cap: int = 64,
+    incidents: Iterable[Mapping[str, Any]] = (),
+    run_id: int | None = None,
+    replay: bool = True,
+    clock: Clock = time.monotonic,
+) -> Diagnosis:
+    """Diagnose ``run`` (a ``CheckResult.to_dict()`` of ``plan``'s model) within ``budget_s`` seconds.
+
+    ``replay=False`` skips the experiments: evidence, rules and incidents only (what ``check`` prints).
+    """
+    began = clock()
+    deadline = began + budget_s
+    notes: list[str] = []
+    experiments: list[Experiment] = []
+    baseline = baselines.active(plan.baselines_dir, plan.name)
+    before: Experiment | None = None
+    samples: list[int] = []
+    if baseline is None:
+        notes.append(f"no active baseline for {plan.name!r}: nothing to replay against")
+    elif not replay:
+        pass
+    elif str(run.get("verdict")) == "error":
+        notes.append("the run could not measure (verdict error): no replay, evidence only")
+    else:
+        before, samples = _scan(plan, isolate, deadline, per_experiment_s, max_samples, scan_cap, clock)
+        experiments.append(before)
+        if not before.measured:
+            notes.append(f"the current setup could not be replayed ({before.note or 'no ratio'}): evidence only")
+        else:
+            experiments += _sweep(
+                plan, baseline.meta.session, run, samples, isolate, deadline, per_experiment_s, clock, notes
+            )
+    localization = (run.get("details") or {}).get("localization")
+    if localization is None and before is not None and before.measured and before.within_tolerance is False:
+        stored = {int(s) for s in baseline.meta.intermediates.get("samples", ())} if baseline is not None else set()
+        chosen = [s for s in samples if s in stored]
+        if chosen:  # against the baseline's own intermediates: what changed inside the model, exactly
+            localization = _localize(plan, isolate, chosen[0], deadline, clock, notes)
+        else:
+            notes.append("no localization: the baseline keeps no intermediates of a failing sample (--intermediates)")
+    if isinstance(localization, Mapping) and "error" not in localization:
+        run = {**run, "details": {**(run.get("details") or {}), "localization": localization}}
+    fixed = [e.knob for e in experiments if e.within_tolerance and e.knob not in ("current", "repeat")]
+    repeat = next((e for e in experiments if e.knob == "repeat"), None)
+    facts = evidence.facts(
+        run,
+        model_op_types=_op_types(plan),
+        session=plan.model.session.model_dump(mode="json"),
+        knobs_fixed=fixed,
+        nondeterministic=bool(repeat and repeat.error_ratio and repeat.error_ratio > 1),
+        worst_ratio=before.error_ratio if before is not None else None,
+    )
+    signature = incident_match.of_run(run)
+    similar = incident_match.similar(signature, incidents)[:3]
+    hypotheses = rank.merge(
+        [
+            *rank.from_experiments(experiments, before),
+            *evidence.from_run(run),
+            *rank.from_rules(knowledge.match(knowledge.load(), facts)),
+            *rank.from_incidents(similar),
+        ]
+    )
+    return Diagnosis(
+        model=plan.name,
+        hypotheses=hypotheses,
+        experiments=tuple(experiments),
+        similar_incidents=tuple(_public(i) for i in similar),
+        notes=(*notes, "signature: " + _describe(signature)),
+        seconds=clock() - began,
+        run_id=run_id,
+        localization=_nodes(run),
+    )
+
+
+def _scan(
+    plan: CheckPlan,
+    isolate: Isolator,
+    deadline: float,
+    per_experiment_s: float,
+    max_samples: int,
+    scan_cap: int,
+    clock: Clock,
+) -> tuple[Experiment, list[int]]:
+    """The current setup over the benchmark set: the "before" ratio and the failing samples."""
+    current = knobs.current(plan.model)
+    value = _run(isolate, (plan, current, None, False, scan_cap), deadline, per_experiment_s, clock)
+    experiment = _experiment(current, value)
+    ratios = [float(r) for r in value.get("per_sample") or []]
+    failing = [i for i, r in sorted(enumerate(ratios), key=lambda p: -p[1]) if r > 1][:max_samples]
+    if not failing:  # not reproduced: replay the worst ones anyway
+        failing = [i for i, _ in sorted(enumerate(ratios), key=lambda p: -p[1])][:max_samples]
+    return experiment, sorted(failing)
+
+
+def _sweep(
+    plan: CheckPlan,
+    baseline_session: Mapping[str, Any],
+    run: Mapping[str, Any],
+    samples: Sequence[int],
+    isolate: Isolator,
+    deadline: float,
+    per_experiment_s: float,
+    clock: Clock,
+    notes: list[str],
+) -> list[Experiment]:
+    current = knobs.current(plan.model)
+    repeat_value = _run(isolate, (plan, current, list(samples), True, 0), deadline, per_experiment_s, clock)
+    repeat = _experiment(
+        knobs.Variation("repeat", "same setup twice", "nondeterminism", current.providers, current.session),
+        repeat_value,
+    )
+    ratio = finite_or_none(repeat_value.get("repeat_ratio"))
+    found = [
+        Experiment(
+            "repeat",
+            "same setup twice",
+            "nondeterminism",
+            ratio,
+            None if ratio is None else ratio <= 1,
+            repeat.seconds,
+            repeat.note,
+            {"bitwise": repeat_value.get("repeat_bitwise")},
+        )
+    ]
+    in_use = [str(p) for p in run.get("providers_effective") or []] or [p.name for p in plan.model.providers]
+    skipped = []
+    for variation in knobs.variations(plan.model, baseline_session, in_use):
+        if deadline - clock() < 1.0:
+            skipped.append(f"{variation.knob}={variation.value}")
+            continue
+        value = _run(isolate, (plan, variation, list(samples), False, 0), deadline, per_experiment_s, clock)
+        found.append(_experiment(variation, value))
+    if skipped:
+        notes.append(f"time budget spent; not run: {', '.join(skipped)}")
+    return found
+
+
+def _localize(
+    plan: CheckPlan, isolate: Isolator, sample: int, deadline: float, clock: Clock, notes: list[str]
+) -> Mapping[str, Any] | None:
+    """Localize a failing sample in a child, with what the budget leaves (evidence for the rules)."""
+    left = deadline - clock()
+    if left < 5.0:
+        notes.append("no localization: the time budget is spent")
+        return None
+    try:
+        found = isolate(localize_job, (plan, sample, left / 2), left)
+    except Exception as exc:
+        found = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+    if "error" in found:
+        notes.append(f"no localization: {found['error']}"[:300])
+        return None
+    return found
+
+
+def localize_job(plan: CheckPlan, sample: int, budget_s: float) -> dict[str, Any]:
+    """Inside a child: ``localize.configured.localize_model`` on one sample; its report, or the error."""
+    from monitor.localize import configured
+
+    try:
+        return configured.localize_model(plan, sample=sample, time_budget_s=budget_s).to_dict()
+    except Exception as exc:  # localization is evidence: its failure is a note
+        return {"error": f"{type(exc).__name__}: {exc}"[:500]}
+
+
+def _run(
+    isolate: Isolator, args: tuple[Any, ...], deadline: float, per_experiment_s: float, clock: Clock
+) -> Mapping[str, Any]:
+    timeout = max(1.0, min(per_experiment_s, deadline - clock()))
+    try:
+        return isolate(replays.measure, args, timeout)
+    except Exception as exc:  # the isolator is the caller's: its failure is still one experiment's note
+        return {"error": f"{type(exc).__name__}: {exc}"[:500]}
+
+
+def _experiment(variation: knobs.Variation, value: Mapping[str, Any]) -> Experiment:
+    ratio = finite_or_none(value.get("error_ratio"))
+    within = value.get("within_tolerance")
+    extra: dict[str, Any] = {"samples": list(value.get("samples") or [])}
+    if value.get("failing_outputs"):
+        extra["failing_outputs"] = list(value["failing_outputs"])
+    if variation.env:
+        extra["env"] = dict(variation.env)
+    return Experiment(
+        knob=variation.knob,
+        value=variation.value,
+        cause=variation.cause,
+        error_ratio=ratio,
+        within_tolerance=bool(within) if ratio is not None and within is not None else None,
+        seconds=float(value.get("seconds") or 0.0),
+        note=str(value.get("error") or ""),
+        extra=extra,
+    )
+
+
+def _op_types(plan: CheckPlan) -> set[str]:
+    """Every op type of the model (subgraphs included), read without its external data."""
+    try:
+        model = onnx.load(str(plan.model.path), load_external_data=False)
+    except Exception:
+        return set()
+    found: set[str] = set()
+    graphs = [model.graph]
+    while graphs:
+        graph = graphs.pop()
+        for node in graph.node:
+            found.add(node.op_type)
+            graphs += [a.g for a in node.attribute if a.HasField("g")]
+            graphs += list(b for a in node.attribute for b in a.graphs)
+    return found
+
+
+def _nodes(run: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The localized nodes (name and op type) the diagnosis used, for the document and incident signatures."""
+    report = (run.get("details") or {}).get("localization")
+    if not isinstance(report, Mapping):
+        return None
+    nodes = {}
+    for key in ("first_changed", "first_out_of_tolerance"):
+        node = report.get(key)
+        nodes[key] = {"name": node.get("name"), "op_type": node.get("op_type")} if isinstance(node, Mapping) else None
+    return nodes
+
+
+def _public(incident: Mapping[str, Any]) -> dict[str, Any]:
+    keys = ("id", "at", "cause", "fix", "text", "score", "run_id", "model")
+    return {k: incident.get(k) for k in keys if k in incident}
+
+
+def _describe(signature: Mapping[str, Sequence[str]]) -> str:
+    return "; ".join(f"{k}={','.join(v) or '-'}" for k, v in signature.items())

@@ -1,0 +1,218 @@
+"""Hypotheses from the evidence onnxmon already has, before anything is re-run.
+
+A failing run carries its reasons, the environment diff against the baseline's snapshot, the static
+model diff (when the file is not the baseline's), the benchmark-set checksum, input casts, the
+providers really used, and perhaps a localization; the snapshot holds NVML clocks, temperature and
+clock-event (throttle) reasons. Each becomes a ``Hypothesis`` with the facts that support it.
+These *correlate* with the drift; only an experiment whose revert restores the baseline proves a
+cause, so the confidences here stay below the ones ``rank`` gives a successful revert.
+``facts()`` turns the same run into the ``knowledge.rules.Facts`` the rules match on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from monitor.diagnose.result import Hypothesis
+from monitor.knowledge.incidents import localized_op_types
+from monitor.knowledge.rules import Facts
+
+_QDQ = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinear", "Integer")
+_LOW_PRECISION = ("float16", "bfloat16", "FLOAT16", "BFLOAT16")
+# Environment field prefixes -> (cause, confidence, fix); the first that matches wins.
+_ENV_CAUSES: tuple[tuple[str, str, float, str], ...] = (
+    (
+        "onnxruntime.version",
+        "runtime_version",
+        0.7,
+        "pin the baseline's onnxruntime release, or re-capture the baseline",
+    ),
+    ("onnxruntime.", "runtime_version", 0.5, "use the baseline's onnxruntime package and build"),
+    ("cuda.", "gpu_library_version", 0.6, "use the baseline's CUDA / cuDNN / cuBLAS / TensorRT libraries"),
+    ("env.NVIDIA_TF32_OVERRIDE", "tf32", 0.6, "set NVIDIA_TF32_OVERRIDE as the baseline had it"),
+    ("env.OMP_NUM_THREADS", "thread_count", 0.5, "set OMP_NUM_THREADS as the baseline had it"),
+    ("gpu.", "driver_or_gpu_changed", 0.6, "keep baselines per GPU kind (daemon.baseline_scope: pool)"),
+    ("nvml.driver", "driver_or_gpu_changed", 0.6, "use the baseline's driver, or re-capture after the upgrade"),
+    ("cpu.flags", "cpu_isa", 0.6, "keep baselines per CPU kind (daemon.baseline_scope: pool)"),
+    ("cpu.model", "cpu_isa", 0.5, "keep baselines per CPU kind (daemon.baseline_scope: pool)"),
+    ("cpu.usable_cores", "thread_count", 0.45, "set session.intra_op_num_threads explicitly instead of 0 (auto)"),
+    ("cpu.quota_cores", "thread_count", 0.45, "set session.intra_op_num_threads explicitly instead of 0 (auto)"),
+    ("cpu.logical_cores", "thread_count", 0.4, "set session.intra_op_num_threads explicitly instead of 0 (auto)"),
+)
+
+
+def from_run(run: Mapping[str, Any]) -> list[Hypothesis]:
+    """Hypotheses supported by the run's own record (``CheckResult.to_dict()`` shape)."""
+    details = run.get("details") or {}
+    codes = _reason_codes(run)
+    found = _model_hypotheses(codes, details.get("model_diff"))
+    if "benchset_changed" in codes:
+        found.append(
+            Hypothesis(
+                "benchset_changed",
+                0.8,
+                (_detail(run, "benchset_changed"),),
+                "re-capture the baseline on this benchmark-set version",
+                "evidence",
+            )
+        )
+    if details.get("input_casts"):
+        casts = ", ".join(f"{k}: {v}" for k, v in dict(details["input_casts"]).items())
+        found.append(
+            Hypothesis(
+                "input_mismatch",
+                0.3,
+                (f"inputs cast to fit the model: {casts}",),
+                "feed the model its own input dtypes",
+                "evidence",
+            )
+        )
+    if "provider_fallback" in codes:
+        found.append(
+            Hypothesis(
+                "execution_provider_fallback",
+                0.8,
+                (_detail(run, "provider_fallback"),),
+                "make the requested provider load (its libraries, the device) or accept CPU with a CPU baseline",
+                "evidence",
+            )
+        )
+    found += _env_hypotheses(details.get("env_diff") or [])
+    found += _throttling(run.get("environment") or {})
+    return found
+
+
+def _model_hypotheses(codes: set[str], model_diff: Any) -> list[Hypothesis]:
+    if "model_changed" not in codes:
+        return []
+    kinds = model_change_kinds(model_diff)
+    summary = "; ".join(model_diff.get("summary", [])[:3]) if isinstance(model_diff, Mapping) else ""
+    evidence = (
+        f"model file differs from the baseline's: {summary}" if summary else "model file differs from the baseline's",
+    )
+    fixes = {
+        "model_quantized": "deploy the float model, or capture a new baseline for the quantized one"
+        " after checking its accuracy",
+        "model_precision_changed": "deploy the float32 model, or keep sensitive ops in float32 when converting",
+        "model_structure_changed": "deploy the baseline's model, or capture a new baseline for the new graph",
+        "model_weights_changed": "deploy the baseline's weights, or capture a new baseline if the new weights"
+        " are intended",
+    }
+    ordered = ["model_quantized", "model_precision_changed", "model_structure_changed", "model_weights_changed"]
+    causes = [c for c in ordered if c.removeprefix("model_").split("_")[0] in kinds] or ["model_weights_changed"]
+    return [Hypothesis(c, 0.8 - 0.1 * i, evidence, fixes[c], "evidence") for i, c in enumerate(causes)]
+
+
+def model_change_kinds(model_diff: Any) -> set[str]:
+    """What a model diff shows: ``quantized``, ``precision``, ``structure``, ``weights`` (any of them)."""
+    if not isinstance(model_diff, Mapping):
+        return set()
+    kinds: set[str] = set()
+    added = [str(n.get("op_type", "")) for n in model_diff.get("nodes_added", []) if isinstance(n, Mapping)]
+    if any(marker in op for op in added for marker in _QDQ):
+        kinds.add("quantized")
+    for tensor in model_diff.get("changed_tensors", []):
+        old, new = str(tensor.get("old_dtype")), str(tensor.get("new_dtype"))
+        if old != new and new in _LOW_PRECISION:
+            kinds.add("precision")
+        elif old != new and ("int8" in new.lower()):
+            kinds.add("quantized")
+        elif tensor.get("status") == "changed" and old == new:
+            kinds.add("weights")
+    summary = " ".join(model_diff.get("summary", []))
+    if "float16" in summary and "→" in summary:
+        kinds.add("precision")
+    if model_diff.get("nodes_added") or model_diff.get("nodes_removed") or model_diff.get("nodes_changed"):
+        kinds.add("structure")
+    if model_diff.get("changed_attributes"):
+        kinds.add("weights")
+    return kinds
+
+
+def _env_hypotheses(env_diff: Iterable[Mapping[str, Any]]) -> list[Hypothesis]:
+    found = []
+    for change in env_diff:
+        if not change.get("stable"):
+            continue
+        name = str(change.get("field"))
+        for prefix, cause, confidence, fix in _ENV_CAUSES:
+            if name.startswith(prefix):
+                evidence = f"{name}: {change.get('old')!r} → {change.get('new')!r}"
+                found.append(Hypothesis(cause, confidence, (evidence,), fix, "evidence"))
+                break
+    return found
+
+
+def _throttling(environment: Mapping[str, Any]) -> list[Hypothesis]:
+    fields = environment.get("fields") if isinstance(environment.get("fields"), Mapping) else environment
+    found = []
+    for name, value in dict(fields or {}).items():
+        if not str(name).endswith("clock_event_reasons"):
+            continue
+        raw = value.get("value") if isinstance(value, Mapping) else value
+        reasons = [str(r) for r in raw] if isinstance(raw, list) else []
+        hot = [r for r in reasons if "thermal" in r or "power" in r]
+        if hot:
+            gpu = str(name).removesuffix(".clock_event_reasons")
+            temperature = fields.get(f"{gpu}.temperature_c") if fields else None
+            temp = temperature.get("value") if isinstance(temperature, Mapping) else temperature
+            evidence = f"{name}: {', '.join(hot)}" + (f" at {temp} °C" if temp is not None else "")
+            found.append(
+                Hypothesis("gpu_throttling", 0.35, (evidence,), "check the node's cooling and power limits", "evidence")
+            )
+    return found
+
+
+def facts(
+    run: Mapping[str, Any],
+    *,
+    model_op_types: Iterable[str] = (),
+    session: Mapping[str, Any] | None = None,
+    knobs_fixed: Iterable[str] = (),
+    nondeterministic: bool = False,
+    worst_ratio: float | None = None,
+) -> Facts:
+    """The run in the terms ``knowledge.rules`` matches on."""
+    details = run.get("details") or {}
+    environment = run.get("environment") or {}
+    raw_fields = environment.get("fields")
+    fields: Mapping[str, Any] = raw_fields if isinstance(raw_fields, Mapping) else {}
+    env = {k: (v.get("value") if isinstance(v, Mapping) else v) for k, v in fields.items()}
+    effective = [str(p) for p in run.get("providers_effective") or []]
+    provider_options: dict[str, str] = {}
+    for name, options in dict((details.get("session") or {}).get("provider_options") or {}).items():
+        if name in effective and isinstance(options, Mapping):
+            provider_options.update({str(k): str(v) for k, v in options.items()})
+    metrics: set[str] = set()
+    codes = _reason_codes(run)
+    metrics |= {c for c in ("nan_mismatch", "inf_mismatch") if c in codes}
+    if nondeterministic or "nondeterministic" in codes:
+        metrics.add("nondeterministic")
+    if worst_ratio is not None:
+        metrics.add("small_drift" if worst_ratio < 100 else "large_drift")
+    return Facts(
+        env_changed=frozenset(str(c.get("field")) for c in details.get("env_diff") or [] if c.get("stable")),
+        env=env,
+        op_types=frozenset(localized_op_types(details.get("localization"))),
+        model_op_types=frozenset(model_op_types),
+        reasons=frozenset(codes),
+        providers=frozenset(effective),
+        provider_options=provider_options,
+        session=dict(session or {}),
+        metrics=frozenset(metrics),
+        knobs_fixed=frozenset(knobs_fixed),
+        model_change=frozenset(model_change_kinds(details.get("model_diff"))),
+    )
+
+
+def _reason_codes(run: Mapping[str, Any]) -> set[str]:
+    codes = {str(r.get("code")) for r in run.get("reasons") or []}
+    return codes | {str(r.get("code")) for o in run.get("outputs") or [] for r in o.get("reasons") or []}
+
+
+def _detail(run: Mapping[str, Any], code: str) -> str:
+    for reason in run.get("reasons") or []:
+        if reason.get("code") == code:
+            return f"{code}: {reason.get('detail', '')}"[:300]
+    return code

@@ -1,0 +1,239 @@
+"""The controlled variations a diagnosis replays: one knob at a time, each a complete session recipe.
+
+A ``Variation`` is the current production setup (``ModelConfig.providers`` and ``.session``) with
+exactly one thing changed, plus the environment variables the child sets before it builds the
+session. ``variations()`` lists them in the order the field's isolation playbook runs them:
+
+1. ``baseline_settings``: the baseline's recorded session options and providers, all at once;
+   then each setting that differs from the baseline's, alone (``session.<field>``,
+   ``provider.<name>.<option>``);
+2. the session sweep: graph optimization level (disable / basic / extended / all), one thread,
+   ``use_deterministic_compute``, denormals as zero, the other execution mode;
+3. the CPU provider as the reference, when another provider is in use;
+4. CUDA (``cudnn_conv_algo_search``, ``use_tf32``, ``NVIDIA_TF32_OVERRIDE=0``,
+   ``cudnn_conv_use_max_workspace``) and TensorRT (fp16 / int8 off), each only when that provider
+   is in use.
+
+Each knob names the cause a successful revert points to (``cause``), so ranking needs no table of
+its own. Nothing here runs a model: tests check the sessions these recipes build without a GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from monitor.config.settings import ModelConfig, ProviderSpec, SessionConfig
+
+CUDA = "CUDAExecutionProvider"
+TENSORRT = "TensorrtExecutionProvider"
+CPU = "CPUExecutionProvider"
+DENORMAL_KEY = "session.set_denormal_as_zero"
+OPT_LEVELS = ("disable", "basic", "extended", "all")
+CONV_SEARCHES = ("DEFAULT", "HEURISTIC", "EXHAUSTIVE")
+# Provider options that change numerics, with ONNX Runtime's defaults (what "unset" means).
+PROVIDER_DEFAULTS: Mapping[str, Mapping[str, str]] = {
+    CUDA: {"cudnn_conv_algo_search": "EXHAUSTIVE", "use_tf32": "1", "cudnn_conv_use_max_workspace": "1"},
+    TENSORRT: {"trt_fp16_enable": "0", "trt_int8_enable": "0"},
+}
+# Which cause a session field's revert points to.
+_FIELD_CAUSE = {
+    "graph_optimization_level": "graph_optimization",
+    "intra_op_num_threads": "thread_count",
+    "inter_op_num_threads": "thread_count",
+    "deterministic_compute": "nondeterminism",
+}
+_OPTION_CAUSE = {
+    "cudnn_conv_algo_search": "conv_algorithm",
+    "cudnn_conv_use_max_workspace": "conv_algorithm",
+    "use_tf32": "tf32",
+    "trt_fp16_enable": "model_precision_changed",
+    "trt_int8_enable": "model_quantized",
+}
+
+
+@dataclass(frozen=True)
+class Variation:
+    """One replay recipe: which knob, set to what, and the whole session it makes."""
+
+    knob: str
+    value: str
+    cause: str  # the cause code a revert that restores the baseline points to
+    providers: tuple[ProviderSpec, ...]
+    session: SessionConfig
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "knob": self.knob,
+            "value": self.value,
+            "cause": self.cause,
+            "providers": [p.model_dump(mode="json") for p in self.providers],
+            "session": self.session.model_dump(mode="json"),
+            "env": dict(self.env),
+        }
+
+
+def current(model: ModelConfig) -> Variation:
+    """The production setup itself: the "before" every other variation is measured against."""
+    return Variation("current", "as configured", "unknown", tuple(model.providers), model.session)
+
+
+def variations(model: ModelConfig, baseline_session: Mapping[str, Any], in_use: Sequence[str]) -> list[Variation]:
+    """Every variation worth replaying for ``model``, given the baseline's recorded session facts.
+
+    ``in_use`` is the providers the failing run really used (``CheckResult.providers_effective``):
+    the CUDA and TensorRT knobs appear only for a provider that ran the model.
+    """
+    found = [*_baseline_variations(model, baseline_session), *_session_sweep(model)]
+    if [p.name for p in model.providers] != [CPU]:
+        found.append(_with(model, "provider", CPU, "execution_provider_fallback", providers=(ProviderSpec(name=CPU),)))
+    if CUDA in in_use:
+        found += cuda_variations(model)
+    if TENSORRT in in_use:
+        found += tensorrt_variations(model)
+    return _unique(found)
+
+
+def cuda_variations(model: ModelConfig) -> list[Variation]:
+    """The CUDA provider knobs: conv algorithm search, TF32 (option and env override), max workspace."""
+    configured = _options(model, CUDA)
+    found = []
+    for search in CONV_SEARCHES:
+        if configured["cudnn_conv_algo_search"] != search:
+            found.append(_option(model, CUDA, "cudnn_conv_algo_search", search))
+    if configured["use_tf32"] != "0":
+        found.append(_option(model, CUDA, "use_tf32", "0"))
+    found.append(_with(model, "env.NVIDIA_TF32_OVERRIDE", "0", "tf32", env={"NVIDIA_TF32_OVERRIDE": "0"}))
+    flipped = "0" if configured["cudnn_conv_use_max_workspace"] == "1" else "1"
+    found.append(_option(model, CUDA, "cudnn_conv_use_max_workspace", flipped))
+    return found
+
+
+def tensorrt_variations(model: ModelConfig) -> list[Variation]:
+    """TensorRT with reduced precision off: fp16 and int8, each when the config turns it on."""
+    configured = _options(model, TENSORRT)
+    return [
+        _option(model, TENSORRT, key, "0") for key in ("trt_fp16_enable", "trt_int8_enable") if configured[key] != "0"
+    ]
+
+
+def _baseline_variations(model: ModelConfig, recorded: Mapping[str, Any]) -> list[Variation]:
+    options = recorded.get("options")
+    if not isinstance(options, Mapping):
+        return []  # an imported baseline, or one made before sessions were recorded
+    try:
+        theirs = SessionConfig.model_validate(dict(options))
+    except ValueError:
+        return []
+    providers = _recorded_providers(model, recorded)
+    found: list[Variation] = []
+    if theirs != model.session or [p.model_dump() for p in providers] != [p.model_dump() for p in model.providers]:
+        found.append(Variation("baseline_settings", "as recorded", "session_settings_changed", providers, theirs))
+    mine = model.session.model_dump()
+    for name, value in theirs.model_dump().items():
+        if mine[name] != value:
+            cause = _FIELD_CAUSE.get(name, "session_settings_changed")
+            found.append(_with(model, f"session.{name}", _text(value), cause, session={name: value}))
+    for spec in providers:
+        ours = _options(model, spec.name)
+        for key, value in spec.options.items():
+            if ours.get(key) != value:
+                found.append(_option(model, spec.name, key, str(value), knob=f"provider.{spec.name}.{key}"))
+    return found
+
+
+def _recorded_providers(model: ModelConfig, recorded: Mapping[str, Any]) -> tuple[ProviderSpec, ...]:
+    """The baseline's requested providers with the numerics options it ran with (as ORT reported them)."""
+    requested = recorded.get("requested")
+    if not isinstance(requested, list) or not requested:
+        return tuple(model.providers)
+    reported = recorded.get("provider_options") if isinstance(recorded.get("provider_options"), Mapping) else {}
+    specs = []
+    for name in (str(n) for n in requested):
+        theirs = reported.get(name) if isinstance(reported, Mapping) else None
+        watched = set(PROVIDER_DEFAULTS.get(name, {})) | set(_configured(model, name))
+        kept: dict[str, str | int | float | bool] = {str(k): str(v) for k, v in (theirs or {}).items() if k in watched}
+        specs.append(ProviderSpec(name=name, options=kept))
+    return tuple(specs)
+
+
+def _session_sweep(model: ModelConfig) -> list[Variation]:
+    session = model.session
+    found = [
+        _with(
+            model, "graph_optimization_level", level, "graph_optimization", session={"graph_optimization_level": level}
+        )
+        for level in OPT_LEVELS
+        if level != session.graph_optimization_level
+    ]
+    if (session.intra_op_num_threads, session.inter_op_num_threads) != (1, 1):
+        found.append(
+            _with(
+                model,
+                "threads",
+                "intra=1 inter=1",
+                "thread_count",
+                session={"intra_op_num_threads": 1, "inter_op_num_threads": 1},
+            )
+        )
+    if not session.deterministic_compute:
+        found.append(
+            _with(model, "deterministic_compute", "true", "nondeterminism", session={"deterministic_compute": True})
+        )
+    denormal = "0" if session.config_entries.get(DENORMAL_KEY) == "1" else "1"
+    entries = {**session.config_entries, DENORMAL_KEY: denormal}
+    found.append(_with(model, "denormal_as_zero", denormal, "cpu_isa", session={"config_entries": entries}))
+    other = "parallel" if session.execution_mode == "sequential" else "sequential"
+    found.append(_with(model, "execution_mode", other, "session_settings_changed", session={"execution_mode": other}))
+    return found
+
+
+def _option(model: ModelConfig, provider: str, key: str, value: str, *, knob: str | None = None) -> Variation:
+    """The current setup with one provider option set (the provider keeps its other options)."""
+    specs = tuple(
+        ProviderSpec(name=p.name, options={**p.options, key: value}) if p.name == provider else p
+        for p in model.providers
+    )
+    return _with(model, knob or key, value, _OPTION_CAUSE.get(key, "session_settings_changed"), providers=specs)
+
+
+def _with(
+    model: ModelConfig,
+    knob: str,
+    value: str,
+    cause: str,
+    *,
+    session: Mapping[str, Any] | None = None,
+    providers: tuple[ProviderSpec, ...] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Variation:
+    changed = model.session.model_copy(update=dict(session)) if session else model.session
+    return Variation(knob, value, cause, providers or tuple(model.providers), changed, dict(env or {}))
+
+
+def _configured(model: ModelConfig, provider: str) -> dict[str, str]:
+    spec = next((p for p in model.providers if p.name == provider), None)
+    return {k: _text(v) for k, v in (spec.options if spec else {}).items()}
+
+
+def _options(model: ModelConfig, provider: str) -> dict[str, str]:
+    """The provider's effective numerics options: ORT's defaults under what the config sets."""
+    return {**PROVIDER_DEFAULTS.get(provider, {}), **_configured(model, provider)}
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value) if not isinstance(value, dict) else ",".join(f"{k}={v}" for k, v in value.items())
+
+
+def _unique(found: list[Variation]) -> list[Variation]:
+    seen: set[tuple[str, str]] = set()
+    kept = []
+    for variation in found:
+        if (variation.knob, variation.value) not in seen:
+            seen.add((variation.knob, variation.value))
+            kept.append(variation)
+    return kept

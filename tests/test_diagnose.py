@@ -1,0 +1,246 @@
+"""``diagnose`` on real models whose numbers really move: the right cause is ranked first.
+
+Each scenario (``tests/diagnose_scenarios.py``) changes one real thing on a committed corpus
+model and runs the real check; the diagnosis replays the failing samples in isolated children
+(``daemon.diagnosis.isolated``, the daemon's own isolation). The expected cause is the
+scenario's construction, never onnxmon's opinion. Plus: the JSON shape the issue fixes, a knob
+revert outranking correlation, a budget that runs out, a crashing experiment, a passing run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import onnxruntime as ort
+import pytest
+
+from monitor import jsonsafe
+from monitor.config.settings import ModelConfig, ProviderSpec, SessionConfig
+from monitor.daemon.diagnosis import isolated
+from monitor.diagnose import knobs, rank
+from monitor.diagnose.engine import diagnose
+from monitor.diagnose.result import Experiment, Hypothesis
+from monitor.results import CAUSE_CODES, Verdict
+from monitor.runtime.session import provider_arguments, session_options
+from tests.diagnose_scenarios import SCENARIOS, Scenario
+from tests.workspace import Workspace
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Workspace:
+    monkeypatch.chdir(tmp_path)
+    return Workspace(tmp_path)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.expected)
+def test_the_right_cause_is_ranked_first(scenario: Scenario, in_tmp: Workspace) -> None:
+    plan, result = scenario.build(in_tmp)
+    assert result.verdict is Verdict.FAIL, result.all_reasons()
+    diagnosis = diagnose(plan, result.to_dict(), isolate=isolated, budget_s=120)
+    assert diagnosis.top is not None
+    assert diagnosis.top.cause == scenario.expected, diagnosis.to_dict()["hypotheses"]
+    current = next(e for e in diagnosis.experiments if e.knob == "current")
+    assert current.within_tolerance is False and current.error_ratio is not None and current.error_ratio > 1
+
+
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s.expected in ("thread_count", "graph_optimization")],
+                         ids=lambda s: s.expected)  # fmt: skip
+def test_a_knob_whose_revert_restores_the_baseline_is_the_evidence(scenario: Scenario, in_tmp: Workspace) -> None:
+    plan, result = scenario.build(in_tmp)
+    diagnosis = diagnose(plan, result.to_dict(), isolate=isolated)
+    assert diagnosis.top is not None and diagnosis.top.source == "experiment"
+    restoring = [e for e in diagnosis.experiments if e.within_tolerance and e.cause == scenario.expected]
+    assert restoring and all(e.error_ratio is not None and e.error_ratio <= 1 for e in restoring)
+    # the baseline's own differing setting, replayed alone, is among them
+    assert any(e.knob.startswith("session.") for e in restoring)
+
+
+def test_the_json_has_the_shape_of_the_issue_and_is_strict(in_tmp: Workspace) -> None:
+    plan, result = SCENARIOS[0].build(in_tmp)
+    document = diagnose(plan, result.to_dict(), isolate=isolated).to_dict()
+    jsonsafe.loads(jsonsafe.dumps(document))  # strict RFC 8259
+    assert {"hypotheses", "experiments"} <= set(document)
+    for hypothesis in document["hypotheses"]:
+        assert {"cause", "confidence", "evidence", "fix"} <= set(hypothesis)
+        assert hypothesis["cause"] in CAUSE_CODES and 0 < hypothesis["confidence"] <= 1
+    for experiment in document["experiments"]:
+        assert {"knob", "value", "error_ratio", "within_tolerance"} <= set(experiment)
+    confidences = [h["confidence"] for h in document["hypotheses"]]
+    assert confidences == sorted(confidences, reverse=True)
+
+
+def test_the_experiment_ratio_is_the_checks_error_ratio(in_tmp: Workspace) -> None:
+    plan, result = SCENARIOS[0].build(in_tmp)
+    diagnosis = diagnose(plan, result.to_dict(), isolate=isolated)
+    current = next(e for e in diagnosis.experiments if e.knob == "current")
+    assert current.error_ratio == pytest.approx(max(o.error_ratio for o in result.outputs))
+
+
+def test_a_spent_budget_skips_experiments_and_says_which(in_tmp: Workspace) -> None:
+    plan, result = SCENARIOS[0].build(in_tmp)
+    ticks = iter(range(0, 10_000, 40))  # every reading of the clock is 40 s later
+    diagnosis = diagnose(plan, result.to_dict(), isolate=isolated, budget_s=100, clock=lambda: float(next(ticks)))
+    assert any("time budget spent; not run:" in note for note in diagnosis.notes)
+    assert diagnosis.top is not None  # still an answer, from what ran and the evidence
+
+
+def _crash_in_child(
+    function: Callable[..., Mapping[str, Any]], args: tuple[Any, ...], timeout_s: float
+) -> Mapping[str, Any]:
+    variation = args[1]
+    if variation.knob == "threads":
+        return isolated(os.abort, (), timeout_s)  # the child dies by SIGABRT
+    return isolated(function, args, timeout_s)
+
+
+def test_a_crashing_experiment_is_a_note_not_a_crash(in_tmp: Workspace) -> None:
+    plan, result = SCENARIOS[0].build(in_tmp)
+    diagnosis = diagnose(plan, result.to_dict(), isolate=_crash_in_child)
+    threads = next(e for e in diagnosis.experiments if e.knob == "threads")
+    assert threads.error_ratio is None and threads.within_tolerance is None and "crash" in threads.note
+    assert diagnosis.top is not None and diagnosis.top.cause == "thread_count"  # the other knob still proves it
+
+
+def test_a_revert_that_restores_outranks_an_environment_change() -> None:
+    before = Experiment("current", "as configured", "unknown", 150.0, False)
+    threads = Experiment("threads", "intra=1 inter=1", "thread_count", 0.0, True)
+    version = Hypothesis("runtime_version", 0.7, ("onnxruntime.version: '1.17.3' → '1.20.0'",), "pin it", "evidence")
+    ranked = rank.merge([*rank.from_experiments([before, threads], before), version])
+    assert [h.cause for h in ranked] == ["thread_count", "runtime_version"]
+
+
+# --- the CUDA and TensorRT knobs: the sessions they build, no GPU needed -----------------------------
+
+
+def _cuda_model(**options: Any) -> ModelConfig:
+    cuda = ProviderSpec(name="CUDAExecutionProvider", options=options)
+    return ModelConfig(
+        name="m", path=Path("m.onnx"), benchset="b", providers=[cuda, ProviderSpec(name="CPUExecutionProvider")]
+    )
+
+
+def _built(variation: knobs.Variation) -> tuple[dict[str, dict[str, str]], ort.SessionOptions]:
+    names, options = provider_arguments(variation.providers)
+    return dict(zip(names, options, strict=True)), session_options(variation.session)
+
+
+def test_cuda_knobs_appear_only_when_cuda_is_in_use() -> None:
+    model = _cuda_model()
+    on_cpu = {v.knob for v in knobs.variations(model, {}, ["CPUExecutionProvider"])}
+    assert not on_cpu & {"cudnn_conv_algo_search", "use_tf32", "env.NVIDIA_TF32_OVERRIDE"}
+    on_gpu = {v.knob for v in knobs.variations(model, {}, ["CUDAExecutionProvider", "CPUExecutionProvider"])}
+    assert {"cudnn_conv_algo_search", "use_tf32", "env.NVIDIA_TF32_OVERRIDE", "cudnn_conv_use_max_workspace"} <= on_gpu
+
+
+def test_cuda_variations_build_the_provider_options_and_environment_they_name() -> None:
+    model = _cuda_model(device_id=0)
+    found = {(v.knob, v.value): v for v in knobs.cuda_variations(model)}
+    # ORT's default search is EXHAUSTIVE: only the two others are tried
+    assert {value for knob, value in found if knob == "cudnn_conv_algo_search"} == {"DEFAULT", "HEURISTIC"}
+    providers, options = _built(found[("cudnn_conv_algo_search", "HEURISTIC")])
+    assert providers["CUDAExecutionProvider"] == {"device_id": "0", "cudnn_conv_algo_search": "HEURISTIC"}
+    assert providers["CPUExecutionProvider"] == {}
+    assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    providers, _ = _built(found[("use_tf32", "0")])
+    assert providers["CUDAExecutionProvider"]["use_tf32"] == "0"
+    override = found[("env.NVIDIA_TF32_OVERRIDE", "0")]
+    assert dict(override.env) == {"NVIDIA_TF32_OVERRIDE": "0"} and override.cause == "tf32"
+    assert _built(override)[0]["CUDAExecutionProvider"] == {"device_id": "0"}  # the env alone, options untouched
+    providers, _ = _built(found[("cudnn_conv_use_max_workspace", "0")])
+    assert providers["CUDAExecutionProvider"]["cudnn_conv_use_max_workspace"] == "0"
+    assert found[("cudnn_conv_algo_search", "DEFAULT")].cause == "conv_algorithm"
+
+
+def test_a_configured_search_is_replaced_not_duplicated() -> None:
+    model = _cuda_model(cudnn_conv_algo_search="DEFAULT", use_tf32=False)
+    found = {(v.knob, v.value) for v in knobs.cuda_variations(model)}
+    assert ("cudnn_conv_algo_search", "DEFAULT") not in found and ("cudnn_conv_algo_search", "EXHAUSTIVE") in found
+    assert not any(knob == "use_tf32" for knob, _ in found)  # already off
+
+
+def test_tensorrt_reduced_precision_is_turned_off_one_at_a_time() -> None:
+    trt = ProviderSpec(name="TensorrtExecutionProvider", options={"trt_fp16_enable": True, "trt_int8_enable": True})
+    model = ModelConfig(name="m", path=Path("m.onnx"), benchset="b", providers=[trt])
+    found = {v.knob: v for v in knobs.variations(model, {}, ["TensorrtExecutionProvider"])}
+    fp16 = _built(found["trt_fp16_enable"])[0]["TensorrtExecutionProvider"]
+    assert fp16 == {"trt_fp16_enable": "0", "trt_int8_enable": "1"}
+    int8 = _built(found["trt_int8_enable"])[0]["TensorrtExecutionProvider"]
+    assert int8 == {"trt_fp16_enable": "1", "trt_int8_enable": "0"}
+    assert "trt_fp16_enable" not in {v.knob for v in knobs.variations(model, {}, ["CPUExecutionProvider"])}
+
+
+def test_session_sweep_builds_real_session_options() -> None:
+    model = ModelConfig(name="m", path=Path("m.onnx"), benchset="b", session=SessionConfig(intra_op_num_threads=4))
+    found = {(v.knob, v.value): v for v in knobs.variations(model, {}, ["CPUExecutionProvider"])}
+    levels = {value for knob, value in found if knob == "graph_optimization_level"}
+    assert levels == {"disable", "basic", "extended"}
+    disabled = session_options(found[("graph_optimization_level", "disable")].session)
+    assert disabled.graph_optimization_level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    single = session_options(found[("threads", "intra=1 inter=1")].session)
+    assert (single.intra_op_num_threads, single.inter_op_num_threads) == (1, 1)
+    assert session_options(found[("deterministic_compute", "true")].session).use_deterministic_compute is True
+    denormal = found[("denormal_as_zero", "1")].session.config_entries
+    assert denormal == {"session.set_denormal_as_zero": "1"}
+    parallel = session_options(found[("execution_mode", "parallel")].session)
+    assert parallel.execution_mode == ort.ExecutionMode.ORT_PARALLEL
+
+
+def test_the_baselines_recorded_settings_are_replayed_whole_and_one_by_one() -> None:
+    model = ModelConfig(name="m", path=Path("m.onnx"), benchset="b", session=SessionConfig(intra_op_num_threads=2))
+    recorded = {
+        "requested": ["CPUExecutionProvider"],
+        "provider_options": {"CPUExecutionProvider": {}},
+        "options": SessionConfig(intra_op_num_threads=1, graph_optimization_level="basic").model_dump(mode="json"),
+    }
+    found = {(v.knob, v.value): v for v in knobs.variations(model, recorded, ["CPUExecutionProvider"])}
+    whole = found[("baseline_settings", "as recorded")].session
+    assert (whole.intra_op_num_threads, whole.graph_optimization_level) == (1, "basic")
+    alone = found[("session.intra_op_num_threads", "1")]
+    assert alone.session.intra_op_num_threads == 1 and alone.session.graph_optimization_level == "all"
+    assert alone.cause == "thread_count"
+    assert found[("session.graph_optimization_level", "basic")].cause == "graph_optimization"
+
+
+def test_a_passing_run_diagnosed_anyway_says_it_did_not_reproduce(in_tmp: Workspace) -> None:
+    _, result = SCENARIOS[0].build(in_tmp)
+    in_tmp.set("forest", session={"intra_op_num_threads": 1})  # back as the baseline had it
+    from monitor.config.plan import plan_for
+
+    fixed = plan_for(in_tmp.settings(), "forest")
+    diagnosis = diagnose(fixed, result.to_dict(), isolate=isolated)
+    current = next(e for e in diagnosis.experiments if e.knob == "current")
+    assert current.within_tolerance is True
+    assert any("did not reproduce" in e for h in diagnosis.hypotheses for e in h.evidence)
+    assert math.isfinite(diagnosis.seconds)
+
+
+def test_with_stored_intermediates_the_failure_is_localized_and_its_op_type_is_evidence(in_tmp: Workspace) -> None:
+    import onnx
+
+    from monitor import capture
+    from monitor.check import run_check
+    from monitor.config.plan import plan_for
+    from tests import variants
+    from tests.diagnose_scenarios import CNN
+
+    in_tmp.add_model("cnn", onnx.load(CNN), count=2, dims={"batch": 2})
+    capture.capture_baseline(plan_for(in_tmp.settings(), "cnn"), intermediate_samples=2)
+    pristine = in_tmp.root / "pristine.onnx"
+    onnx.save(onnx.load(CNN), str(pristine))
+    edited = variants.edit_largest_weight(pristine, in_tmp.root / "models" / "cnn.onnx", None, variants.scaled)
+    name = edited.split()[1]  # "tensor NAME [shape]"
+    readers = {n.name: n.op_type for n in onnx.load(CNN).graph.node if name in n.input}  # ground truth, plain onnx
+    assert readers, edited
+    plan = plan_for(in_tmp.settings(), "cnn")
+    diagnosis = diagnose(plan, run_check(plan).to_dict(), isolate=isolated)
+    assert diagnosis.top is not None and diagnosis.top.cause == "model_weights_changed"
+    assert diagnosis.localization is not None
+    first = diagnosis.localization["first_changed"]
+    assert first is not None and first["name"] in readers and first["op_type"] == readers[first["name"]]
+    assert any(f"op_types={first['op_type']}" in note for note in diagnosis.notes)  # in the incident signature
