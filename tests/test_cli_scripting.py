@@ -91,10 +91,14 @@ ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("config", "validate"): ("-c", "{config}"),
     ("db", "current"): ("-c", "{config}"),
     ("db", "upgrade"): ("-c", "{config}"),
+    ("diagnose",): ("clf", "--no-store", "-c", "{config}"),
     ("diff-model",): ("{model_file}", "{model_file}"),
     ("env", "diff"): ("-c", "{config}"),
     ("env", "show"): (),
     ("history",): ("clf", "-c", "{config}"),
+    ("incident", "list"): ("-c", "{config}"),
+    ("incident", "note"): ("{run}", "--cause", "unknown", "--text", "noted by the scripting test", "-c", "{config}"),
+    ("incident", "show"): ("{incident}", "-c", "{config}"),
     ("localize",): ("clf", "-c", "{config}"),
     ("lint",): ("{model_file}",),
     ("sqnr",): ("clf", "--float", "{model_file}", "-c", "{config}"),
@@ -126,10 +130,27 @@ def fill(setup: Setup, args: tuple[str, ...], tmp: Path) -> list[str]:
         "model_file": str(setup.ws.root / "models" / "clf.onnx"),
         "npz_input": str(tmp / "input.npz"),
     }
+    if "{run}" in args or "{incident}" in args:
+        values["run"] = str(_a_run(setup))
+    if "{incident}" in args:
+        noted = invoke(
+            "incident", "note", values["run"], "--cause", "unknown", "--text", "t", "-o", "json", "-c", setup.config
+        )
+        assert noted.exit_code == 0, noted.output
+        values["incident"] = str(strict(noted.stdout)["id"])
     filled: list[str] = []
     for arg in args:
         filled += outputs if arg == "{npz}" else [arg.format(**values)]
     return filled
+
+
+def _a_run(setup: Setup) -> int:
+    """The id of the check the fixture recorded (``history`` shows ids)."""
+    shown = invoke("history", "clf", "-o", "json", "-c", setup.config)
+    assert shown.exit_code == 0, shown.output
+    runs = [item["id"] for item in strict(shown.stdout) if item["kind"] == "run"]
+    assert runs, shown.stdout
+    return int(runs[0])
 
 
 def test_every_command_documents_every_parameter_without_python_types() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from monitor.cli import common, recording
+from monitor.cli import common, output, recording
 from monitor.config.plan import plan_for
 from monitor.config.settings import Settings
 from monitor.daemon import child
@@ -39,9 +39,11 @@ def register(app: typer.Typer) -> None:
         ),
         config_file: str | None = common.ConfigOption,
         as_json: bool = common.JsonOption,
+        fmt: str | None = common.OutputOption,
         store: bool = typer.Option(True, "--store/--no-store", help="Record the run and its diagnosis in the store."),
     ) -> None:
         """Replay the failing samples one knob at a time (each in an isolated child) and rank the likely causes."""
+        chosen = output.chosen(fmt, as_json)
         settings = common.settings(config_file)
         plan = plan_for(settings, model)
         seconds = budget or settings.daemon.diagnose_budget
@@ -65,8 +67,8 @@ def register(app: typer.Typer) -> None:
                 _record(settings, result, diagnosis)
         if "error" in diagnosis:
             raise _could_not(f"diagnosing {model!r} failed: {diagnosis['error']}")
-        if as_json:
-            common.print_json(diagnosis)
+        if output.structured(chosen):
+            common.print_json(diagnosis, chosen)
         else:
             typer.echo(render(diagnosis))
         if verdict == "error":  # nothing could be replayed: the diagnosis is the evidence alone

@@ -12,7 +12,7 @@ import getpass
 
 import typer
 
-from monitor.cli import common
+from monitor.cli import common, output
 from monitor.errors import MonitorError
 from monitor.results import CAUSE_CODES
 
@@ -30,8 +30,10 @@ def register(app: typer.Typer) -> None:
         by: str | None = typer.Option(None, "--by", help="Who notes it (default: the login name)."),
         config_file: str | None = common.ConfigOption,
         as_json: bool = common.JsonOption,
+        fmt: str | None = common.OutputOption,
     ) -> None:
         """Note an incident on a run: its cause, what was found and the fix, matched to later failures."""
+        chosen = output.chosen(fmt, as_json)
         from monitor.store import knowledge
 
         settings = common.settings(config_file)
@@ -42,8 +44,8 @@ def register(app: typer.Typer) -> None:
             record = knowledge.record_incident(
                 store, run_id, cause=cause, text=text, fix=fix, by=by or _login(), signature=signature
             )
-        if as_json:
-            common.print_json(record.to_dict())
+        if output.structured(chosen):
+            common.print_json(record.to_dict(), chosen)
         else:
             typer.echo(f"incident {record.id} noted on run {run_id} of {record.model}: {record.cause}")
 
@@ -53,15 +55,17 @@ def register(app: typer.Typer) -> None:
         limit: int = typer.Option(100, "--limit", min=1, max=10000, help="Newest first, at most this many."),
         config_file: str | None = common.ConfigOption,
         as_json: bool = common.JsonOption,
+        fmt: str | None = common.OutputOption,
     ) -> None:
         """Incidents, newest first."""
+        chosen = output.chosen(fmt, as_json)
         from monitor.store import knowledge
 
         settings = common.settings(config_file)
         with common.open_store(settings) as store:
             records = knowledge.incidents(store, limit=limit, model=model)
-        if as_json:
-            common.print_json([r.to_dict() for r in records])
+        if output.structured(chosen):
+            common.print_json([r.to_dict() for r in records], chosen)
             return
         table = common.PlainTable(pad_edge=False)
         for column in ("id", "at", "model", "run", "cause", "fix", "text"):
@@ -69,15 +73,17 @@ def register(app: typer.Typer) -> None:
         for r in records:
             at = r.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")
             table.add_row(str(r.id), at, r.model, str(r.run_id or "-"), r.cause, r.fix or "-", r.text[:80])
-        common.console().print(table)
+        output.print_table(table)
 
     @group.command("show")
     def show(
         incident_id: int = typer.Argument(..., min=1, help="The incident id."),
         config_file: str | None = common.ConfigOption,
         as_json: bool = common.JsonOption,
+        fmt: str | None = common.OutputOption,
     ) -> None:
         """One incident with the signature it is matched by."""
+        chosen = output.chosen(fmt, as_json)
         from monitor.store import knowledge
 
         settings = common.settings(config_file)
@@ -86,8 +92,8 @@ def register(app: typer.Typer) -> None:
         if record is None:
             raise MonitorError(f"no incident {incident_id}")
         data = record.to_dict()
-        if as_json:
-            common.print_json(data)
+        if output.structured(chosen):
+            common.print_json(data, chosen)
             return
         for key in ("id", "at", "model", "run_id", "created_by", "cause", "fix", "text"):
             typer.echo(f"{key}: {data[key]}")
