@@ -54,6 +54,7 @@ def _register() -> None:
         env_cmd,
         history_cmd,
         localize_cmd,
+        reference_cmd,
         serve_cmd,
     )
 
@@ -66,6 +67,7 @@ def _register() -> None:
     env_cmd.register(app)
     history_cmd.register(app)
     localize_cmd.register(app)
+    reference_cmd.register(app)
     serve_cmd.register(app)
 
 
