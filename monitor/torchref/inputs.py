@@ -59,8 +59,8 @@ def describe(name: str, sample: int, benchset: np.ndarray, consumed: np.ndarray)
     if a.shape != b.shape:
         axes = _layout(a, b)
         if axes is None:
-            why = f"PyTorch consumed shape {list(theirs.shape)}, the benchmark set feeds {list(ours.shape)}"
-            return InputDifference(name, sample, (*kinds, "values"), "; ".join([*parts, why]))
+            parts.append(f"shape: PyTorch consumed {list(theirs.shape)}, the benchmark set feeds {list(ours.shape)}")
+            return _result(name, sample, [*kinds, "shape"], parts)
         kinds.append("layout")
         parts.append(_layout_text(axes, ours.shape, theirs.shape))
         a = np.transpose(a, axes)
@@ -114,7 +114,8 @@ def _layout(a: np.ndarray, b: np.ndarray) -> tuple[int, ...] | None:
     # Prefer the permutation under which the values agree; else the first that fits the shape.
     for axes in fitting:
         moved = np.transpose(a, axes)
-        if _close(moved, b) or _affine(moved, b, _channel_axis(b)) is not None:
+        axis = _channel_axis(b)
+        if _close(moved, b) or _permutation(moved, b, axis) is not None or _affine(moved, b, axis) is not None:
             return axes
     return fitting[0] if fitting else None
 
@@ -152,7 +153,7 @@ def _permutation(a: np.ndarray, b: np.ndarray, axis: int) -> list[int] | None:
 
 def _permutation_text(permutation: list[int], axis: int) -> str:
     bgr = " (BGR vs RGB)" if permutation == [2, 1, 0] else ""
-    return f"channel order: PyTorch's channel k along axis {axis} is the benchmark set's channel {permutation}[k]{bgr}"
+    return f"channel order: PyTorch consumed the benchmark set's channels {permutation} (axis {axis}){bgr}"
 
 
 def _affine(a: np.ndarray, b: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -186,12 +187,17 @@ def _affine_text(scale: np.ndarray, shift: np.ndarray, axis: int) -> str:
     if near(shift, 0.0) and near(scale, 255.0):
         return "scale: PyTorch consumed the benchmark set's values x255 (0-255 against 0-1)"
     if near(scale, 1.0):
-        offsets = ", ".join(f"{t:.4g}" for t in shift)
-        return f"shift along axis {axis}: PyTorch = benchset + [{offsets}] (a different mean, the same std)"
+        return f"shift: PyTorch = benchset + {_values(shift)} along axis {axis} (a different mean, the same std)"
     # torch = (x - mean) / std  <=>  scale = 1/std, shift = -mean/std, if the benchmark set is raw.
-    numbers = ", ".join(f"{s:.4g}" for s in scale), ", ".join(f"{t:.4g}" for t in shift)
-    per = "per channel" if scale.size > 1 else ""
     return (
-        f"per-channel affine along axis {axis}: PyTorch = benchset * [{numbers[0]}] + [{numbers[1]}] {per}"
+        f"scale and shift: PyTorch = benchset * {_values(scale)} + {_values(shift)} along axis {axis}"
         " (a different mean/std normalization on one side)"
-    ).replace("  ", " ")
+    )
+
+
+def _values(values: np.ndarray, most: int = 8) -> str:
+    """One number when every channel has it, else the list (the first ``most``, then the count)."""
+    if np.allclose(values, values[0], rtol=1e-4, atol=1e-7):
+        return f"{values[0]:.4g}"
+    shown = ", ".join(f"{v:.4g}" for v in values[:most])
+    return f"[{shown}]" if values.size <= most else f"[{shown}, ... ({values.size} channels)]"
