@@ -56,17 +56,18 @@ def describe(name: str, sample: int, benchset: np.ndarray, consumed: np.ndarray)
             return _result(name, sample, kinds, parts)
         return InputDifference(name, sample, ("values",), f"input {name!r}: PyTorch consumed other values")
     a, b = ours.astype(np.float64), theirs.astype(np.float64)
+    axis = _channel_axis(a)  # in the benchmark set's (the ONNX model's) layout
     if a.shape != b.shape:
-        axes = _layout(a, b)
+        axes = _layout(a, b, axis)
         if axes is None:
             parts.append(f"shape: PyTorch consumed {list(theirs.shape)}, the benchmark set feeds {list(ours.shape)}")
             return _result(name, sample, [*kinds, "shape"], parts)
         kinds.append("layout")
         parts.append(_layout_text(axes, ours.shape, theirs.shape))
         a = np.transpose(a, axes)
+        axis = axes.index(axis) if a.ndim else axis
     if _close(a, b):
         return _result(name, sample, kinds, parts)
-    axis = _channel_axis(b)
     permutation = _permutation(a, b, axis)
     if permutation is not None:
         kinds.append("channel_permutation")
@@ -77,7 +78,7 @@ def describe(name: str, sample: int, benchset: np.ndarray, consumed: np.ndarray)
     fit = _affine(a, b, axis)
     if fit is None and permutation is None:
         # An affine transform after a channel swap: try the swaps again, now up to scale and shift.
-        for candidate in _permutations(b.shape[axis]):
+        for candidate in _permutations(b.shape[axis] if b.ndim else 0):
             fit = _affine(np.take(a, candidate, axis=axis), b, axis)
             if fit is not None:
                 kinds.append("channel_permutation")
@@ -106,7 +107,7 @@ def _close(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and bool(np.allclose(a, b, atol=ATOL, rtol=RTOL, equal_nan=True))
 
 
-def _layout(a: np.ndarray, b: np.ndarray) -> tuple[int, ...] | None:
+def _layout(a: np.ndarray, b: np.ndarray, channel_axis: int) -> tuple[int, ...] | None:
     """The axis permutation of ``a`` that gives ``b``'s shape and values (up to scale and channel order)."""
     if a.ndim != b.ndim or a.ndim > 5 or sorted(a.shape) != sorted(b.shape):
         return None
@@ -114,7 +115,7 @@ def _layout(a: np.ndarray, b: np.ndarray) -> tuple[int, ...] | None:
     # Prefer the permutation under which the values agree; else the first that fits the shape.
     for axes in fitting:
         moved = np.transpose(a, axes)
-        axis = _channel_axis(b)
+        axis = axes.index(channel_axis)
         if _close(moved, b) or _permutation(moved, b, axis) is not None or _affine(moved, b, axis) is not None:
             return axes
     return fitting[0] if fitting else None
@@ -131,8 +132,8 @@ def _layout_text(axes: tuple[int, ...], ours: tuple[int, ...], theirs: tuple[int
 
 
 def _channel_axis(array: np.ndarray) -> int:
-    """Axis 1 of an image-like tensor (N, C, ...); the last axis otherwise (features)."""
-    return 1 if array.ndim >= 4 else array.ndim - 1
+    """Axis 1 of an image-like tensor (N, C, ...); the last axis otherwise (features); 0 for a scalar."""
+    return 1 if array.ndim >= 4 else max(array.ndim - 1, 0)
 
 
 def _permutations(channels: int) -> list[list[int]]:
