@@ -195,7 +195,7 @@ def test_coverage_per_exporter_names_sequential_children_and_folded_batchnorms(
         ws = space(exported("cnn", exporter), "cnn")
         code, out = ws.reference(capsys, factory_of("cnn"), "--intermediates", "--json")
         assert code == 0, out
-        made = json.loads(out[out.index("{") :])
+        made = json.loads(out[out.index("{") :], parse_constant=lambda token: pytest.fail(f"bare {token}"))
         stem_conv = first_node(ws.model, "Conv")
         conv_output = next(n.output[0] for n in onnx.load(str(ws.model)).graph.node if n.name == stem_conv)
         assert made["exporter"] == exporter
@@ -294,6 +294,53 @@ def test_a_bad_factory_is_a_usage_error_naming_what_was_expected(
     (ws.root / "notmodule.py").write_text("def make_model():\n    return 42\n")
     code, out = ws.reference(capsys, spec.format(root=ws.root))
     assert code == 2 and expected in out, out
+
+
+RAISES_ON_THIRD = """CALLS = []
+
+def make_inputs(sample):
+    CALLS.append(1)
+    if len(CALLS) == 3:
+        raise RuntimeError('camera unplugged')
+    return sample['image']
+"""
+TWO_OUTPUTS = """import torch
+
+class Two(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = make_model()
+
+    def forward(self, x):
+        y = self.inner(x)
+        return y, y
+
+def make_two():
+    return Two().eval()
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (RAISES_ON_THIRD, "make_inputs raised RuntimeError: camera unplugged"),
+        ("def make_inputs(sample):\n    return 'not a tensor'\n", "make_inputs returned str"),
+        (TWO_OUTPUTS, "the module returned 2 tensor(s), the ONNX model has 1 output(s)"),
+    ],
+    ids=["raises-on-sample-2", "not-a-tensor", "two-outputs"],
+)
+def test_a_factory_failing_mid_run_is_a_usage_error_and_leaves_no_baseline(
+    models: ModuleType, exported: Export, space: Callable[..., Space], capsys: pytest.CaptureFixture[str],
+    body: str, expected: str,
+) -> None:  # fmt: skip
+    ws = space(exported("cnn", "legacy"), "cnn")
+    (ws.root / "models.py").write_bytes(MODELS_PY.read_bytes())
+    (ws.root / "factory.py").write_text(f"from models import make_cnn as make_model\n{body}")
+    function = "make_two" if "make_two" in body else "make_model"
+    code, out = ws.reference(capsys, f"{ws.root / 'factory.py'}:{function}")
+    assert code == 2 and expected in out, out
+    left = list((ws.root / "baselines" / "m").iterdir()) if (ws.root / "baselines" / "m").exists() else []
+    assert left == []  # nothing half-written, nothing active
 
 
 # --- the input check ----------------------------------------------------------------------------------
