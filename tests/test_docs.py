@@ -126,6 +126,7 @@ def test_every_documented_metric_and_alert_is_in_the_readme() -> None:
         assert f"[{rule['alert']}](docs/runbook.md#{rule['alert'].lower()})" in section
 
 
+@pytest.mark.slow
 def test_the_pytorch_walkthrough_runs_command_by_command(tmp_path: Path) -> None:
     """docs/pytorch.md "Verify a PyTorch export", from a copy of examples/ (needs torch: the ``torch`` suite).
 

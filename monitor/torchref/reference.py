@@ -113,7 +113,7 @@ def reference_torch(
                 layer_tensors = _layer_tensors(run.activations, tensor_map, types, dropped)
                 writer.add_intermediates(index, {**layer_tensors, FOREIGN_KEY: np.array("torch")})
         counted = naming.counted_tensors(graph)
-        mapped = sorted(set(tensor_map.tensors.values()) - set(dropped)) if tensor_map else []
+        mapped = set(tensor_map.tensors.values()) - set(dropped) if tensor_map else set()
         facts: dict[str, Any] = {
             "kind": "torch",
             "torch_version": str(torch.__version__),
@@ -121,7 +121,7 @@ def reference_torch(
             "make_inputs": factory.make_inputs is not None,
             "exporter": naming.node_scopes(graph)[1],
             "coverage": {
-                "mapped": len([t for t in counted if t in set(mapped)]),
+                "mapped": sum(1 for t in counted if t in mapped),
                 "tensors": len(counted),
                 "stored": tensor_map is not None,
                 "samples": min(samples, len(bench)) if intermediates else 0,
