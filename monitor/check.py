@@ -226,6 +226,8 @@ def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCaptur
                 f" != baseline {baseline.meta.benchset_sha256[:12]}",
             )
         )
+    # A reference fed other inputs than the benchmark set (BGR vs RGB, another mean/std): say so first.
+    reasons.extend(Reason("input_mismatch", detail) for detail in baseline.input_mismatches())
     env_changes = _env_changes(baseline.meta.environment, snapshot)
     verdict = Verdict.worst([o.verdict for o in outputs] + ([Verdict.FAIL] if reasons else []))
     details: dict[str, Any] = {

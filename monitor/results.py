@@ -59,6 +59,7 @@ REASON_CODES: frozenset[str] = frozenset(
         "model_changed",  # the model file hash differs from the baseline's
         "benchset_changed",  # the benchmark set hash differs from the baseline's
         "batch_variant",  # checks.batch_invariance: a batched run differs from single-sample runs
+        "input_mismatch",  # a PyTorch reference consumed other inputs than the benchmark set (described)
         # could not measure (verdict error)
         "shape_changed",
         "dtype_changed",  # a float output that became another float dtype is measured and fails instead

@@ -1,6 +1,6 @@
 """Shared test helpers: optional suites skip on a laptop but are mandatory in CI.
 
-``.ci/run`` sets ``ONNXMON_REQUIRE=postgres,prometheus,chromium,helm``; a suite whose
+``.ci/run`` sets ``ONNXMON_REQUIRE=postgres,prometheus,chromium,helm,...,torch``; a suite whose
 tool is missing then fails instead of skipping, so CI can never pass by skipping.
 """
 

@@ -124,3 +124,36 @@ def test_every_documented_metric_and_alert_is_in_the_readme() -> None:
     rules = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yaml").read_text(encoding="utf-8"))
     for rule in (r for g in rules["groups"] for r in g["rules"] if "alert" in r):
         assert f"[{rule['alert']}](docs/runbook.md#{rule['alert'].lower()})" in section
+
+
+@pytest.mark.slow
+def test_the_pytorch_walkthrough_runs_command_by_command(tmp_path: Path) -> None:
+    """docs/pytorch.md "Verify a PyTorch export", from a copy of examples/ (needs torch: the ``torch`` suite).
+
+    Each step's exit code is the one its comment says; ``exit code 1: WORD`` also means WORD is printed.
+    """
+    from tests.conftest import unavailable
+
+    try:
+        import onnxscript  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError as exc:
+        unavailable("torch", f"{exc}: pip install 'onnxmon[torch]'")
+    page = (ROOT / "docs" / "pytorch.md").read_text(encoding="utf-8")
+    code = re.search(r"```sh\n(.*?)```", page[page.index("## Walkthrough") :], re.S)
+    assert code is not None
+    shutil.copytree(ROOT / "examples", tmp_path / "examples", ignore=shutil.ignore_patterns("__pycache__"))
+    steps = []
+    for line in code.group(1).splitlines():
+        command, _, comment = line.strip().partition("#")
+        if command.strip():
+            expected = re.search(r"exit code (\d)(?::\s*(\S+))?", comment)
+            steps.append((command.strip(), int(expected.group(1)) if expected else 0, expected and expected.group(2)))
+    assert len(steps) >= 8 and any(" reference torch " in c for c, _, _ in steps)
+    for command, expected, printed in steps:
+        result = subprocess.run(
+            command.replace(".venv/bin/", f"{BIN}/"), shell=True, cwd=tmp_path, capture_output=True, text=True,
+            timeout=300,
+        )  # fmt: skip
+        assert result.returncode == expected, f"{command}\n{result.stdout}\n{result.stderr}"
+        assert not printed or printed in result.stdout, f"{command}: {printed!r} not printed\n{result.stdout}"

@@ -75,6 +75,7 @@ def _register() -> None:
         incident_cmd,
         lint_cmd,
         localize_cmd,
+        reference_cmd,
         serve_cmd,
     )
 
@@ -90,6 +91,7 @@ def _register() -> None:
     lint_cmd.register(app)
     incident_cmd.register(app)
     localize_cmd.register(app)
+    reference_cmd.register(app)
     serve_cmd.register(app)
 
 

@@ -198,6 +198,18 @@ class Baseline:
             raise BaselineError(f"baseline {self.id}: {path} holds {type(data).__name__}, expected an object")
         return data
 
+    def input_mismatches(self) -> list[str]:
+        """Where a reference made outside ONNX Runtime consumed other inputs than the benchmark set, described.
+
+        ``onnxmon reference torch`` records its input check in ``REFERENCE_DOC``; a check against
+        such a baseline reports each as ``input_mismatch``: a preprocessing mistake, not a drift.
+        """
+        if self.meta.source != "reference":
+            return []
+        check = (self.document(REFERENCE_DOC) or {}).get("input_check", {})
+        found = check.get("mismatches", []) if isinstance(check, dict) else []
+        return [str(m.get("description", ""))[:2000] for m in found if isinstance(m, dict)]
+
     def _path(self, rel: str) -> Path:
         path = (self.directory / rel).resolve()
         if not path.is_relative_to(self.directory.resolve()):
@@ -214,6 +226,9 @@ class Baseline:
 # The static description of the model file a baseline was captured from (``monitor.modeldiff``):
 # a check of a changed file diffs against it, since the baseline keeps no copy of the model.
 MODEL_MANIFEST = "model_manifest.json"
+# What a reference made outside ONNX Runtime (``onnxmon reference torch``) knows about itself: the
+# framework version, the factory, the module -> tensor map, and the input check that ``check`` reads.
+REFERENCE_DOC = "reference.json"
 
 
 def new_id(model: str, outputs_digest: str, now: dt.datetime | None = None) -> str:

@@ -62,6 +62,12 @@ Against = Literal["baseline", "unoptimized", "model"]
 AUTO_BISECT_NODES = 300
 LEVELS = ("all", "layout", "extended", "basic", "disable")
 LEVEL_KEY = "onnxmon:graph_level"  # the reserved entry of stored intermediates: the level they ran at
+# The reserved entry of intermediates made by another framework (``onnxmon reference torch``: "torch").
+# No two implementations agree bitwise, so *changed* there means above float rounding: more than
+# FOREIGN_FLOOR times the tensor's largest magnitude; the subject runs once (a nondeterministic
+# subject, e.g. a Dropout exported in training mode, is then a difference from the reference).
+FOREIGN_KEY = "onnxmon:reference"
+FOREIGN_FLOOR = 1e-5
 REFERENCE_PROVIDERS = (ProviderSpec(name="CPUExecutionProvider"),)
 REFERENCE_SESSION = SessionConfig(graph_optimization_level="disable")
 
@@ -106,6 +112,7 @@ def localize(
     rule = Rule(threshold_rule, tolerance, rel_threshold, abs_floor, cast_floats=side == "model")
     budget = Budget(started, time_budget_s)
     stored_level: str | None = None
+    foreign: str | None = None
     with ExitStack() as stack:
         reference: TensorSource
         noise: dict[str, float] = {}
@@ -114,6 +121,10 @@ def localize(
             stored = dict(reference_intermediates)
             level_entry = stored.pop(LEVEL_KEY, None)
             stored_level = str(np.asarray(level_entry).item()) if level_entry is not None else None
+            foreign_entry = stored.pop(FOREIGN_KEY, None)
+            foreign = str(np.asarray(foreign_entry).item()) if foreign_entry is not None else None
+            if foreign is not None:
+                noise = {name: FOREIGN_FLOOR * _magnitude(value) for name, value in stored.items()}
             reference = StoredTensors(stored)
         else:
             runner = stack.enter_context(
@@ -128,7 +139,12 @@ def localize(
             repeated = Repeated(runner)
             reference, noise = repeated, repeated.noise
         levels, level_why = _levels(session, graph_level, stored_level)
-        bitwise = side == "baseline" and same_stack and (stored_level is None or stored_level == levels[0])
+        bitwise = (
+            side == "baseline"
+            and same_stack
+            and foreign is None
+            and (stored_level is None or stored_level == levels[0])
+        )
         details: list[str] = []
         runs = 0
         for position, level in enumerate(levels):
@@ -138,7 +154,7 @@ def localize(
                 ExposingRunner(model, feeds, providers=providers, session=at_level, production=plain)
             )
             subject: TensorSource = runner
-            if not bitwise and side == "baseline":
+            if not bitwise and side == "baseline" and foreign is None:
                 repeated = Repeated(runner)
                 subject, noise = repeated, repeated.noise
             engine = Search(
@@ -173,7 +189,10 @@ def localize(
             first_changed=result.first_changed,
             first_out_of_tolerance=result.first_out_of_tolerance,
             comparison="bitwise" if bitwise else "noise_floor",
-            comparison_detail=_comparison_detail(side, bitwise, same_stack, stored_level, level, noise),
+            comparison_detail=_comparison_detail(side, bitwise, same_stack, stored_level, level, noise)
+            if foreign is None
+            else f"against a {foreign} reference: changed means above float rounding ({FOREIGN_FLOOR:g} x the"
+            " tensor's largest magnitude); the subject ran once",
             threshold_rule=threshold_rule,
             rule_detail=rule.describe(),
             graph_level=level,
@@ -231,6 +250,14 @@ def capture_intermediates(
             else:
                 return {**plain, **captured, LEVEL_KEY: np.array(level)}
     raise AssertionError("unreachable: the last level always returns")
+
+
+def _magnitude(value: np.ndarray) -> float:
+    array = np.asarray(value)
+    if array.dtype.kind not in "fiu" or array.size == 0:
+        return 0.0
+    finite = np.abs(array[np.isfinite(array)].astype(np.float64)) if array.dtype.kind == "f" else np.abs(array)
+    return float(finite.max()) if finite.size else 0.0
 
 
 def _levels(session: SessionConfig, chosen: str | None, stored: str | None) -> tuple[list[str], str]:
