@@ -362,3 +362,22 @@ class DaemonConfig(StrictModel):
     memory_limit_mb: int | None = Field(
         default=None, ge=64, le=MAX_MEMORY_MB, description="Address-space cap of each check child."
     )
+    worker: Literal["fresh", "warm"] = Field(
+        default="warm",
+        description="warm: one child per model keeps its ONNX Runtime session between checks (killed and"
+        " started again after a timeout, a crash, 3/4 of memory_limit_mb or a config change); fresh: a new"
+        " child and session per check.",
+    )
+    warm_workers: int = Field(
+        default=16,
+        ge=1,
+        le=1024,
+        description="Most warm workers kept at once (the least recently used one makes room).",
+    )
+    rehash_every: int = Field(
+        default=10,
+        ge=1,
+        le=1_000_000,
+        description="A warm worker hashes the model file every this many checks, and whenever its size, mtime,"
+        " ctime or inode change.",
+    )
