@@ -63,7 +63,7 @@ class _Worker:
 class WarmPool:
     """The daemon's warm workers, one per model, at most ``limit`` at once."""
 
-    def __init__(self, *, limit: int = 16, rehash_every: int = 10) -> None:
+    def __init__(self, *, limit: int = 16, rehash_every: int = 100) -> None:
         self.limit = limit
         self.rehash_every = rehash_every
         self._guard = threading.Lock()

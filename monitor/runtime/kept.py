@@ -75,7 +75,7 @@ class KeptModels:
     built, so two never occupy the memory at once).
     """
 
-    def __init__(self, *, rehash_every: int = 10) -> None:
+    def __init__(self, *, rehash_every: int = 100) -> None:
         self.rehash_every = max(1, rehash_every)
         self._file: _Kept | None = None
         self._session: Session | None = None

@@ -1,0 +1,153 @@
+"""Steady-state check time, warm and fresh workers, against a bare ``InferenceSession.run`` of the same samples.
+
+Run:  .venv/bin/python bench/bench_warm.py [--rounds 7] [--samples 16] [--models a,b,...]
+
+Over the real-model corpus (``scripts/fetch-models``; ``ONNXMON_CORPUS_DIR`` as for the tests), each
+model gets a throwaway workspace (a copy of the file, a generated benchmark set of ``--samples``
+samples, a captured baseline). Then, interleaved in one process, round after round (these machines
+are noisy: only ratios measured side by side mean anything):
+
+- bare:  ``for feeds in samples: sess.run(None, feeds)`` (``repeats`` times each), inputs preloaded, a
+         plain ``InferenceSession`` built with the check's own session options;
+- warm:  one isolated check as the daemon runs it with ``daemon.worker: warm`` (``child.run_isolated``
+         with a ``WarmPool``), timed from the daemon's side: the pipe both ways, the check inside the
+         worker (hash-or-stamp the model, open and verify the benchmark set and the baseline, replay,
+         compare, snapshot the environment), the result back;
+- fresh: the same check in a fresh child (``daemon.worker: fresh``): fork, session build, model hash.
+
+For warm it also prints where the time goes: the check inside the worker (``finished_at - started_at``),
+of which the replay (``timings.replay_s``), and the rest (pipe and result decoding). Ratios are
+medians over ``--rounds``; the geometric mean is over models. Goal: warm <= 1.15x bare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import onnxruntime as ort  # noqa: E402
+
+from monitor import capture  # noqa: E402
+from monitor.config.plan import CheckPlan, plan_for  # noqa: E402
+from monitor.daemon import child, warm  # noqa: E402
+from monitor.files import benchsets  # noqa: E402
+from monitor.results import CheckResult  # noqa: E402
+from monitor.runtime.session import provider_arguments, session_options  # noqa: E402
+from tests import realmodels  # noqa: E402
+from tests.workspace import Workspace  # noqa: E402
+
+GOAL = 1.15
+
+
+def workspace(model: realmodels.CorpusModel, root: Path, samples: int) -> CheckPlan:
+    """A copy of ``model`` with a benchmark set of ``samples`` and a captured baseline; its plan."""
+    pristine = realmodels.source_file(model)
+    path = root / "models" / model.name / pristine.name
+    path.parent.mkdir(parents=True)
+    shutil.copyfile(pristine, path)
+    if model.external_data:
+        shutil.copyfile(pristine.parent / model.external_data, path.parent / model.external_data)
+    ws = Workspace(root)
+    generate = {**model.generate, "count": samples}
+    ws.benchsets[model.name] = {
+        "name": f"{model.name}-bench",
+        "generate": {"model": str(path.relative_to(root)), "seed": 0, **generate},
+    }
+    ws.models[model.name] = {"name": model.name, "path": str(path.relative_to(root)), "benchset": f"{model.name}-bench"}
+    plan = plan_for(ws.settings(), model.name)
+    capture.capture_baseline(plan)
+    return plan
+
+
+def bare_loop(plan: CheckPlan) -> Callable[[], None]:
+    names, options = provider_arguments(plan.model.providers)
+    sess = ort.InferenceSession(
+        str(plan.model.path),
+        sess_options=session_options(plan.model.session, record_placement=False),
+        providers=names or None,
+        provider_options=options or None,
+    )
+    bench = benchsets.open_benchset(plan.benchsets_dir, plan.benchset.name)
+    wanted = {i.name: i.type for i in sess.get_inputs()}
+    feeds = []
+    for index in range(len(bench)):
+        sample = bench.load_sample(index)
+        feeds.append({k: v.astype("float16") if wanted.get(k) == "tensor(float16)" else v for k, v in sample.items()})
+
+    def bare() -> None:
+        for f in feeds:
+            for _ in range(plan.repeats):
+                sess.run(None, f)
+
+    return bare
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--samples", type=int, default=16)
+    parser.add_argument("--models", default="", help="comma-separated corpus names (default: every model)")
+    args = parser.parse_args()
+    chosen = [m for m in realmodels.corpus_models() if not args.models or m.name in args.models.split(",")]
+    scratch = Path(tempfile.mkdtemp(prefix="onnxmon-bench-warm-"))
+    pool = warm.WarmPool(limit=len(chosen) + 1)
+    rows = []
+    try:
+        print(f"{len(chosen)} models, {args.samples} samples each, {args.rounds} rounds (medians)")
+        print(
+            f"{'model':<26}{'bare ms':>9}{'warm ms':>9}{'in-check':>9}{'replay':>8}"
+            f"{'fresh ms':>10}{'warm/bare':>10}{'fresh/bare':>11}"
+        )
+        for model in chosen:
+            plan = workspace(model, scratch / model.name, args.samples)
+            bare = bare_loop(plan)
+            times: dict[str, list[float]] = {"bare": [], "warm": [], "fresh": [], "inside": [], "replay": []}
+            warm_result: list[CheckResult] = []
+
+            def warm_check(plan: CheckPlan = plan, kept: list[CheckResult] = warm_result) -> None:
+                kept.append(child.run_isolated(plan, pool=pool)[0])
+
+            def fresh_check(plan: CheckPlan = plan) -> None:
+                child.run_isolated(plan)
+
+            bare(), warm_check(), fresh_check()  # warm-up: the worker and its session exist from here
+            for _ in range(args.rounds):
+                for name, fn in (("bare", bare), ("warm", warm_check), ("fresh", fresh_check)):
+                    began = time.perf_counter()
+                    fn()
+                    times[name].append(time.perf_counter() - began)
+                result = warm_result[-1]
+                times["inside"].append(result.finished_at - result.started_at)
+                times["replay"].append(float(result.timings.get("replay_s", 0.0)))
+            med = {k: statistics.median(v) * 1000 for k, v in times.items()}
+            verdict = str(warm_result[-1].verdict)
+            rows.append((model.name, med["warm"] / med["bare"], med["fresh"] / med["bare"]))
+            print(
+                f"{model.name:<26}{med['bare']:>9.2f}{med['warm']:>9.2f}{med['inside']:>9.2f}{med['replay']:>8.2f}"
+                f"{med['fresh']:>10.1f}{rows[-1][1]:>9.2f}x{rows[-1][2]:>10.1f}x  {verdict}"
+            )
+    finally:
+        pool.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    warm_mean, fresh_mean = geomean([r[1] for r in rows]), geomean([r[2] for r in rows])
+    print(f"{'geometric mean':<26}{'':>53}{warm_mean:>9.2f}x{fresh_mean:>10.1f}x")
+    print(f"goal: warm <= {GOAL}x bare: {'met' if warm_mean <= GOAL else 'NOT met'}")
+    return 0 if warm_mean <= GOAL else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
