@@ -15,6 +15,9 @@ are noisy: only ratios measured side by side mean anything):
          compare, snapshot the environment), the result back;
 - fresh: the same check in a fresh child (``daemon.worker: fresh``): fork, session build, model hash.
 
+Every round's warm result is compared with the fresh one (verdict, reasons, every metric of every
+output): any difference is printed and fails the run.
+
 For warm it also prints where the time goes: the check inside the worker (``finished_at - started_at``),
 of which the replay (``timings.replay_s``), and the rest (pipe and result decoding). Ratios are
 medians over ``--rounds``; the geometric mean is over models. Goal: warm <= 1.15x bare.
@@ -47,6 +50,9 @@ from tests import realmodels  # noqa: E402
 from tests.workspace import Workspace  # noqa: E402
 
 GOAL = 1.15
+# ONNX Runtime's intra-op threads spin-wait for a while after a run: a pause between the loops keeps
+# one side's spinning threads (this process's bare session, the worker's) off the other's cores.
+PAUSE_S = 0.2
 
 
 def workspace(model: realmodels.CorpusModel, root: Path, samples: int) -> CheckPlan:
@@ -106,6 +112,7 @@ def main() -> int:
     scratch = Path(tempfile.mkdtemp(prefix="onnxmon-bench-warm-"))
     pool = warm.WarmPool(limit=len(chosen) + 1)
     rows = []
+    mismatches = 0
     try:
         print(f"{len(chosen)} models, {args.samples} samples each, {args.rounds} rounds (medians)")
         print(
@@ -117,16 +124,18 @@ def main() -> int:
             bare = bare_loop(plan)
             times: dict[str, list[float]] = {"bare": [], "warm": [], "fresh": [], "inside": [], "replay": []}
             warm_result: list[CheckResult] = []
+            fresh_result: list[CheckResult] = []
 
             def warm_check(plan: CheckPlan = plan, kept: list[CheckResult] = warm_result) -> None:
                 kept.append(child.run_isolated(plan, pool=pool)[0])
 
-            def fresh_check(plan: CheckPlan = plan) -> None:
-                child.run_isolated(plan)
+            def fresh_check(plan: CheckPlan = plan, kept: list[CheckResult] = fresh_result) -> None:
+                kept.append(child.run_isolated(plan)[0])
 
             bare(), warm_check(), fresh_check()  # warm-up: the worker and its session exist from here
             for _ in range(args.rounds):
                 for name, fn in (("bare", bare), ("warm", warm_check), ("fresh", fresh_check)):
+                    time.sleep(PAUSE_S)
                     began = time.perf_counter()
                     fn()
                     times[name].append(time.perf_counter() - began)
@@ -135,6 +144,9 @@ def main() -> int:
                 times["replay"].append(float(result.timings.get("replay_s", 0.0)))
             med = {k: statistics.median(v) * 1000 for k, v in times.items()}
             verdict = str(warm_result[-1].verdict)
+            same = all(_numbers(w) == _numbers(f) for w, f in zip(warm_result, fresh_result, strict=True))
+            verdict += ", same numbers as fresh" if same else ", NUMBERS DIFFER FROM FRESH"
+            mismatches += 0 if same else 1
             rows.append((model.name, med["warm"] / med["bare"], med["fresh"] / med["bare"]))
             print(
                 f"{model.name:<26}{med['bare']:>9.2f}{med['warm']:>9.2f}{med['inside']:>9.2f}{med['replay']:>8.2f}"
@@ -146,7 +158,15 @@ def main() -> int:
     warm_mean, fresh_mean = geomean([r[1] for r in rows]), geomean([r[2] for r in rows])
     print(f"{'geometric mean':<26}{'':>53}{warm_mean:>9.2f}x{fresh_mean:>10.1f}x")
     print(f"goal: warm <= {GOAL}x bare: {'met' if warm_mean <= GOAL else 'NOT met'}")
-    return 0 if warm_mean <= GOAL else 1
+    print(f"verdicts and metric values, warm vs fresh: {mismatches} model(s) differ")
+    return 0 if warm_mean <= GOAL and not mismatches else 1
+
+
+def _numbers(result: CheckResult) -> list[object]:
+    """What must not depend on the worker mode: the verdict, reasons, and every output's metrics."""
+    return [str(result.verdict), [r.code for r in result.reasons]] + [
+        (o.name, str(o.verdict), o.metrics.to_dict()) for o in result.outputs
+    ]
 
 
 if __name__ == "__main__":

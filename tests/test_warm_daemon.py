@@ -163,3 +163,17 @@ def test_sigterm_stops_a_warm_daemon_and_leaves_no_child_behind(ws: Workspace) -
         time.sleep(0.05)
     assert [pid for pid in workers if pid_alive(pid)] == []
     assert "Traceback" not in (ws.root / "serve.log").read_text()
+
+
+def test_a_benchset_manifest_edited_between_warm_checks_is_read_again(ws: Workspace) -> None:
+    """The manifest's parse is memoized by its full text: one changed byte and it is parsed (and judged) anew."""
+    with running(ws) as daemon:
+        assert daemon.run_now("clf").verdict is Verdict.PASS
+        (manifest,) = (ws.root / "benchsets" / "clf-bench").rglob("manifest.yaml")
+        text = manifest.read_text()
+        first = text.index("sha256: ", text.index("samples:")) + len("sha256: ")
+        manifest.write_text(text[:first] + "0" * 64 + text[first + 64 :])
+        edited = daemon.run_now("clf")
+        assert edited.verdict is Verdict.ERROR and edited.reasons[0].code == "benchset_error", edited.reasons
+        manifest.write_text(text)
+        assert daemon.run_now("clf").verdict is Verdict.PASS

@@ -45,7 +45,7 @@ from monitor.runtime.kept import KeptModels
 Job = Callable[..., Mapping[str, Any]]  # job(plan, models=KeptModels) -> JSON-like mapping
 RECYCLE_AT = 0.75  # of the memory cap: a worker whose address space passed it is recycled
 _UNSURE_AFTER = frozenset({"timeout", "run_error", "internal_error", "crash"})
-_STOP_WAIT_S = 5.0
+_STOP_WAIT_S = 2.0
 
 
 @dataclass
