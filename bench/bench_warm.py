@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 import onnxruntime as ort  # noqa: E402
 
-from monitor import capture  # noqa: E402
+from monitor import capture, jsonsafe  # noqa: E402
 from monitor.config.plan import CheckPlan, plan_for  # noqa: E402
 from monitor.daemon import child, warm  # noqa: E402
 from monitor.files import benchsets  # noqa: E402
@@ -162,11 +162,13 @@ def main() -> int:
     return 0 if warm_mean <= GOAL and not mismatches else 1
 
 
-def _numbers(result: CheckResult) -> list[object]:
-    """What must not depend on the worker mode: the verdict, reasons, and every output's metrics."""
-    return [str(result.verdict), [r.code for r in result.reasons]] + [
-        (o.name, str(o.verdict), o.metrics.to_dict()) for o in result.outputs
-    ]
+def _numbers(result: CheckResult) -> str:
+    """What must not depend on the worker mode: the verdict, reasons, and every output's metrics.
+
+    As onnxmon's JSON, so that a NaN metric equals itself.
+    """
+    outputs = [(o.name, str(o.verdict), o.metrics.to_dict()) for o in result.outputs]
+    return jsonsafe.dumps([str(result.verdict), [r.code for r in result.reasons], outputs])
 
 
 if __name__ == "__main__":
