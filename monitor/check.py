@@ -38,6 +38,7 @@ from monitor.files import baselines, modelfile
 from monitor.files import benchsets as benchset
 from monitor.results import CheckResult, OutputStats, Reason, Verdict, error_result
 from monitor.runtime import envsnap
+from monitor.runtime.kept import FreshModels, ModelSource
 from monitor.runtime.session import Deadline, RunTimeout, Session
 
 Clock = Callable[[], float]
@@ -66,14 +67,17 @@ def run_check(
     *,
     clock: Clock = time.time,
     capture_env: EnvCapture | None = None,
+    models: ModelSource | None = None,
 ) -> CheckResult:
     """Check ``plan``'s model against its active baseline. Failures become an ``error`` result.
 
     The plan (``monitor.config.plan.plan_for``) is resolved by the caller, so an unknown model
     name is the caller's usage error, not a check result. A check that could not measure still
-    says when the model file is not the baseline's (``with_model_change``).
+    says when the model file is not the baseline's (``with_model_change``). ``models`` gives the
+    model's identity and session: fresh by default, kept between checks by a warm worker
+    (``runtime.kept.KeptModels``); the benchmark set and the baseline are verified either way.
     """
-    result = _run_check(plan, clock=clock, capture_env=capture_env)
+    result = _run_check(plan, clock=clock, capture_env=capture_env, models=models or FreshModels())
     result = with_model_change(plan, result) if result.verdict is Verdict.ERROR else result
     return exportcheck.with_export_checks(plan, result, clock=clock)  # lint warnings, batch invariance
 
@@ -152,11 +156,11 @@ def _named_changes(described: Mapping[str, Any], most: int = 3) -> tuple[str, ..
     return tuple(named)
 
 
-def _run_check(plan: CheckPlan, *, clock: Clock, capture_env: EnvCapture | None) -> CheckResult:
+def _run_check(plan: CheckPlan, *, clock: Clock, capture_env: EnvCapture | None, models: ModelSource) -> CheckResult:
     started = clock()
     model_name = plan.name
     try:
-        return _check(plan, started, clock, capture_env or envsnap.capture)
+        return _check(plan, started, clock, capture_env or envsnap.capture, models)
     except RunTimeout as exc:
         return error_result(model_name, "timeout", str(exc), started, clock())
     except MonitorError as exc:
@@ -169,10 +173,10 @@ def _run_check(plan: CheckPlan, *, clock: Clock, capture_env: EnvCapture | None)
         return error_result(model_name, code, detail, started, clock())
 
 
-def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCapture) -> CheckResult:
+def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCapture, models: ModelSource) -> CheckResult:
     model = plan.model
     deadline = started + plan.timeout_s
-    identity = modelfile.identify(model.path)
+    identity = models.identify(model.path)
     baseline = baselines.active(plan.baselines_dir, model.name)
     if baseline is None:
         return error_result(
@@ -183,7 +187,7 @@ def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCaptur
             clock(),
         )
     bench = benchset.open_benchset(plan.benchsets_dir, baseline.meta.benchset, baseline.meta.benchset_version)
-    session = Session(model.path, model.providers, model.session)
+    session, reused = models.session(model, identity)
     tolerances = plan.tolerances(session.output_names)
     comparison = compare.Comparison(
         list(baseline.meta.outputs),
@@ -238,6 +242,8 @@ def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCaptur
     }
     if session.input_casts:
         details["input_casts"] = dict(session.input_casts)
+    if (kept := models.note()) is not None:
+        details["warm"] = kept
     if any(r.code == "model_changed" for r in reasons):
         reasons, details["model_diff"] = describe_model_change(reasons, baseline, model.path)
     current = _current_benchset_version(plan)
@@ -260,7 +266,8 @@ def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCaptur
         providers_requested=session.info.requested,
         providers_effective=session.info.effective,
         sample_count=len(bench),
-        timings={"load_s": session.info.load_seconds, "replay_s": replay.seconds},
+        # load_s is this check's own session build: 0 when a warm worker reused its session
+        timings={"load_s": 0.0 if reused else session.info.load_seconds, "replay_s": replay.seconds},
         environment=snapshot.to_dict(),
         attribution=attribute(verdict, reasons, env_changes),
         details=details,

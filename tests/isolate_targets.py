@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,3 +46,49 @@ def allocate(megabytes: int) -> dict[str, Any]:
 def echo(value: Any) -> dict[str, Any]:
     """Return what crossed the boundary, so a test can compare it with what was sent."""
     return {"value": value, "type": type(value).__qualname__}
+
+
+# --- warm workers: jobs are called as job(plan, models=...) ----------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The least a warm pool needs of a plan: a name, and equality (a changed plan starts a new worker)."""
+
+    name: str
+    argument: Any = None
+
+
+_held: list[bytearray] = []
+
+
+def warm_answer(plan: Plan, models: Any = None) -> dict[str, Any]:
+    from monitor.daemon.warm import memory
+
+    return {"value": plan.argument, "pid": os.getpid(), "pgid": os.getpgid(0), **memory()}
+
+
+def warm_hang(plan: Plan, models: Any = None) -> dict[str, Any]:
+    return hang_with_a_grandchild(plan.argument)
+
+
+def warm_kill(plan: Plan, models: Any = None) -> dict[str, Any]:
+    return kill_myself()
+
+
+def warm_segfault(plan: Plan, models: Any = None) -> dict[str, Any]:
+    return segfault()
+
+
+def warm_raise(plan: Plan, models: Any = None) -> dict[str, Any]:
+    return raise_error()
+
+
+def warm_allocate(plan: Plan, models: Any = None) -> dict[str, Any]:
+    return allocate(plan.argument)
+
+
+def warm_hold(plan: Plan, models: Any = None) -> dict[str, Any]:
+    """Allocate as many MiB as the file ``plan.argument`` says and keep them: a leak that outlives the check."""
+    _held.append(bytearray(int(Path(plan.argument).read_text()) * 1024 * 1024))
+    return warm_answer(plan)

@@ -27,9 +27,13 @@ def ws(tmp_path: Path) -> Workspace:
     return Workspace(tmp_path)
 
 
-@pytest.fixture
-def daemon(ws: Workspace) -> Iterator[Daemon]:
+WORKERS = ["fresh", "warm"]  # daemon.worker: every isolation guarantee holds in both
+
+
+@pytest.fixture(params=WORKERS)
+def daemon(ws: Workspace, request: pytest.FixtureRequest) -> Iterator[Daemon]:
     two_models(ws)
+    ws.extra["daemon"]["worker"] = request.param
     settings = ws.settings()
     store = Store(settings.store.url)
     store.upgrade()
@@ -112,8 +116,11 @@ def test_a_model_that_keeps_failing_to_run_is_backed_off(ws: Workspace) -> None:
 # --- the real process: `onnxmon serve` with signals ------------------------------------------
 
 
-def test_sigterm_mid_run_lets_the_check_finish_records_it_and_exits_zero(ws: Workspace) -> None:
+@pytest.mark.parametrize("worker", WORKERS)
+def test_sigterm_mid_run_lets_the_check_finish_records_it_and_exits_zero(ws: Workspace, worker: str) -> None:
     two_models(ws, timeout="4s", interval="1h")
+    ws.extra["daemon"]["worker"] = worker
+    ws.write()
     ws.replace_model("spin", modelzoo.hang(iterations=10**9))
     served = Served(ws, free_port())
     time.sleep(1.5)  # both first runs have started; spin runs until its 4 s timeout

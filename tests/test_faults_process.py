@@ -60,10 +60,13 @@ def broadcast_max(rows: int) -> onnx.ModelProto:
     return model
 
 
-def test_a_check_that_needs_more_memory_than_its_cap_fails_alone_and_the_daemon_carries_on(ws: Workspace) -> None:
+@pytest.mark.parametrize("worker", ["fresh", "warm"])
+def test_a_check_that_needs_more_memory_than_its_cap_fails_alone_and_the_daemon_carries_on(
+    ws: Workspace, worker: str
+) -> None:
     ws.add_model("grow", broadcast_max(1), count=1, dims={}, timeout="20s", schedule={"interval": "1h"})
     two_models(ws)
-    ws.extra["daemon"]["memory_limit_mb"] = 2048
+    ws.extra["daemon"].update(memory_limit_mb=2048, worker=worker)
     settings = ws.settings()
     capture.capture_baseline(plan_for(settings, "grow"))
     ws.replace_model("grow", broadcast_max(2**26))  # 16 GiB at run time: a leak, as the cap sees it
@@ -80,6 +83,7 @@ def test_a_check_that_needs_more_memory_than_its_cap_fails_alone_and_the_daemon_
         assert took < 20, "the cap stopped it, not the timeout"
         assert daemon.run_now("clf").verdict is Verdict.PASS
         assert {r.model: str(r.verdict) for r in store.latest_per_model()} == {"grow": "error", "clf": "pass"}
+        daemon.stop()
         print(f"\nMEASURED memory cap: {reason.code} after {took:.2f}s: {reason.detail[:160]}")
 
 

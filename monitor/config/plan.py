@@ -60,9 +60,34 @@ class CheckPlan:
         return {name: self.tolerance(name) for name in output_names}
 
 
+# TensorRT builds an engine per model (minutes for a large one) unless it finds it cached: every check
+# of a fresh worker, and the first of a warm one, would pay it. The keys a provider sets itself win.
+_TENSORRT_CACHES = {
+    "trt_engine_cache_enable": True,
+    "trt_engine_cache_path": "tensorrt",
+    "trt_timing_cache_enable": True,
+    "trt_timing_cache_path": "tensorrt",
+}
+
+
+def with_provider_caches(model: ModelConfig, settings: Settings) -> ModelConfig:
+    """``model`` with its TensorRT provider's engine and timing caches under ``daemon.provider_cache_dir``."""
+    if not any(p.name == "TensorrtExecutionProvider" for p in model.providers):
+        return model
+    root = settings.daemon.provider_cache_dir or settings.store.benchsets_dir.parent / "provider-cache"
+    if not root.is_absolute():
+        root = (settings.source.resolve().parent if settings.source else Path.cwd()) / root
+    defaults = {k: str(root / v) if isinstance(v, str) else v for k, v in _TENSORRT_CACHES.items()}
+    providers = [
+        p.model_copy(update={"options": {**defaults, **p.options}}) if p.name == "TensorrtExecutionProvider" else p
+        for p in model.providers
+    ]
+    return model.model_copy(update={"providers": providers})
+
+
 def plan_for(settings: Settings, name: str) -> CheckPlan:
     """Resolve model ``name`` against ``settings``; ``ConfigError`` naming the known models if unknown."""
-    model = settings.model(name)
+    model = with_provider_caches(settings.model(name), settings)
     merged = model.tolerance.default.over(settings.defaults.tolerance)
     return CheckPlan(
         model=model,

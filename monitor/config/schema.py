@@ -305,3 +305,28 @@ class DaemonConfig(StrictModel):
     diagnose_budget: Duration = Field(
         default=120.0, gt=0, le=MAX_SHORT, description="Longest time one diagnosis may take, all experiments together."
     )
+    worker: Literal["fresh", "warm"] = Field(
+        default="warm",
+        description="warm: one child per model keeps its ONNX Runtime session between checks (killed and"
+        " started again after a timeout, a crash, 3/4 of memory_limit_mb or a config change); fresh: a new"
+        " child and session per check.",
+    )
+    warm_workers: int = Field(
+        default=16,
+        ge=1,
+        le=1024,
+        description="Most warm workers kept at once (the least recently used one makes room).",
+    )
+    provider_cache_dir: Path | None = Field(
+        default=None,
+        description="TensorRT engine and timing caches (trt_engine_cache_path, trt_timing_cache_path) of every"
+        " TensorrtExecutionProvider that sets none itself; default: provider-cache beside store.benchsets_dir"
+        " (the chart's data volume). Relative to the config file.",
+    )
+    rehash_every: int = Field(
+        default=100,
+        ge=1,
+        le=1_000_000,
+        description="A warm worker hashes the model file every this many checks, and whenever its size, mtime,"
+        " ctime or inode change (a 60 MB model costs ~0.4 s to hash: 4 ms a check at 100).",
+    )

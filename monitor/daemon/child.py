@@ -15,17 +15,21 @@ from typing import Any
 from monitor import capture
 from monitor.check import run_check, with_model_change
 from monitor.config.plan import CheckPlan
-from monitor.daemon import isolate
+from monitor.daemon import isolate, warm
 from monitor.errors import MonitorError
 from monitor.files import baselines
 from monitor.results import CheckResult, Verdict, error_result
+from monitor.runtime.kept import ModelSource
 
 GRACE_S = 10.0  # the child's own deadline fires first; the hard kill comes this much later
 
 
-def check_job(plan: CheckPlan) -> dict[str, Any]:
-    """Run one check; auto-capture a first baseline or localize a failure when configured."""
-    result = run_check(plan)
+def check_job(plan: CheckPlan, models: ModelSource | None = None) -> dict[str, Any]:
+    """Run one check; auto-capture a first baseline or localize a failure when configured.
+
+    ``models`` is a warm worker's kept session (``daemon/warm.py``); a fresh child builds its own.
+    """
+    result = run_check(plan, models=models)
     payload: dict[str, Any] = {"result": result.to_dict()}
     if _lacks_baseline(result) and plan.auto_capture_baseline:
         payload["captured_baseline"] = _auto_capture(plan)
@@ -34,9 +38,9 @@ def check_job(plan: CheckPlan) -> dict[str, Any]:
     return payload
 
 
-def measure_only(plan: CheckPlan) -> dict[str, Any]:
+def measure_only(plan: CheckPlan, models: ModelSource | None = None) -> dict[str, Any]:
     """The check alone (``onnxmon check``): no auto-capture, no localization."""
-    return {"result": run_check(plan).to_dict()}
+    return {"result": run_check(plan, models=models).to_dict()}
 
 
 def capture_job(plan: CheckPlan, options: dict[str, Any]) -> dict[str, Any]:
@@ -71,9 +75,10 @@ def capture_isolated(
 def run_isolated(
     plan: CheckPlan,
     *,
-    job: Callable[[CheckPlan], dict[str, Any]] = check_job,
+    job: Callable[..., dict[str, Any]] = check_job,
     memory_limit_mb: int | None = None,
     clock: Callable[[], float] = time.time,
+    pool: warm.WarmPool | None = None,
 ) -> tuple[CheckResult, dict[str, Any] | None]:
     """Run ``job(plan)`` in an isolated child with the plan's hard timeout; the result and any captured baseline.
 
@@ -81,9 +86,16 @@ def run_isolated(
     both: the child's own deadline fires first, and its process group is killed ``GRACE_S`` later.
     A timeout or a crash is an ``error`` result with reason ``timeout`` or ``crash`` (and
     ``model_changed`` when the model file is not the baseline's: a new model that segfaults).
+    With ``pool`` (``daemon.worker: warm``) the check runs in the model's warm worker, under the same
+    timeout and cap; in a fresh child when that worker is busy.
     """
     started = clock()
-    outcome = _isolated(job, plan, timeout_s=plan.timeout_s, memory_limit_mb=memory_limit_mb)
+    outcome = None
+    if pool is not None:
+        cap = memory_limit_mb * 1024 * 1024 if memory_limit_mb else None
+        outcome = pool.run(job, plan, timeout_s=plan.timeout_s + GRACE_S, memory_limit_bytes=cap)
+    if outcome is None:
+        outcome = _isolated(job, plan, timeout_s=plan.timeout_s, memory_limit_mb=memory_limit_mb)
     if outcome.kind == "ok" and outcome.value is not None:
         return CheckResult.from_dict(outcome.value["result"]), outcome.value.get("captured_baseline")
     code = "timeout" if outcome.kind == "timeout" else "crash"

@@ -86,35 +86,47 @@ def run(
 
 def _await(process: Any, receiver: multiprocessing.connection.Connection, began: float, timeout_s: float) -> Outcome:
     deadline = began + timeout_s
-    message: tuple[str, Any] | None = None
+    message = receive(process, receiver, deadline)
+    if message == "timeout":
+        kill_group(process)
+        return Outcome("timeout", None, timeout_detail(timeout_s), timeout_s)
+    elapsed = time.monotonic() - began
+    if message is None:
+        process.join(timeout=5)
+        return Outcome("crash", None, describe_exit(process.exitcode), elapsed, process.exitcode)
+    status, payload = message
+    process.join(timeout=max(1.0, deadline - time.monotonic()))
+    if process.is_alive():  # answered but hangs on exit (a stuck ORT thread pool): reap it
+        kill_group(process)
+    if status == "ok":
+        return Outcome("ok", payload, "", elapsed, process.exitcode)
+    return Outcome("crash", None, f"child raised {payload}", elapsed, process.exitcode)
+
+
+def receive(
+    process: Any, receiver: multiprocessing.connection.Connection, deadline: float
+) -> tuple[str, Any] | Literal["timeout"] | None:
+    """The child's answer by ``deadline`` (monotonic); ``"timeout"`` past it, None when the child died mute."""
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            _kill_group(process)
-            return Outcome("timeout", None, f"check exceeded its timeout of {timeout_s:g}s; killed", timeout_s)
+            return "timeout"
         if receiver.poll(min(left, 0.5)):
             try:
-                message = receiver.recv()
+                message: tuple[str, Any] = receiver.recv()
             except (EOFError, OSError):
-                message = None
-            break
+                return None
+            return message
         if not process.is_alive():
             # The child may have answered and exited between poll() and here: drain before
             # concluding it died without a result.
             if receiver.poll(0):
                 continue
-            break
-    elapsed = time.monotonic() - began
-    if message is None:
-        process.join(timeout=5)
-        return Outcome("crash", None, _describe_exit(process.exitcode), elapsed, process.exitcode)
-    status, payload = message
-    process.join(timeout=max(1.0, deadline - time.monotonic()))
-    if process.is_alive():  # answered but hangs on exit (a stuck ORT thread pool): reap it
-        _kill_group(process)
-    if status == "ok":
-        return Outcome("ok", payload, "", elapsed, process.exitcode)
-    return Outcome("crash", None, f"child raised {payload}", elapsed, process.exitcode)
+            return None
+
+
+def timeout_detail(timeout_s: float) -> str:
+    return f"check exceeded its timeout of {timeout_s:g}s; killed"
 
 
 def _child(
@@ -124,13 +136,7 @@ def _child(
     memory_limit_bytes: int | None,
     owner: int,
 ) -> None:
-    with contextlib.suppress(OSError):
-        os.setpgid(0, 0)  # own process group: the parent kills us and our children together
-    _die_with(owner)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
-    if memory_limit_bytes:
-        resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
+    prepare_child(owner, memory_limit_bytes)
     try:
         result = function(*args)
         sender.send(("ok", dict(result)))
@@ -139,6 +145,17 @@ def _child(
             sender.send(("raised", f"{type(exc).__name__}: {exc}"[:1000]))
     finally:
         sender.close()
+
+
+def prepare_child(owner: int, memory_limit_bytes: int | None) -> None:
+    """What every check child does first: its own process group, death with ``owner``, default signals, the cap."""
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)  # own process group: the parent kills us and our children together
+    _die_with(owner)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    if memory_limit_bytes:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
 
 
 def _die_with(owner: int) -> None:
@@ -177,7 +194,8 @@ def _exists(pid: int) -> bool:
     return True
 
 
-def _kill_group(process: Any) -> None:
+def kill_group(process: Any) -> None:
+    """SIGKILL the child's whole process group (grandchildren included) and reap the child."""
     pid = process.pid
     if pid is None:
         return
@@ -190,7 +208,7 @@ def _kill_group(process: Any) -> None:
     process.join(timeout=5)
 
 
-def _describe_exit(exit_code: int | None) -> str:
+def describe_exit(exit_code: int | None) -> str:
     if exit_code is None:
         return "child vanished without an exit status"
     if exit_code < 0:

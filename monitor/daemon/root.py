@@ -26,7 +26,7 @@ from monitor.config import scope
 from monitor.config import settings as config
 from monitor.config.plan import CheckPlan, plan_for
 from monitor.daemon import child as worker
-from monitor.daemon import diagnosis, scheduler
+from monitor.daemon import diagnosis, scheduler, warm
 from monitor.errors import BusyError, MonitorError
 from monitor.files import baselines
 from monitor.results import CheckResult, Verdict, error_result
@@ -77,6 +77,7 @@ class Daemon:
         # API, so a burst of POST .../check can never fork more children than the config allows.
         self.workers = settings.daemon.workers
         self._slots = threading.BoundedSemaphore(self.workers)
+        self.pool = warm.configured(settings)  # daemon.worker: warm keeps a session per model between checks
         self._backoff: dict[str, _Backoff] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -203,7 +204,7 @@ class Daemon:
     def _run_isolated(self, plan: CheckPlan) -> CheckResult:
         with self.devices.hold(scheduler.device_key(plan.model)):
             result, captured = worker.run_isolated(
-                plan, memory_limit_mb=self._settings.daemon.memory_limit_mb, clock=self.clock
+                plan, memory_limit_mb=self._settings.daemon.memory_limit_mb, clock=self.clock, pool=self.pool
             )
             if self._settings.daemon.diagnose_on_fail:  # still holding the device: experiments run on it
                 budget = self._settings.daemon.diagnose_budget
@@ -271,6 +272,7 @@ class Daemon:
             self.metrics.config_reloaded(False)
             return False
         self._settings = fresh
+        self.pool = warm.reconfigured(self.pool, fresh)
         self.metrics.declare(fresh)
         self.metrics.config_reloaded(True)
         log.info("config reloaded: %d model(s)", len(fresh.models))
@@ -286,6 +288,8 @@ class Daemon:
         self._stopping.set()
         if self._scheduler.running:
             self._scheduler.shutdown(wait=True)
+        if self.pool is not None:
+            self.pool.close()  # no warm worker outlives the daemon's stop
         log.info("scheduler stopped; results flushed")
 
     def serve(self, *, install_signals: bool = True) -> int:

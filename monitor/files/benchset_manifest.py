@@ -18,6 +18,7 @@ without breaking older readers; an incompatible change bumps ``format``.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from datetime import datetime
@@ -124,19 +125,31 @@ def read_manifest(version_dir: Path, name: str, version: int) -> Manifest:
         raise BenchsetError(f"benchset manifest {path} not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise BenchsetError(f"benchset manifest {path} cannot be read: {exc}") from None
-    raw = _load_yaml(text, path)
-    if isinstance(raw, dict) and type(raw.get("format")) is int and raw["format"] != FORMAT:
-        raise BenchsetError(f"{path}: format {raw['format']} is not supported (expected {FORMAT})")
-    try:
-        manifest = Manifest.model_validate(raw)
-    except ValidationError as exc:
-        raise BenchsetError(f"{path}: {describe_errors(exc)}") from None
+    manifest = _validated(text, path)
     if manifest.name != name or manifest.version != version:
         raise BenchsetError(f"{path}: says {manifest.name!r} v{manifest.version}, expected {name!r} v{version}")
     for i, sample in enumerate(manifest.samples):
         for k, entry in enumerate(sample.tensors):
             resolve_inside(version_dir, entry.file, what=f"{path}: samples[{i}].tensors[{k}].file")
     return manifest
+
+
+@functools.lru_cache(maxsize=16)
+def _validated(text: str, path: Path) -> Manifest:
+    """The manifest ``text`` (read from ``path``) parsed and validated: a pure function of the two, memoized.
+
+    Why: the safe YAML loader is pure Python and a manifest of a few dozen samples takes tens of
+    milliseconds to parse, more than a small model's whole replay; a warm check worker reads the same
+    bytes at every check. The key is the full text, so any changed byte is parsed again (a ``Manifest``
+    is frozen: sharing it is safe); errors are not cached. The sample files are still verified per check.
+    """
+    raw = _load_yaml(text, path)
+    if isinstance(raw, dict) and type(raw.get("format")) is int and raw["format"] != FORMAT:
+        raise BenchsetError(f"{path}: format {raw['format']} is not supported (expected {FORMAT})")
+    try:
+        return Manifest.model_validate(raw)
+    except ValidationError as exc:
+        raise BenchsetError(f"{path}: {describe_errors(exc)}") from None
 
 
 def write_manifest(path: Path, manifest: Manifest) -> None:

@@ -153,6 +153,7 @@ class Session:
         if optimized_model_path is not None:
             options.optimized_model_filepath = str(optimized_model_path)
         names, provider_options = provider_arguments(providers)
+        _make_cache_dirs(provider_options)
         started = time.perf_counter()
         try:
             with warnings.catch_warnings():
@@ -294,6 +295,18 @@ class Deadline:
     def __exit__(self, *exc: object) -> None:
         if self._timer is not None:
             self._timer.cancel()
+
+
+def _make_cache_dirs(provider_options: Sequence[Mapping[str, str]]) -> None:
+    """Create the directories of ``*_cache_path`` provider options (TensorRT's engine and timing caches).
+
+    Best effort: a cache that cannot be made costs an engine build, never the check.
+    """
+    for options in provider_options:
+        for key, value in options.items():
+            if key.endswith("_cache_path") and value:
+                with contextlib.suppress(OSError):
+                    Path(value).mkdir(parents=True, exist_ok=True)
 
 
 def _companion_names(outputs: Sequence[TensorSpec], model: str) -> tuple[str, ...]:

@@ -1,0 +1,308 @@
+"""Warm check workers: one persistent child per model that keeps its ONNX Runtime session between checks.
+
+A fresh check (``isolate.run``) forks a child, builds a session, checks and exits: on a GPU that start
+is a CUDA context, cuDNN/cuBLAS handles, algorithm searches and, with TensorRT, an engine build, every
+interval. A warm worker is forked the same way (from the same forkserver) and isolated the same way:
+its own process group, death with the daemon that owns it, the ``daemon.memory_limit_mb`` cap as
+RLIMIT_AS, a hard timeout after which its whole group is SIGKILLed. It then stays, answering one
+check after another over a pipe; inside, ``runtime.kept.KeptModels`` keeps the session and
+re-verifies the model file cheaply (see there). What comes back is the check's result, computed and
+compared inside the worker: no output tensor crosses the pipe.
+
+A worker is stopped, and the model's next check starts a new one, when:
+
+- it timed out (killed with its process group at the hard cut) or crashed (died without answering,
+  or raised): the check is an ``error`` with reason ``timeout`` or ``crash``, as in a fresh child;
+- its check could not run (reasons ``timeout``, ``run_error``, ``internal_error``): what state the
+  session was left in is unknown;
+- the model's ``CheckPlan`` changed (a config reload) or the memory cap did;
+- after a check its address space passed 3/4 of the cap: a slow leak recycles the worker between
+  checks instead of failing the check that would cross the cap;
+- it is the least recently used and a new worker needs its place (``daemon.warm_workers``).
+
+A model's worker runs one check at a time; a second check of the same model asked for meanwhile (an
+API request during a scheduled run) runs in a fresh child, as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing.connection
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from monitor.config.plan import CheckPlan, plan_for
+from monitor.config.settings import Settings
+from monitor.daemon import isolate
+from monitor.errors import MonitorError
+from monitor.runtime.kept import KeptModels
+
+Job = Callable[..., Mapping[str, Any]]  # job(plan, models=KeptModels) -> JSON-like mapping
+RECYCLE_AT = 0.75  # of the memory cap: a worker whose address space passed it is recycled
+_UNSURE_AFTER = frozenset({"timeout", "run_error", "internal_error", "crash"})
+_STOP_WAIT_S = 2.0
+
+
+@dataclass
+class _Worker:
+    name: str
+    key: tuple[Any, ...]  # (plan, memory cap): any change starts a new worker
+    process: Any
+    conn: multiprocessing.connection.Connection
+    busy: threading.Lock = field(default_factory=threading.Lock)
+    checks: int = 0
+    last_used: float = 0.0
+    retired: bool = False
+
+
+class WarmPool:
+    """The daemon's warm workers, one per model, at most ``limit`` at once."""
+
+    def __init__(self, *, limit: int = 16, rehash_every: int = 100) -> None:
+        self.limit = limit
+        self.rehash_every = rehash_every
+        self._guard = threading.Lock()
+        self._workers: dict[str, _Worker] = {}
+        self._closed = False
+
+    def run(
+        self, job: Job, plan: CheckPlan, *, timeout_s: float, memory_limit_bytes: int | None
+    ) -> isolate.Outcome | None:
+        """``job(plan, models=...)`` in the model's warm worker, cut at ``timeout_s``.
+
+        None when no warm worker can take it now (the model's worker is busy, every worker is busy
+        and the pool is full, or the pool is closed): the caller runs the check in a fresh child.
+        """
+        key = (plan, memory_limit_bytes)
+        to_stop: list[_Worker] = []
+        with self._guard:
+            if self._closed:
+                return None
+            worker = self._workers.get(plan.name)
+            if worker is not None and (worker.key != key or worker.retired or not worker.process.is_alive()):
+                if not worker.busy.acquire(blocking=False):
+                    return None  # still busy with the old plan: this check goes fresh
+                del self._workers[plan.name]
+                to_stop.append(worker)
+                worker = None
+            if worker is None:
+                if len(self._workers) >= self.limit and not self._evict_one(to_stop):
+                    worker = None
+                else:
+                    worker = self._spawn(plan.name, key, memory_limit_bytes)
+                    self._workers[plan.name] = worker
+            if worker is not None and not worker.busy.acquire(blocking=False):
+                worker = None
+        for old in to_stop:
+            _stop(old)
+            old.busy.release()
+        if worker is None:
+            return None
+        try:
+            return self._ask(worker, job, plan, timeout_s, memory_limit_bytes)
+        finally:
+            worker.busy.release()
+
+    def pids(self) -> dict[str, int]:
+        """Model -> pid of its live warm worker."""
+        with self._guard:
+            return {name: w.process.pid for name, w in self._workers.items() if w.process.pid is not None}
+
+    def retain(self, keep: Callable[[str, CheckPlan], bool]) -> None:
+        """Stop the workers whose (model, plan) ``keep`` refuses (a reload); a busy one stops after its check."""
+        to_stop = []
+        with self._guard:
+            for name, worker in list(self._workers.items()):
+                if keep(name, worker.key[0]):
+                    continue
+                worker.retired = True
+                if worker.busy.acquire(blocking=False):
+                    del self._workers[name]
+                    to_stop.append(worker)
+        for worker in to_stop:
+            _stop(worker)
+            worker.busy.release()
+
+    def close(self, wait_s: float = 10.0) -> None:
+        """Stop every worker: an idle one at once, a busy one after its check (killed after ``wait_s``)."""
+        with self._guard:
+            self._closed = True
+            workers = list(self._workers.values())
+            self._workers.clear()
+        for worker in workers:
+            if worker.busy.acquire(timeout=wait_s):
+                _stop(worker)
+                worker.busy.release()
+            else:
+                isolate.kill_group(worker.process)
+
+    # --- the parent's side of one check ------------------------------------------------------------
+
+    def _ask(
+        self, worker: _Worker, job: Job, plan: CheckPlan, timeout_s: float, memory_limit_bytes: int | None
+    ) -> isolate.Outcome:
+        began = time.monotonic()
+        try:
+            worker.conn.send((job, plan))
+        except (OSError, ValueError):  # died while idle (the OOM killer, a signal): a crash, as a fresh child's
+            return self._lost(worker, "crash", time.monotonic() - began)
+        message = isolate.receive(worker.process, worker.conn, began + timeout_s)
+        elapsed = time.monotonic() - began
+        if message == "timeout":
+            self._discard(worker)
+            return isolate.Outcome("timeout", None, isolate.timeout_detail(timeout_s), timeout_s)
+        if message is None:
+            return self._lost(worker, "crash", elapsed)
+        status, payload = message
+        if status != "ok":
+            self._discard(worker)
+            return isolate.Outcome("crash", None, f"child raised {payload}", elapsed)
+        worker.checks += 1
+        worker.last_used = time.monotonic()
+        memory = payload.pop("worker", {})
+        if worker.retired or _unsure(payload) or _near_cap(memory, memory_limit_bytes):
+            self._discard(worker)
+        return isolate.Outcome("ok", payload, "", elapsed)
+
+    def _lost(self, worker: _Worker, kind: isolate.Kind, elapsed: float) -> isolate.Outcome:
+        worker.process.join(timeout=5)
+        code = worker.process.exitcode
+        self._discard(worker)
+        return isolate.Outcome(kind, None, isolate.describe_exit(code), elapsed, code)
+
+    def _discard(self, worker: _Worker) -> None:
+        """Forget ``worker`` and kill its group (the caller holds its busy lock)."""
+        with self._guard:
+            if self._workers.get(worker.name) is worker:
+                del self._workers[worker.name]
+        isolate.kill_group(worker.process)
+        with contextlib.suppress(OSError):
+            worker.conn.close()
+
+    def _evict_one(self, to_stop: list[_Worker]) -> bool:
+        """Take the least recently used idle worker out (to be stopped by the caller); False when all are busy."""
+        for worker in sorted(self._workers.values(), key=lambda w: w.last_used):
+            if worker.busy.acquire(blocking=False):
+                del self._workers[worker.name]
+                to_stop.append(worker)
+                return True
+        return False
+
+    def _spawn(self, name: str, key: tuple[Any, ...], memory_limit_bytes: int | None) -> _Worker:
+        ctx = isolate.context()
+        mine, theirs = ctx.Pipe(duplex=True)
+        process = ctx.Process(  # type: ignore[attr-defined]
+            target=serve,
+            args=(theirs, os.getpid(), memory_limit_bytes, self.rehash_every),
+            daemon=True,
+            name=f"onnxmon-warm-{name}"[:64],
+        )
+        process.start()
+        theirs.close()  # the worker holds the only other end: EOF here means it died
+        return _Worker(name, key, process, mine, last_used=time.monotonic())
+
+
+def configured(settings: Settings) -> WarmPool | None:
+    """The pool ``daemon.worker: warm`` asks for; None for ``fresh``."""
+    daemon = settings.daemon
+    return WarmPool(limit=daemon.warm_workers, rehash_every=daemon.rehash_every) if daemon.worker == "warm" else None
+
+
+def reconfigured(pool: WarmPool | None, settings: Settings) -> WarmPool | None:
+    """The pool after a reload to ``settings``: the same one, minus the workers whose plan changed or whose
+    model went; a new one (the old one closed) when the worker mode, ``warm_workers`` or ``rehash_every`` changed.
+    """
+    daemon = settings.daemon
+    if (
+        pool is not None
+        and daemon.worker == "warm"
+        and (pool.limit, pool.rehash_every)
+        == (
+            daemon.warm_workers,
+            daemon.rehash_every,
+        )
+    ):
+        pool.retain(lambda name, plan: _plan_or_none(settings, name) == plan)
+        return pool
+    if pool is not None:
+        pool.close()
+    return configured(settings)
+
+
+def _plan_or_none(settings: Settings, model: str) -> CheckPlan | None:
+    try:
+        return plan_for(settings, model)
+    except MonitorError:
+        return None
+
+
+def _stop(worker: _Worker) -> None:
+    """Ask an idle worker to exit; kill its group if it does not within a few seconds."""
+    with contextlib.suppress(OSError, ValueError):
+        worker.conn.send(None)
+    worker.process.join(timeout=_STOP_WAIT_S)
+    if worker.process.is_alive():
+        isolate.kill_group(worker.process)
+    with contextlib.suppress(OSError):
+        worker.conn.close()
+    with contextlib.suppress(Exception):
+        worker.process.close()
+
+
+def _unsure(payload: Mapping[str, Any]) -> bool:
+    reasons = payload.get("result", {}).get("reasons", ())
+    return any(isinstance(r, Mapping) and r.get("code") in _UNSURE_AFTER for r in reasons)
+
+
+def _near_cap(memory: Mapping[str, Any], memory_limit_bytes: int | None) -> bool:
+    used = memory.get("address_space_bytes")
+    return bool(memory_limit_bytes) and isinstance(used, int) and used > RECYCLE_AT * (memory_limit_bytes or 0)
+
+
+# --- the worker's side ----------------------------------------------------------------------------
+
+
+def serve(
+    conn: multiprocessing.connection.Connection, owner: int, memory_limit_bytes: int | None, rehash_every: int
+) -> None:
+    """The worker's loop: isolate itself as every check child does, then answer checks until told to stop."""
+    isolate.prepare_child(owner, memory_limit_bytes)
+    models = KeptModels(rehash_every=rehash_every)
+    checks = 0
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return  # the daemon closed its end
+        if message is None:
+            return
+        job, plan = message
+        try:
+            payload = dict(job(plan, models=models))
+            checks += 1
+            warm = payload.get("result", {}).get("details", {}).get("warm")
+            if isinstance(warm, dict):
+                warm.update(worker_pid=os.getpid(), worker_checks=checks)
+            payload["worker"] = memory()
+            conn.send(("ok", payload))
+        except BaseException as exc:  # report, then die: the parent records a crash and starts afresh
+            with contextlib.suppress(Exception):
+                conn.send(("raised", f"{type(exc).__name__}: {exc}"[:1000]))
+            return
+
+
+def memory(status: Path = Path("/proc/self/status")) -> dict[str, int]:
+    """This process's address space and resident set, in bytes (what RLIMIT_AS caps, and what is in RAM)."""
+    figures = {}
+    with contextlib.suppress(OSError):
+        for line in status.read_text().splitlines():
+            field_name, _, value = line.partition(":")
+            if field_name in ("VmSize", "VmRSS"):
+                key = "address_space_bytes" if field_name == "VmSize" else "rss_bytes"
+                figures[key] = int(value.split()[0]) * 1024
+    return figures

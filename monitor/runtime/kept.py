@@ -1,0 +1,138 @@
+"""Where a check gets its model's identity and session: built fresh each time, or kept between checks.
+
+A fresh check hashes the model file (sha256 + md5, and every external-data file) and builds a new
+``InferenceSession``: on a GPU that is a CUDA context, cuDNN/cuBLAS handles, algorithm searches and,
+with TensorRT, an engine build. A warm check worker (``monitor/daemon/warm.py``) keeps both instead,
+in ``KeptModels``, and re-verifies the file cheaply before every check:
+
+- the *stamp* of the model file and of each external-data file it references (size, mtime, ctime,
+  inode, device; ``os.stat``, no read): any difference, and the file is hashed again;
+- a full hash anyway every ``rehash_every`` checks, for what a stamp cannot see (a file system with
+  coarse timestamps, a write that restored the mtime: the ctime still moves, but be sure);
+- the session is rebuilt whenever the identity it was built from (the hashes) or the session's
+  configuration (path, providers, options) differ from the ones asked for.
+
+Only the session is kept: the benchmark set and the baseline are opened and checksum-verified by
+``check.py`` at every check, exactly as in a fresh check, so a changed benchmark set or a promoted
+baseline is seen at once.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from monitor.config.settings import ModelConfig
+from monitor.files import modelfile
+from monitor.files.modelfile import ModelIdentity
+from monitor.runtime.session import Session
+
+Stamp = tuple[tuple[str, int, int, int, int, int], ...]
+
+
+class ModelSource(Protocol):
+    """What ``check.py`` asks for a model: its identity (the hashes), then a session built from it."""
+
+    def identify(self, path: Path) -> ModelIdentity: ...
+
+    def session(self, model: ModelConfig, identity: ModelIdentity) -> tuple[Session, bool]:
+        """A session of ``model`` whose file has ``identity``, and whether it was reused (not built now)."""
+        ...
+
+    def note(self) -> dict[str, Any] | None:
+        """What this source did for the last check (for the check's details), or None to say nothing."""
+        ...
+
+
+class FreshModels:
+    """Today's fresh check: hash the file, build a new session, every time."""
+
+    def identify(self, path: Path) -> ModelIdentity:
+        return modelfile.identify(path)
+
+    def session(self, model: ModelConfig, identity: ModelIdentity) -> tuple[Session, bool]:
+        return Session(model.path, model.providers, model.session), False
+
+    def note(self) -> dict[str, Any] | None:
+        return None
+
+
+@dataclass
+class _Kept:
+    path: Path
+    stamp: Stamp
+    identity: ModelIdentity
+    checks_since_hash: int = 0
+
+
+class KeptModels:
+    """A model's identity and session kept between the checks of one warm worker.
+
+    One worker checks one model, so one identity and one session are kept (the latest); asking for
+    another file or configuration replaces them (the old session is dropped before the new one is
+    built, so two never occupy the memory at once).
+    """
+
+    def __init__(self, *, rehash_every: int = 100) -> None:
+        self.rehash_every = max(1, rehash_every)
+        self._file: _Kept | None = None
+        self._session: Session | None = None
+        self._session_key: tuple[Any, ...] | None = None
+        self._last: dict[str, Any] = {}
+
+    def identify(self, path: Path) -> ModelIdentity:
+        """The file's identity: kept when its stamp is unchanged and a full hash is not due, else hashed."""
+        path = Path(path)
+        kept = self._file
+        if kept is not None and kept.path == path and kept.checks_since_hash + 1 < self.rehash_every:
+            now = _stamp(path, kept.identity)
+            if now is not None and now == kept.stamp:
+                kept.checks_since_hash += 1
+                self._last = {"model_hashed": False}
+                return kept.identity
+        self._file = None
+        before = _stamp(path, None)
+        identity = modelfile.identify(path)  # ModelError when missing or unreadable: the check's verdict
+        after = _stamp(path, identity)
+        # A file that changed while it was hashed is not kept: the next check hashes it again.
+        if before is not None and after is not None and before[0] == after[0]:
+            self._file = _Kept(path, after, identity)
+        self._last = {"model_hashed": True}
+        return identity
+
+    def session(self, model: ModelConfig, identity: ModelIdentity) -> tuple[Session, bool]:
+        """The kept session when it was built from this identity and configuration, else a new one."""
+        key = (
+            str(model.path),
+            identity.sha256,
+            tuple(sorted(identity.external_data.items())),
+            model.model_dump_json(include={"providers", "session"}),
+        )
+        if self._session is not None and self._session_key == key:
+            self._session.input_casts.clear()  # a check's casts are its own (the benchset may have changed)
+            self._last["session_reused"] = True
+            return self._session, True
+        self._session = None  # drop the old one first: never two sessions of a model in memory
+        self._session_key = None
+        session = Session(model.path, model.providers, model.session)
+        self._session, self._session_key = session, key
+        self._last["session_reused"] = False
+        return session, False
+
+    def note(self) -> dict[str, Any] | None:
+        return dict(self._last)
+
+
+def _stamp(path: Path, identity: ModelIdentity | None) -> Stamp | None:
+    """``os.stat`` facts of the model file and of its external-data files; None when one is missing."""
+    files = [path] + [(path.parent / location) for location in sorted(identity.external_data if identity else ())]
+    stamps = []
+    for item in files:
+        try:
+            st = os.stat(item)
+        except OSError:
+            return None
+        stamps.append((str(item), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev))
+    return tuple(stamps)

@@ -1,0 +1,179 @@
+"""Real checks through warm workers: the same verdicts and numbers as fresh ones, every change still seen.
+
+A warm worker keeps only the session: a swapped model file, a tampered benchmark set, a reload that
+changes a model's plan and a shutdown must each be seen, or stop the workers, exactly when a fresh
+check would.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from monitor.daemon.root import Daemon
+from monitor.results import CheckResult, Verdict
+from monitor.runtime.kept import KeptModels
+from monitor.store import Store
+from tests import modelzoo
+from tests.serving import Served, check_children, free_port, two_models
+from tests.test_isolate import pid_alive
+from tests.workspace import Workspace
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Workspace:
+    workspace = Workspace(tmp_path)
+    two_models(workspace)
+    return workspace
+
+
+@contextmanager
+def running(ws: Workspace, worker: str = "warm", **daemon: Any) -> Iterator[Daemon]:
+    ws.extra["daemon"].update(worker=worker, **daemon)
+    settings = ws.settings()
+    with Store(settings.store.url) as store:
+        store.upgrade()
+        instance = Daemon(settings, store=store, config_path=ws.config_file)
+        try:
+            yield instance
+        finally:
+            instance.stop()
+
+
+def warm(result: CheckResult) -> dict[str, Any]:
+    note = result.details.get("warm")
+    assert isinstance(note, dict), f"not a warm check: {result.details.keys()}"
+    return note
+
+
+def numbers(result: CheckResult) -> list[dict[str, Any]]:
+    return [{"name": o.name, "verdict": str(o.verdict), **o.metrics.to_dict()} for o in result.outputs]
+
+
+def test_a_warm_worker_reuses_its_session_and_measures_what_a_fresh_check_measures(ws: Workspace) -> None:
+    with running(ws, "fresh") as daemon:
+        fresh = daemon.run_now("clf")
+        assert "warm" not in fresh.details
+    with running(ws) as daemon:
+        first, second, third = (daemon.run_now("clf") for _ in range(3))
+    assert fresh.verdict is first.verdict is second.verdict is third.verdict is Verdict.PASS
+    assert warm(first)["session_reused"] is False and first.timings["load_s"] > 0
+    assert warm(second)["session_reused"] is True and second.timings["load_s"] == 0.0
+    assert warm(second)["model_hashed"] is False, "an unchanged file is not hashed again"
+    assert warm(first)["worker_pid"] == warm(third)["worker_pid"] and warm(third)["worker_checks"] == 3
+    assert numbers(fresh) == numbers(first) == numbers(third)
+    assert fresh.model_sha256 == third.model_sha256 and fresh.details["model"] == third.details["model"]
+
+
+def test_a_model_swapped_under_a_warm_worker_is_model_changed_at_its_next_check(ws: Workspace) -> None:
+    with running(ws) as daemon:
+        assert daemon.run_now("clf").verdict is Verdict.PASS
+        ws.replace_model("clf", modelzoo.classifier(seed=1))
+        swapped = daemon.run_now("clf")
+        assert swapped.verdict is Verdict.FAIL and swapped.attribution == "model_changed"
+        assert warm(swapped)["model_hashed"] is True and warm(swapped)["session_reused"] is False
+        ws.replace_model("clf", modelzoo.classifier(seed=0))
+        assert daemon.run_now("clf").verdict is Verdict.PASS, "the original file back: the baseline's numbers"
+
+
+def test_a_swap_that_keeps_the_size_and_the_mtime_is_still_seen(ws: Workspace) -> None:
+    path = ws.root / "models" / "clf.onnx"
+    with running(ws) as daemon:
+        assert daemon.run_now("clf").verdict is Verdict.PASS
+        before = path.stat()
+        ws.replace_model("clf", modelzoo.classifier(seed=1))
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        after = path.stat()
+        assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
+        swapped = daemon.run_now("clf")
+    assert swapped.attribution == "model_changed", "the ctime moved: the file was hashed again"
+
+
+def test_a_kept_model_is_hashed_every_n_checks_even_when_nothing_moved(ws: Workspace) -> None:
+    kept = KeptModels(rehash_every=3)
+    path = ws.root / "models" / "clf.onnx"
+    hashed = []
+    for _ in range(7):
+        kept.identify(path)
+        hashed.append((kept.note() or {})["model_hashed"])
+    assert hashed == [True, False, False, True, False, False, True]
+
+
+def test_a_benchset_tampered_between_warm_checks_is_a_benchset_error(ws: Workspace) -> None:
+    with running(ws) as daemon:
+        assert daemon.run_now("clf").verdict is Verdict.PASS
+        sample = sorted((ws.root / "benchsets").rglob("*.npy"))[0]
+        sample.write_bytes(sample.read_bytes()[:-8] + b"\x00" * 8)
+        tampered = daemon.run_now("clf")
+    assert tampered.verdict is Verdict.ERROR and tampered.reasons[0].code == "benchset_error", tampered.reasons
+
+
+def test_a_reload_stops_the_workers_of_changed_and_removed_models_and_keeps_the_others(ws: Workspace) -> None:
+    with running(ws) as daemon:
+        daemon.run_now("clf"), daemon.run_now("spin")
+        pids = daemon.pool.pids() if daemon.pool else {}
+        assert set(pids) == {"clf", "spin"}
+        ws.set("spin", timeout="4s")
+        ws.write()
+        assert daemon.reload()
+        assert daemon.pool is not None and daemon.pool.pids() == {"clf": pids["clf"]}
+        assert not pid_alive(pids["spin"]), "the changed model's worker was stopped"
+        respawned = daemon.run_now("spin")
+        assert respawned.verdict is Verdict.PASS and warm(respawned)["worker_pid"] != pids["spin"]
+        del ws.models["spin"], ws.benchsets["spin"]
+        ws.write()
+        assert daemon.reload()
+        assert set(daemon.pool.pids()) == {"clf"} and not pid_alive(warm(respawned)["worker_pid"])
+        ws.extra["daemon"]["worker"] = "fresh"
+        ws.write()
+        assert daemon.reload() and daemon.pool is None
+        assert not pid_alive(pids["clf"]), "switching to fresh checks stops every warm worker"
+        assert "warm" not in daemon.run_now("clf").details
+
+
+def test_stop_returns_with_no_warm_worker_left(ws: Workspace) -> None:
+    with running(ws) as daemon:
+        daemon.run_now("clf"), daemon.run_now("spin")
+        pids = list(daemon.pool.pids().values()) if daemon.pool else []
+        assert len(pids) == 2
+        daemon.stop()
+        assert [pid for pid in pids if pid_alive(pid)] == []
+
+
+def test_sigterm_stops_a_warm_daemon_and_leaves_no_child_behind(ws: Workspace) -> None:
+    served = Served(ws, free_port())
+    try:
+        served.wait_until(lambda: len(check_children(served.process.pid)) == 2, "both warm workers", timeout=60)
+        workers = check_children(served.process.pid)
+    except BaseException:
+        served.process.kill()
+        raise
+    served.process.send_signal(signal.SIGTERM)
+    assert served.process.wait(60) == 0
+    served.log.close()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(pid_alive(pid) for pid in workers):
+        time.sleep(0.05)
+    assert [pid for pid in workers if pid_alive(pid)] == []
+    assert "Traceback" not in (ws.root / "serve.log").read_text()
+
+
+def test_a_benchset_manifest_edited_between_warm_checks_is_read_again(ws: Workspace) -> None:
+    """The manifest's parse is memoized by its full text: one changed byte and it is parsed (and judged) anew."""
+    with running(ws) as daemon:
+        assert daemon.run_now("clf").verdict is Verdict.PASS
+        (manifest,) = (ws.root / "benchsets" / "clf-bench").rglob("manifest.yaml")
+        text = manifest.read_text()
+        first = text.index("sha256: ", text.index("samples:")) + len("sha256: ")
+        manifest.write_text(text[:first] + "0" * 64 + text[first + 64 :])
+        edited = daemon.run_now("clf")
+        assert edited.verdict is Verdict.ERROR and edited.reasons[0].code == "benchset_error", edited.reasons
+        manifest.write_text(text)
+        assert daemon.run_now("clf").verdict is Verdict.PASS
