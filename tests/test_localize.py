@@ -131,11 +131,24 @@ def test_fp16_conversion_is_localized_and_the_error_persists(
 def test_exposing_a_fused_tensor_drops_the_graph_level_and_says_so(
     models: dict[str, Path], fused_feeds: dict[str, np.ndarray]
 ) -> None:
-    report = localize(models["fused"], fused_feeds, providers=CPU, session=PRODUCTION)
-    assert report.graph_level != "all"
+    report = localize(models["fused"], fused_feeds, providers=CPU, session=PRODUCTION, graph_view="model")
+    assert report.graph_level != "all" and report.graph_view == "model"
     assert "changed the final outputs" in report.graph_level_detail
     model_nodes = {n.name for n in onnx.load(str(models["fused"])).graph.node}
     assert {n.name for n in report.profile} <= model_nodes  # no node of ORT's optimized graph leaks
+
+
+def test_exposing_a_fused_tensor_moves_to_the_optimized_graph_mapped_back_and_says_so(
+    models: dict[str, Path], fused_feeds: dict[str, np.ndarray]
+) -> None:
+    report = localize(models["fused"], fused_feeds, providers=CPU, session=PRODUCTION)
+    assert report.graph_level == "all" and report.graph_view == "optimized"
+    assert "changed the final outputs" in report.graph_level_detail
+    assert "mapped back to the model's nodes" in report.graph_level_detail
+    model_nodes = {n.name for n in onnx.load(str(models["fused"])).graph.node}
+    for node in report.profile:  # names, and what fused nodes replaced, are the model's own
+        assert {node.name, *node.fused_from} <= model_nodes
+    assert any(n.fused_from and n.optimized_node not in model_nodes for n in report.profile)
 
 
 def test_fusion_faithful_graph_gives_production_outputs_bitwise(
@@ -161,10 +174,31 @@ def test_perturbed_weight_inside_a_fusion_names_the_fused_node(
     models: dict[str, Path], fused_feeds: dict[str, np.ndarray]
 ) -> None:
     report = localize(
-        models["fused_perturbed"], fused_feeds, providers=CPU, session=PRODUCTION, reference_model_path=models["fused"]
+        models["fused_perturbed"],
+        fused_feeds,
+        providers=CPU,
+        session=PRODUCTION,
+        reference_model_path=models["fused"],
+        graph_view="model",
     )
     assert report.graph_level != "all" and report.first_changed is not None
     assert report.first_changed.name == "matmul_2" and not report.first_changed.inputs_changed
+
+
+def test_perturbed_weight_inside_a_fusion_on_the_optimized_graph_names_the_fusion_it_is_in(
+    models: dict[str, Path], fused_feeds: dict[str, np.ndarray]
+) -> None:
+    report = localize(
+        models["fused_perturbed"], fused_feeds, providers=CPU, session=PRODUCTION, reference_model_path=models["fused"]
+    )
+    out, changed = report.first_out_of_tolerance, report.first_changed
+    assert report.graph_level == "all" and report.graph_view == "optimized" and out is not None
+    assert "matmul_2" in out.fused_from and out.name in out.fused_from
+    assert out.optimized_node and out.optimized_node != out.name
+    # Against the unoptimized reference the first fused kernel already rounds differently: a changed
+    # kernel is what first_changed names, with the model nodes the fusion replaced.
+    assert changed is not None and changed.fused_from and not changed.inputs_changed
+    assert changed.index <= out.index
 
 
 def test_chunk_size_does_not_change_the_answer(models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]) -> None:
@@ -374,16 +408,28 @@ def test_qdq_subject_is_paired_by_dequantize_outputs() -> None:
 
 
 def test_capture_records_the_level_it_ran_at(models: dict[str, Path], fused_feeds: dict[str, np.ndarray]) -> None:
-    stored = capture_intermediates(models["fused"], fused_feeds, providers=CPU, session=PRODUCTION)
-    level = str(stored[LEVEL_KEY])
-    assert level != "all" and {"mm1", "add1", "relu1"} <= set(stored)
-    report = localize(
-        models["fused_perturbed"],
-        fused_feeds,
-        providers=CPU,
-        session=PRODUCTION,
-        against="baseline",
-        reference_intermediates=stored,
-    )
-    assert report.graph_level == level and report.comparison == "bitwise"
-    assert report.first_changed is not None and report.first_changed.name == "matmul_2"
+    for view in ("model", "auto"):
+        stored = capture_intermediates(
+            models["fused"],
+            fused_feeds,
+            providers=CPU,
+            session=PRODUCTION,
+            graph_view=view,  # type: ignore[arg-type]
+        )
+        level = str(stored[LEVEL_KEY])
+        if view == "model":
+            assert level != "all" and {"mm1", "add1", "relu1"} <= set(stored)
+        else:  # the fused MatMul's own output is gone from the graph ORT runs; the fusion's output is kept
+            assert level == "all:optimized" and "relu1" in set(stored) and "mm1" not in stored
+        report = localize(
+            models["fused_perturbed"],
+            fused_feeds,
+            providers=CPU,
+            session=PRODUCTION,
+            against="baseline",
+            reference_intermediates=stored,
+        )
+        assert report.graph_level == level.removesuffix(":optimized") and report.comparison == "bitwise"
+        first = report.first_changed
+        assert first is not None and "matmul_2" in {first.name, *first.fused_from}
+        assert report.graph_view == ("optimized" if view == "auto" else "model")

@@ -40,14 +40,12 @@ from typing import Literal, Protocol
 import numpy as np
 
 from monitor.localize.graph import GraphNode
+from monitor.localize.optimized import GENERATED_PREFIXES, Origin
 from monitor.localize.report import NodeDivergence
 from monitor.localize.rule import Rule, TensorError, spread
 
 CONFIRM_BEFORE = 3
 GROWTH_SAMPLES = 16
-# Prefixes ORT's optimizers put on tensors they re-create; stripping one finds the original name
-# (e.g. an fp16 model on CPU runs in fp32 with ``InsertedPrecisionFreeCast_act0`` for ``act0``).
-GENERATED_PREFIXES = ("InsertedPrecisionFreeCast_",)
 DEQUANTIZED_SUFFIX = "_DequantizeLinear_Output"
 Predicate = Literal["changed", "out_of_tolerance"]
 
@@ -134,7 +132,9 @@ class Search:
         stop_on_observer: bool,
         noise: Mapping[str, float] | None = None,
         pair_dequantized: bool = False,
+        origins: Mapping[str, Origin] | None = None,
     ) -> None:
+        self.origins = origins or {}
         self.nodes = [n for n in nodes if n.op_type != "Constant"]
         self.subject, self.reference = subject, reference
         self.chunk_size = chunk_size
@@ -197,6 +197,7 @@ class Search:
         if not measured:
             return None
         worst = max(measured, key=lambda e: (e.out_of_tolerance, e.rel_error, e.max_abs_error))
+        origin = next((self.origins[o] for o in node.outputs if o in self.origins), None)
         return NodeDivergence(
             index=node.index,
             name=node.name,
@@ -209,6 +210,8 @@ class Search:
             out_of_tolerance=any(e.out_of_tolerance for e in measured),
             inputs_changed=any(taint.get(i, False) for i in node.inputs),
             reasons=tuple(dict.fromkeys(r for e in measured for r in e.reasons)),
+            optimized_node=origin.optimized_node if origin else "",
+            fused_from=origin.fused_from if origin else (),
         )
 
     def profile(self) -> list[NodeDivergence]:

@@ -1,0 +1,125 @@
+"""Which graph localization exposes, at which optimization level, and how the report says why.
+
+Exposing a tensor as a graph output can stop ORT's fusions and layout passes and change the numbers
+(the observer effect). Each *attempt* is a (level, view) pair, best first: from the production level
+down to ``disable``, and at each level first the model's own tensors (``model``), then the graph
+ORT really runs there, saved and mapped back to the model (``optimized``, ``optimized.py``), which
+exposing does not change; the optimized view is skipped when it keeps fewer than ``MIN_KEPT`` of
+the model's tensors (too few to answer). The first attempt whose exposed runs leave the final
+outputs bitwise equal to a plain run is used.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import onnx
+
+from monitor.config.settings import ProviderSpec, SessionConfig
+from monitor.localize.graph import ExposingRunner
+from monitor.localize.optimized import Origin, optimized_runner
+
+View = Literal["auto", "model", "optimized"]
+LEVELS = ("all", "layout", "extended", "basic", "disable")
+MIN_KEPT = 0.25  # below this share of the model's tensors the optimized graph cannot answer
+OPTIMIZED_SUFFIX = ":optimized"  # a stored level captured on the optimized graph, e.g. "all:optimized"
+
+
+def levels_to_try(session: SessionConfig, chosen: str | None, stored: str | None) -> tuple[list[str], str]:
+    """The levels to try, highest first, and why they start where they do."""
+    if chosen is not None:
+        return [chosen], f"level {chosen}, as asked (--graph-level)"
+    if stored is not None:
+        return [stored], f"level {stored}, the level the baseline's intermediates were captured at"
+    production = session.graph_optimization_level
+    return list(LEVELS[LEVELS.index(production) :]), f"the production level ({production})"
+
+
+def level_detail(why: str, observer: list[str], level: str, view: str, dropped: list[str], mapped: str) -> str:
+    text = why
+    if not observer:
+        text += (
+            f"; exposing the {'optimized graph' if view == 'optimized' else 'model'}'s tensors left the final"
+            " outputs bitwise equal"
+        )
+    dropped_observer = [d for d in observer if "(kept)" not in d]
+    if dropped_observer:
+        text += (
+            f"; exposing the model's tensors changed the final outputs ({'; '.join(dropped_observer)}): ORT's"
+            f" fusions and layout passes rewrite those tensors there, so the exposed graph ran at level {level}"
+            + (" as ORT optimizes it" if view == "optimized" else "")
+        )
+    if dropped:
+        text += f"; {'; '.join(dropped)}"
+    if view == "optimized":
+        text += f"; {mapped}, mapped back to the model's nodes (optimized_node, fused_from)"
+    kept = [d for d in observer if "(kept)" in d]
+    if kept:
+        text += f"; the observer effect remains ({kept[0]}): numbers near the fused nodes may not be production's"
+    return text
+
+
+def attempts(levels: Sequence[str], view: View) -> list[tuple[str, View]]:
+    """(level, view) pairs, best first: at each level the model's tensors, then the optimized graph's."""
+    found: list[tuple[str, View]] = []
+    for level in levels:
+        if view in ("auto", "model") or level == "disable":
+            found.append((level, "model"))
+        if view in ("auto", "optimized") and level != "disable":
+            found.append((level, "optimized"))
+    return found
+
+
+def exposed_subject(
+    stack: ExitStack,
+    model_path: Path,
+    model: onnx.ModelProto,
+    feeds: Mapping[str, np.ndarray],
+    providers: Sequence[ProviderSpec],
+    session: SessionConfig,
+    view: View,
+    plain: Mapping[str, np.ndarray],
+    *,
+    require_kept: bool,
+) -> tuple[ExposingRunner | None, Mapping[str, Origin], str]:
+    """The exposing runner of one attempt, the origins of its tensors, and what the mapping kept
+    (``None`` when the optimized graph keeps too few of the model's tensors to answer)."""
+    if view == "model":
+        runner = ExposingRunner(model, feeds, providers=providers, session=session, production=plain)
+        return stack.enter_context(runner), {}, ""
+    directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="onnxmon-optimized-")))
+    runner, mapping = optimized_runner(
+        model_path, model, feeds, providers=providers, session=session, production=plain, directory=directory
+    )
+    stack.enter_context(runner)
+    if require_kept and mapping.kept < MIN_KEPT * mapping.total:
+        return None, {}, f"{mapping.describe()}, too few to answer (fewer than {MIN_KEPT:.0%})"
+    return runner, mapping.origins, mapping.describe()
+
+
+def view_label(view: str) -> str:
+    return " (optimized graph)" if view == "optimized" else ""
+
+
+def comparison_detail(
+    side: str, bitwise: bool, same_stack: bool, stored: str | None, level: str, noise: Mapping[str, float]
+) -> str:
+    if bitwise:
+        return "the stack, session settings and graph level match the baseline's: replays are bitwise reproducible"
+    floor = max(noise.values(), default=0.0)
+    if side == "baseline":
+        why = "the environment or session settings differ from the baseline's" if not same_stack else ""
+        if stored is not None and stored != level:
+            why = why or f"the baseline's intermediates ran at level {stored}, this run at {level}"
+        return (
+            f"{why or 'no bitwise guarantee'}: changed means above the subject's spread over two runs (max {floor:.3g})"
+        )
+    return (
+        f"against a different execution ({side}): changed means above the reference's spread over two runs"
+        f" (max {floor:.3g})"
+    )
