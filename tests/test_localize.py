@@ -387,6 +387,27 @@ def test_changed_and_out_of_tolerance(
     assert (error.changed, error.out_of_tolerance) == (changed, out_of_tolerance)
 
 
+@pytest.mark.parametrize(
+    ("moved", "where"),
+    [(0.0, None), (5e-6, 0), (2e-5, 0), (1e-3, 7), (1e-4, -1), (1.0, 3), (3e-5, slice(None))],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+def test_the_element_rule_shortcut_gives_the_verdict_and_reason_of_the_full_comparison(
+    moved: float, where: int | slice | None, dtype: type
+) -> None:
+    from monitor.compare.outputs import compare_output
+
+    rng = np.random.default_rng(7)
+    reference = rng.normal(0, 1, (4, 16)).astype(dtype)
+    actual = reference.copy()
+    if where is not None:
+        actual.reshape(-1)[where] += dtype(moved)
+    error = TOLERANCE_RULE.measure("t", actual, reference)
+    full = compare_output("t", [actual], [reference], TOLERANCE_RULE.tolerance)
+    assert error.out_of_tolerance == (not full)
+    assert error.reasons == tuple(r.code for r in full.reasons)
+
+
 def test_a_noise_floor_hides_differences_below_it() -> None:
     a, b = np.array([1.0, 2.0], np.float32), np.array([1.0, 2.0 + 2.4e-7], np.float32)
     assert TOLERANCE_RULE.measure("t", a, b).changed

@@ -139,6 +139,7 @@ class ExposingRunner:
             size_threshold=1024,
         )
         self._working = working
+        self._last: tuple[tuple[str, ...], Session] | None = None  # a side run twice reuses its session
         self.runs = 0
         self.skipped: dict[str, str] = {}
         self.observer_mismatch: str | None = None
@@ -174,6 +175,10 @@ class ExposingRunner:
         return {name: outputs[name] for name in wanted if name in outputs}
 
     def _run(self, extra: Sequence[str]) -> dict[str, np.ndarray]:
+        key = tuple(extra)
+        self.runs += 1
+        if self._last is not None and self._last[0] == key:
+            return self._last[1].run(self._feeds)
         graph = self._working.graph
         base = len(graph.output)
         for name in extra:
@@ -186,8 +191,9 @@ class ExposingRunner:
             onnx.save(self._working, str(path))
         finally:
             del graph.output[base:]
-        self.runs += 1
-        return Session(path, self._providers, self._session).run(self._feeds)
+        session = Session(path, self._providers, self._session)
+        self._last = (key, session)
+        return session.run(self._feeds)
 
     def _check_observer(self, outputs: Mapping[str, np.ndarray]) -> None:
         if self._production is None or self.observer_mismatch is not None:
