@@ -69,6 +69,7 @@ def test_perturbed_weight_is_localized_to_its_consuming_node(
         session=PRODUCTION,
         reference_model_path=models["mlp"],
         mode=mode,  # type: ignore[arg-type]
+        graph_view="model",  # the model's own tensors: every node answers for itself
     )
     for first in (report.first_changed, report.first_out_of_tolerance):
         assert first is not None
@@ -138,12 +139,12 @@ def test_exposing_a_fused_tensor_drops_the_graph_level_and_says_so(
     assert {n.name for n in report.profile} <= model_nodes  # no node of ORT's optimized graph leaks
 
 
-def test_exposing_a_fused_tensor_moves_to_the_optimized_graph_mapped_back_and_says_so(
+def test_by_default_the_optimized_graph_is_exposed_at_the_production_level_mapped_back_and_says_so(
     models: dict[str, Path], fused_feeds: dict[str, np.ndarray]
 ) -> None:
     report = localize(models["fused"], fused_feeds, providers=CPU, session=PRODUCTION)
     assert report.graph_level == "all" and report.graph_view == "optimized"
-    assert "changed the final outputs" in report.graph_level_detail
+    assert "left the final outputs bitwise equal" in report.graph_level_detail
     assert "mapped back to the model's nodes" in report.graph_level_detail
     model_nodes = {n.name for n in onnx.load(str(models["fused"])).graph.node}
     for node in report.profile:  # names, and what fused nodes replaced, are the model's own
@@ -221,7 +222,9 @@ def test_chunk_size_does_not_change_the_answer(models: dict[str, Path], mlp_feed
 def test_baseline_intermediates_localize_the_perturbed_node(
     models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]
 ) -> None:
-    baseline = capture_intermediates(models["mlp"], mlp_feeds, providers=CPU, session=PRODUCTION, chunk_size=32)
+    baseline = capture_intermediates(
+        models["mlp"], mlp_feeds, providers=CPU, session=PRODUCTION, chunk_size=32, graph_view="model"
+    )
     assert {"mm20", "act39", "y"} <= set(baseline)
     for mode in ("all", "bisect"):
         report = localize(
@@ -236,6 +239,28 @@ def test_baseline_intermediates_localize_the_perturbed_node(
         assert report.against == "baseline" and report.comparison == "bitwise"
         for first in (report.first_changed, report.first_out_of_tolerance):
             assert first is not None and first.name == "matmul_20" and not first.inputs_changed
+
+
+def test_on_the_optimized_graph_the_perturbed_weight_is_named_on_its_fused_gemm(
+    models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]
+) -> None:
+    baseline = capture_intermediates(models["mlp"], mlp_feeds, providers=CPU, session=PRODUCTION, chunk_size=32)
+    assert str(baseline[LEVEL_KEY]) == "all:optimized" and "mm20" not in baseline  # MatMul+Add+Tanh: one FusedGemm
+    for mode in ("all", "bisect"):
+        report = localize(
+            models["perturbed"],
+            mlp_feeds,
+            providers=CPU,
+            session=PRODUCTION,
+            against="baseline",
+            reference_intermediates=baseline,
+            mode=mode,
+        )
+        assert report.graph_view == "optimized" and report.comparison == "bitwise"
+        for first in (report.first_changed, report.first_out_of_tolerance):
+            assert first is not None and not first.inputs_changed
+            assert (first.name, first.fused_from) == ("tanh_20", ("matmul_20", "add_20", "tanh_20"))
+            assert first.optimized_node and first.optimized_node not in first.fused_from
 
 
 def test_time_budget_cuts_the_search_short(models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]) -> None:
@@ -289,7 +314,12 @@ def test_plot_is_svg_with_the_first_divergence_marked(
     models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]
 ) -> None:
     report = localize(
-        models["perturbed"], mlp_feeds, providers=CPU, session=PRODUCTION, reference_model_path=models["mlp"]
+        models["perturbed"],
+        mlp_feeds,
+        providers=CPU,
+        session=PRODUCTION,
+        reference_model_path=models["mlp"],
+        graph_view="model",
     )
     svg = plot_svg(report)
     root = ET.fromstring(svg)

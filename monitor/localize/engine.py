@@ -9,17 +9,18 @@ of an fp16 or QDQ subject, run like ``unoptimized``). The rules are in ``rule.py
 
 Only the model's tensors are compared, so every answer names a node of the model (never a node of
 ORT's optimized graph such as ``ReorderOutput_*`` or ``*/MatmulTransposeFusion/``). Exposing a
-tensor as a graph output can stop ORT's fusions and layout passes and change the numbers (the
-observer effect). Every exposed run's final outputs are checked bitwise against a plain run at the
-same optimization level (at capture, every chunk is also run twice and must repeat bitwise: some
-fused kernels give other bits when the exposed set changes); on a difference the graph ORT really
-runs at that level is exposed instead, mapped back to the model (``graph_view: optimized``: a
-fused node's tensor is reported on the model node that produces it, with ``optimized_node`` and
-``fused_from``), and only where that keeps too few of the model's tensors is the exposed graph run
-one level lower (``levels.py``); the report says which and why (``graph_level``, ``graph_view``,
-``graph_level_detail``). Stored intermediates record the level and view they were captured at (the
-entry ``onnxmon:graph_level``, e.g. ``all:optimized``) and localization against them runs the
-same way, which is what makes a bitwise comparison meaningful.
+tensor of the model as a graph output can stop ORT's fusions and layout passes and change the
+numbers (the observer effect), and an exposed tensor can even hold another value depending on which
+others are exposed with it. So by default the graph ORT really runs at the production level is
+exposed, mapped back to the model (``graph_view: optimized``: a fused node's tensor is reported on
+the model node that produces it, with ``optimized_node`` and ``fused_from``); the model's own
+tensors are exposed where that graph keeps too few of them, and only where that changes the final
+outputs too does the exposed graph run a level lower (``levels.py``). Every exposed run's final
+outputs are checked bitwise against a plain run at the same level (at capture, every chunk is also
+run twice and must repeat bitwise); the report says which level and view and why (``graph_level``,
+``graph_view``, ``graph_level_detail``). Stored intermediates record the level and view they were
+captured at (the entry ``onnxmon:graph_level``, e.g. ``all:optimized``) and localization against
+them runs the same way, which is what makes a bitwise comparison meaningful.
 
 *Changed* is bitwise when the caller says the stack and session settings are the baseline's
 (``same_stack``); otherwise the subject is run twice and its spread is the noise floor. A

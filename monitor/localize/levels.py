@@ -2,11 +2,11 @@
 
 Exposing a tensor as a graph output can stop ORT's fusions and layout passes and change the numbers
 (the observer effect). Each *attempt* is a (level, view) pair, best first: from the production level
-down to ``disable``, and at each level first the model's own tensors (``model``), then the graph
-ORT really runs there, saved and mapped back to the model (``optimized``, ``optimized.py``), which
-exposing does not change; the optimized view is skipped when it keeps fewer than ``MIN_KEPT`` of
-the model's tensors (too few to answer). The first attempt whose exposed runs leave the final
-outputs bitwise equal to a plain run is used.
+down to ``disable``, and at each level first the graph ORT really runs there, saved and mapped back
+to the model (``optimized``, ``optimized.py``), which exposing does not change, then the model's own
+tensors (``model``). The optimized view is skipped when it keeps fewer than ``MIN_KEPT`` of the
+model's tensors (too few to answer) or cannot be saved (an execution provider's compiled nodes).
+The first attempt whose exposed runs leave the final outputs bitwise equal to a plain run is used.
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ def level_detail(why: str, observer: list[str], level: str, view: str, dropped: 
     dropped_observer = [d for d in observer if "(kept)" not in d]
     if dropped_observer:
         text += (
-            f"; exposing the model's tensors changed the final outputs ({'; '.join(dropped_observer)}): ORT's"
-            f" fusions and layout passes rewrite those tensors there, so the exposed graph ran at level {level}"
-            + (" as ORT optimizes it" if view == "optimized" else "")
+            f"; exposing tensors changed the final outputs ({'; '.join(dropped_observer)}): ORT's fusions and"
+            f" layout passes rewrite those tensors there, so the exposed graph ran at level {level}"
+            + (" as ORT optimizes it" if view == "optimized" else ", the model's own tensors exposed")
         )
     if dropped:
         text += f"; {'; '.join(dropped)}"
@@ -65,13 +65,19 @@ def level_detail(why: str, observer: list[str], level: str, view: str, dropped: 
 
 
 def attempts(levels: Sequence[str], view: View) -> list[tuple[str, View]]:
-    """(level, view) pairs, best first: at each level the model's tensors, then the optimized graph's."""
+    """(level, view) pairs, best first: at each level the graph ORT runs there, then the model's tensors.
+
+    The optimized graph comes first because exposing its tensors changes nothing: the model's
+    tensors, exposed, can each hold another value depending on which others are exposed with them
+    (a fusion whose output *is* the tensor happens only when its interior is not exposed), so a
+    replay that exposes other sets than the capture did is not bitwise comparable.
+    """
     found: list[tuple[str, View]] = []
     for level in levels:
-        if view in ("auto", "model") or level == "disable":
-            found.append((level, "model"))
         if view in ("auto", "optimized") and level != "disable":
             found.append((level, "optimized"))
+        if view in ("auto", "model") or level == "disable":
+            found.append((level, "model"))
     return found
 
 
@@ -93,9 +99,14 @@ def exposed_subject(
         runner = ExposingRunner(model, feeds, providers=providers, session=session, production=plain)
         return stack.enter_context(runner), {}, ""
     directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="onnxmon-optimized-")))
-    runner, mapping = optimized_runner(
-        model_path, model, feeds, providers=providers, session=session, production=plain, directory=directory
-    )
+    try:
+        runner, mapping = optimized_runner(
+            model_path, model, feeds, providers=providers, session=session, production=plain, directory=directory
+        )
+    except Exception as exc:  # e.g. an execution provider whose compiled nodes cannot be saved
+        if not require_kept:
+            raise
+        return None, {}, f"the optimized graph could not be saved and mapped ({type(exc).__name__}: {exc})"[:300]
     stack.enter_context(runner)
     if require_kept and mapping.kept < MIN_KEPT * mapping.total:
         return None, {}, f"{mapping.describe()}, too few to answer (fewer than {MIN_KEPT:.0%})"
