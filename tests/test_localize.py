@@ -24,6 +24,7 @@ from monitor.localize.engine import (
     tensor_error,
 )
 from monitor.localize.graph import ExposingRunner, load_model, save_optimized_model
+from monitor.localize.report import NodeDivergence
 from monitor.localize.rule import Rule
 from tests import modelzoo
 
@@ -484,3 +485,20 @@ def test_capture_records_the_level_it_ran_at(models: dict[str, Path], fused_feed
         first = report.first_changed
         assert first is not None and "matmul_2" in {first.name, *first.fused_from}
         assert report.graph_view == ("optimized" if view == "auto" else "model")
+
+
+def test_the_run_page_shows_a_fused_node_and_what_it_replaced_escaped() -> None:
+    from monitor.api.web import localization
+
+    hostile = "<script>alert(1)</script>"
+    node = NodeDivergence(
+        4, "relu_1", "Relu", ("r1",), 0.5, 2.0, 0.01, True, True, False,
+        optimized_node=f"fused {hostile}/MatMulAddFusion", fused_from=("matmul_1", f"add {hostile}", "relu_1"),
+    )  # fmt: skip
+    report = LocalizationReport(
+        model="m.onnx", against="baseline", mode="all", first_changed=node, first_out_of_tolerance=node,
+        top=(node,), profile=(node,), runs=2, seconds=0.1, graph_view="optimized",
+    )  # fmt: skip
+    page = localization.render({"localization": LocalizationReport.from_dict(report.to_dict()).to_dict()})
+    assert hostile not in page and "&lt;script&gt;" in page
+    assert "which replaced" in page and "matmul_1" in page and "(optimized graph)" in page
