@@ -58,7 +58,6 @@ from monitor.localize.rule import DEFAULT_TOLERANCE, Rule, ThresholdRule, tensor
 from monitor.localize.search import Budget, ObserverEffect, Repeated, Search, SearchResult, TensorSource
 from monitor.localize.sqnr import LayerSQNR, per_layer_sqnr
 from monitor.results import AppliedTolerance
-from monitor.runtime.session import Session
 
 __all__ = [
     "LEVEL_KEY",
@@ -154,10 +153,9 @@ def localize(
         tries = attempts(levels, graph_view)
         for position, (level, view) in enumerate(tries):
             at_level = session.model_copy(update={"graph_optimization_level": level})
-            plain = Session(model_path, providers, at_level).run(feeds, where="localization feeds")
             last = position == len(tries) - 1
-            subject_runner, origins, why = exposed_subject(
-                stack, model_path, model, feeds, providers, at_level, view, plain, require_kept=not last
+            subject_runner, origins, why, _ = exposed_subject(
+                stack, model_path, model, feeds, providers, at_level, view, require_kept=not last
             )
             if subject_runner is None:
                 dropped.append(f"at level {level}: {why}")
@@ -248,10 +246,9 @@ def capture_intermediates(
     for position, (level, view) in enumerate(tries):
         last = position == len(tries) - 1
         at_level = session.model_copy(update={"graph_optimization_level": level})
-        plain = Session(model_path, providers, at_level).run(feeds, where="capture feeds")
         with ExitStack() as stack:
-            runner, _, _ = exposed_subject(
-                stack, model_path, model, feeds, providers, at_level, view, plain, require_kept=not last
+            runner, _, _, plain = exposed_subject(
+                stack, model_path, model, feeds, providers, at_level, view, require_kept=not last
             )
             if runner is None:
                 continue

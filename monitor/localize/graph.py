@@ -225,13 +225,25 @@ def save_optimized_model(
     model_path: Path, providers: Sequence[ProviderSpec], session: SessionConfig, directory: Path
 ) -> Path:
     """The graph ORT really runs for this configuration, as saved by ``optimized_model_filepath``."""
+    return save_and_run_optimized(model_path, providers, session, directory, None)[0]
+
+
+def save_and_run_optimized(
+    model_path: Path,
+    providers: Sequence[ProviderSpec],
+    session: SessionConfig,
+    directory: Path,
+    feeds: Mapping[str, np.ndarray] | None,
+) -> tuple[Path, dict[str, np.ndarray]]:
+    """The saved optimized graph and, with ``feeds``, the plain outputs of the same session (one
+    session for both: the save options change nothing that is computed)."""
     entries = {**session.config_entries, **_OPTIMIZED_CONFIG}
     config = session.model_copy(update={"config_entries": entries})
     target = directory / "optimized.onnx"
-    Session(model_path, providers, config, optimized_model_path=target)
+    built = Session(model_path, providers, config, optimized_model_path=target)
     if not target.is_file():
         raise ModelError(f"ONNX Runtime did not save the optimized graph of {model_path}")
-    return target
+    return target, (built.run(feeds, where="localization feeds") if feeds is not None else {})
 
 
 def _bitwise_equal(a: np.ndarray, b: np.ndarray) -> bool:

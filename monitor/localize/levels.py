@@ -23,6 +23,7 @@ import onnx
 from monitor.config.settings import ProviderSpec, SessionConfig
 from monitor.localize.graph import ExposingRunner
 from monitor.localize.optimized import Origin, optimized_runner
+from monitor.runtime.session import Session
 
 View = Literal["auto", "model", "optimized"]
 LEVELS = ("all", "layout", "extended", "basic", "disable")
@@ -89,28 +90,29 @@ def exposed_subject(
     providers: Sequence[ProviderSpec],
     session: SessionConfig,
     view: View,
-    plain: Mapping[str, np.ndarray],
     *,
     require_kept: bool,
-) -> tuple[ExposingRunner | None, Mapping[str, Origin], str]:
-    """The exposing runner of one attempt, the origins of its tensors, and what the mapping kept
-    (``None`` when the optimized graph keeps too few of the model's tensors to answer)."""
+) -> tuple[ExposingRunner | None, Mapping[str, Origin], str, dict[str, np.ndarray]]:
+    """The exposing runner of one attempt, the origins of its tensors, what the mapping kept, and the
+    plain outputs at this level (``None`` for the runner when the optimized graph keeps too few of the
+    model's tensors to answer, or cannot be saved)."""
     if view == "model":
+        plain = Session(model_path, providers, session).run(feeds, where="localization feeds")
         runner = ExposingRunner(model, feeds, providers=providers, session=session, production=plain)
-        return stack.enter_context(runner), {}, ""
+        return stack.enter_context(runner), {}, "", plain
     directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="onnxmon-optimized-")))
     try:
-        runner, mapping = optimized_runner(
-            model_path, model, feeds, providers=providers, session=session, production=plain, directory=directory
+        runner, mapping, plain = optimized_runner(
+            model_path, model, feeds, providers=providers, session=session, directory=directory
         )
     except Exception as exc:  # e.g. an execution provider whose compiled nodes cannot be saved
         if not require_kept:
             raise
-        return None, {}, f"the optimized graph could not be saved and mapped ({type(exc).__name__}: {exc})"[:300]
+        return None, {}, f"the optimized graph could not be saved and mapped ({type(exc).__name__}: {exc})"[:300], {}
     stack.enter_context(runner)
     if require_kept and mapping.kept < MIN_KEPT * mapping.total:
-        return None, {}, f"{mapping.describe()}, too few to answer (fewer than {MIN_KEPT:.0%})"
-    return runner, mapping.origins, mapping.describe()
+        return None, {}, f"{mapping.describe()}, too few to answer (fewer than {MIN_KEPT:.0%})", plain
+    return runner, mapping.origins, mapping.describe(), plain
 
 
 def view_label(view: str) -> str:

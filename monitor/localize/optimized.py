@@ -37,7 +37,7 @@ from monitor.localize.graph import (
     graph_nodes,
     load_model,
     node_outputs,
-    save_optimized_model,
+    save_and_run_optimized,
     value_types,
 )
 
@@ -235,18 +235,18 @@ def optimized_runner(
     *,
     providers: Sequence[ProviderSpec],
     session: SessionConfig,
-    production: Mapping[str, np.ndarray],
     directory: Path,
-) -> tuple[ExposingRunner, OptimizedMap]:
-    """An ``ExposingRunner`` over the graph ORT runs for ``session`` (saved, mapped, run at ``disable``)."""
-    saved = save_optimized_model(model_path, providers, session, directory)
+) -> tuple[ExposingRunner, OptimizedMap, dict[str, np.ndarray]]:
+    """An ``ExposingRunner`` over the graph ORT runs for ``session`` (saved, mapped, run at ``disable``),
+    the map, and the plain outputs of the session that saved it (what the exposed runs must equal)."""
+    saved, plain = save_and_run_optimized(model_path, providers, session, directory, feeds)
     mapping = map_optimized(model, load_model(saved))
     runner = ExposingRunner(
         mapping.model,
         feeds,
         providers=providers,
         session=session.model_copy(update={"graph_optimization_level": "disable"}),
-        production=production,
+        production=plain,
         label="optimized",
     )
-    return runner, mapping
+    return runner, mapping, plain
