@@ -502,3 +502,40 @@ def test_the_run_page_shows_a_fused_node_and_what_it_replaced_escaped() -> None:
     page = localization.render({"localization": LocalizationReport.from_dict(report.to_dict()).to_dict()})
     assert hostile not in page and "&lt;script&gt;" in page
     assert "which replaced" in page and "matmul_1" in page and "(optimized graph)" in page
+
+
+def test_a_cnns_nchwc_tensors_map_back_to_the_models_tensors_as_plain_onnxruntime_computes_them(
+    tmp_path: Path,
+) -> None:
+    import onnxruntime as ort
+
+    from monitor.localize.optimized import map_optimized
+
+    model = modelzoo.small_cnn(channels=12, blocks=3)  # 12 channels: padded to the NCHWc block
+    path = modelzoo.save(model, tmp_path / "cnn.onnx")
+    x = {"x": np.random.default_rng(3).normal(0, 1, (1, 3, 16, 16)).astype(np.float32)}
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    production = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run(None, x)
+    mapping = map_optimized(model, onnx.load(str(tmp_path / "optimized.onnx")))
+    names = sorted(mapping.origins)
+    assert {"crelu0", "crelu1", "crelu2"} <= set(names)  # blocked tensors, brought back by ReorderOutput
+
+    def run(proto: onnx.ModelProto, level: ort.GraphOptimizationLevel) -> dict[str, np.ndarray]:
+        exposed = onnx.ModelProto()
+        exposed.CopyFrom(proto)
+        for name in names:
+            if name not in {o.name for o in exposed.graph.output}:
+                exposed.graph.output.add().name = name
+        so = ort.SessionOptions()
+        so.graph_optimization_level = level
+        session = ort.InferenceSession(exposed.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        return dict(zip([o.name for o in session.get_outputs()], session.run(None, x), strict=True))
+
+    truth = run(model, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    got = run(mapping.model, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    assert got["y"].tobytes() == production[0].tobytes()  # exposing the optimized graph changes nothing
+    for name in names:
+        assert got[name].shape == truth[name].shape
+        np.testing.assert_allclose(got[name], truth[name], rtol=1e-4, atol=1e-5, err_msg=name)
+    assert mapping.origins["crelu1"].fused_from == ("conv_1", "relu_1")

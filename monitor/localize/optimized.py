@@ -92,13 +92,16 @@ def map_optimized(model: onnx.ModelProto, optimized: onnx.ModelProto) -> Optimiz
         return producer_name.get(reorders.get(tensor, ""), producer_name[tensor])
 
     holds = {name: computed_by(name) for name in wanted if name in producer_name}
+    # A name the optimized graph defines otherwise (constant folding turns a node's output into an
+    # initializer of the same name) cannot be given to an added node: the graph would define it twice.
+    taken = {t.name for t in optimized.graph.initializer} | {i.name for i in optimized.graph.input}
     augmented = onnx.ModelProto()
     augmented.CopyFrom(optimized)
     types = value_types(model)
     added: list[onnx.NodeProto] = []
     for tensor in sorted(producer_name):  # ``InsertedPrecisionFreeCast_X``: an fp16 model's X computed in fp32
         original = _strip_generated(tensor)
-        if original != tensor and original in wanted and original not in holds:
+        if original != tensor and original in wanted and original not in holds and original not in taken:
             added += _expose_as(tensor, original, types, blocked_channels=None)
             holds[original] = computed_by(tensor)
     channels = _channels(types)
@@ -109,7 +112,7 @@ def map_optimized(model: onnx.ModelProto, optimized: onnx.ModelProto) -> Optimiz
             continue  # ORT reorders it into a model tensor itself: that tensor is what it holds
         named = _nchwc_tensor(node.name, wanted)
         tensor = _fused_tensor(node, named, model) if named is not None else None
-        if tensor is None or tensor in holds or tensor not in channels:
+        if tensor is None or tensor in holds or tensor in taken or tensor not in channels:
             continue
         added += _expose_as(node.output[0], tensor, types, blocked_channels=channels[tensor])
         holds[tensor] = node.name
