@@ -9,8 +9,9 @@ must name one of those consumers in at least 95% of the models where the edit ch
 a model whose outputs and intermediates the edit leaves bitwise unchanged (a tree threshold no
 sample crosses) is right to name nothing and is listed apart. ``pytest -s`` prints the table.
 
-For the fp16 and int8 variants (where the converter makes a model ONNX Runtime loads) localize must
-not crash, against the baseline and against the pristine model as reference.
+For the fp16, int8 (dynamic and static QDQ) and one-ULP variants (where the converter makes a model
+ONNX Runtime loads) localize must not crash, against the baseline and against the pristine model as
+reference.
 """
 
 from __future__ import annotations
@@ -161,7 +162,7 @@ def test_first_changed_names_a_consumer_of_the_changed_weight(
     assert rate >= HIT_RATE, f"first_changed named a consumer in {len(hits)}/{judged}; misses: {misses}"
 
 
-@pytest.mark.parametrize("variant", ["fp16", "int8-dynamic", "int8-qdq"])
+@pytest.mark.parametrize("variant", ["fp16", "int8-dynamic", "int8-qdq", "weight-1ulp"])
 def test_localize_never_crashes_on_converted_models(
     variant: str, prepared: dict[str, Prepared], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -171,6 +172,8 @@ def test_localize_never_crashes_on_converted_models(
         try:
             if variant == "fp16":
                 variants.fp16(item.pristine, item.path, keep_io_types=True)
+            elif variant == "weight-1ulp":
+                variants.edit_largest_weight(item.pristine, item.path, item.model.external_data, variants.one_ulp)
             else:
                 variants.quantize(item.pristine, item.path, static=variant == "int8-qdq", samples=item.samples())
         except variants.NotApplicable:

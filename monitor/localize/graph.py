@@ -179,6 +179,7 @@ class ExposingRunner:
         self.runs += 1
         if self._last is not None and self._last[0] == key:
             return self._last[1].run(self._feeds)
+        self._last = None  # the previous exposure's session goes before the next one is built (memory)
         graph = self._working.graph
         base = len(graph.output)
         for name in extra:
