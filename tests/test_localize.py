@@ -539,3 +539,16 @@ def test_a_cnns_nchwc_tensors_map_back_to_the_models_tensors_as_plain_onnxruntim
         assert got[name].shape == truth[name].shape
         np.testing.assert_allclose(got[name], truth[name], rtol=1e-4, atol=1e-5, err_msg=name)
     assert mapping.origins["crelu1"].fused_from == ("conv_1", "relu_1")
+
+
+def test_intermediates_stored_before_the_optimized_view_replay_on_the_models_own_tensors(
+    models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]
+) -> None:
+    stored = capture_intermediates(models["mlp"], mlp_feeds, providers=CPU, session=PRODUCTION, graph_view="model")
+    older = {k: v for k, v in stored.items() if k != LEVEL_KEY}  # a baseline captured by an earlier onnxmon
+    report = localize(
+        models["perturbed"], mlp_feeds, providers=CPU, session=PRODUCTION, against="baseline",
+        reference_intermediates=older,
+    )  # fmt: skip
+    assert report.graph_view == "model"
+    assert report.first_changed is not None and report.first_changed.name == "matmul_20"

@@ -128,10 +128,13 @@ def localize(
             stored = dict(reference_intermediates)
             level_entry = stored.pop(LEVEL_KEY, None)
             stored_level = str(np.asarray(level_entry).item()) if level_entry is not None else None
+            # Replay the way the capture ran: its level and view (captures older than the optimized
+            # view exposed the model's tensors); an explicit graph_view is the caller's choice.
+            captured_view: View = "model"
             if stored_level is not None and stored_level.endswith(OPTIMIZED_SUFFIX):
-                stored_level, graph_view = stored_level.removesuffix(OPTIMIZED_SUFFIX), "optimized"
-            elif stored_level is not None:
-                graph_view = "model"
+                stored_level, captured_view = stored_level.removesuffix(OPTIMIZED_SUFFIX), "optimized"
+            if graph_view == "auto":
+                graph_view = captured_view
             reference = StoredTensors(stored)
         else:
             runner = stack.enter_context(
