@@ -1,10 +1,14 @@
 """Benchmark: onnxmon's localization against Polygraphy on a ~200-node model with one perturbed weight.
 
-1. Time to name the first divergent node: our ``bisect`` and ``all`` modes vs
-   ``polygraphy debug reduce --mode bisect`` driven by a check script that compares the
-   reduced subgraph with the reference, using our threshold (as a user would write it).
+1. Time to name the first divergent node: ``polygraphy debug reduce --mode bisect`` driven by a
+   check script that compares the reduced subgraph with the reference's intermediates stored in a
+   file, using our threshold (as a user would write it), and, side by side in the same run, ours:
+   against the baseline's stored intermediates (the same setting as Polygraphy's: the reference
+   values are on disk; ``bisect`` and ``all``), and against the reference *model* (which we run,
+   twice, to measure its noise floor).
 2. Peak memory (RSS high-water of a child process) of our ``all`` mode with ``chunk_size=16``
    vs ``polygraphy run --onnx-outputs mark all --onnxrt``, and of a plain inference run.
+3. Where our time goes (``--profile``): session creation, inference, comparison.
 
 Polygraphy is a bench-only dependency (``pip install polygraphy``); without it, only our
 numbers are printed. Run: ``.venv/bin/python bench/bench_localize.py``.
@@ -27,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from monitor.config.settings import ProviderSpec, SessionConfig  # noqa: E402
-from monitor.localize.engine import capture_intermediates, localize  # noqa: E402
+from monitor.localize.engine import LEVEL_KEY, capture_intermediates, localize  # noqa: E402
 from tests import modelzoo  # noqa: E402
 
 WIDTH, LAYERS, BATCH = 256, 66, 2048  # 3*66+1 = 199 nodes; each activation is 2 MiB
@@ -105,29 +109,66 @@ def peak_rss_mib(command: list[str], cwd: Path) -> tuple[float, float, str]:
     return rss, seconds, last
 
 
+def profile(subject: Path, feeds: dict[str, np.ndarray], stored: dict[str, np.ndarray]) -> None:
+    """Where one localization against stored intermediates spends its time, by the functions that matter."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    localize(subject, feeds, providers=CPU, session=SessionConfig(), against="baseline", reference_intermediates=stored)
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    total = max(stats.total_tt, 1e-9)  # type: ignore[attr-defined]
+    wanted = {
+        "session creation": ("session.py", "__init__"),
+        "inference": ("session.py", "run"),
+        "comparison": ("rule.py", "measure"),
+        "serializing exposed graphs": ("onnx/__init__.py", "save_model"),
+        "shape inference": ("graph.py", "value_types"),
+    }
+    for label, (file, function) in wanted.items():
+        seconds = sum(
+            row[3] for (path, _, name), row in stats.stats.items()  # type: ignore[attr-defined]
+            if path.endswith(file) and name == function
+        )  # fmt: skip
+        print(f"  profile: {label:28s} {seconds:6.2f} s  ({seconds / total:5.1%})")
+    print(f"  profile: total                        {total:6.2f} s")
+
+
 def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="onnxmon-bench-localize-"))
     subject, reference, feeds = build(workdir)
     nodes = len(onnx.load(str(subject)).graph.node)
     print(f"model: deep_mlp {nodes} nodes, activations {BATCH}x{WIDTH} float32, perturbed {PERTURBED}")
 
-    ours_bisect = 0.0
-    for mode in ("bisect", "all"):
+    started = time.perf_counter()
+    stored = capture_intermediates(reference, feeds, providers=CPU, session=SessionConfig())
+    print(
+        f"baseline capture of the reference's intermediates (once, at baseline time):"
+        f" {time.perf_counter() - started:.2f} s"
+    )
+    ours: dict[str, float] = {}
+    for against, mode in (("baseline", "bisect"), ("baseline", "all"), ("model", "bisect"), ("model", "all")):
+        side = (
+            {"against": "baseline", "reference_intermediates": stored}
+            if against == "baseline"
+            else {"reference_model_path": reference}
+        )
         times = []
         for _ in range(3):  # the first call pays imports and ORT start-up; a daemon pays them once
             started = time.perf_counter()
-            report = localize(
-                subject, feeds, providers=CPU, session=SessionConfig(), reference_model_path=reference, mode=mode
-            )
+            report = localize(subject, feeds, providers=CPU, session=SessionConfig(), mode=mode, **side)  # type: ignore[arg-type]
             times.append(time.perf_counter() - started)
         first = report.first.name if report.first else None
         print(
-            f"ours {mode:6s}: first call {times[0]:6.2f} s, best of 3 {min(times):6.2f} s"
-            f"  runs {report.runs:3d}  first divergent node {first}"
+            f"ours vs {against:8s} {mode:6s}: first call {times[0]:6.2f} s, best of 3 {min(times):6.2f} s"
+            f"  inferences {report.runs:3d}  first divergent node {first} ({report.comparison})"
         )
-        if mode == "bisect":
-            ours_bisect = min(times)
+        ours[f"{against} {mode}"] = min(times)
 
+    if "--profile" in sys.argv:
+        profile(subject, feeds, stored)
     polygraphy = shutil.which("polygraphy", path=str(Path(sys.executable).parent)) or shutil.which("polygraphy")
     if polygraphy is None:
         print("polygraphy not installed: skipping the comparison (pip install polygraphy)")
@@ -135,6 +176,7 @@ def main() -> None:
         reference_values = capture_intermediates(
             reference, feeds, providers=CPU, session=SessionConfig(graph_optimization_level="disable")
         )
+        reference_values.pop(LEVEL_KEY)
         np.savez(workdir / "reference_intermediates.npz", **reference_values, **feeds)
         (workdir / "check.py").write_text(CHECK_SCRIPT)
         command = [
@@ -150,7 +192,8 @@ def main() -> None:
         reduced_path = workdir / "reduced.onnx"
         found = [n.name for n in onnx.load(str(reduced_path)).graph.node] if reduced_path.is_file() else None
         print(f"polygraphy debug reduce --mode bisect: {elapsed:7.2f} s  exit {result.returncode}  reduced to {found}")
-        print(f"  ours bisect / polygraphy = {ours_bisect / elapsed:.3f}  (goal <= 0.1)")
+        for key, seconds in ours.items():
+            print(f"  ours vs {key} / polygraphy = {seconds / elapsed:.3f}  (goal <= 0.1)")
 
     ours_code = MEASURE_OURS.format(
         root=str(ROOT), inputs=str(workdir / "inputs.npz"), subject=str(subject), reference=str(reference)

@@ -140,8 +140,9 @@ def served_history(tmp_path: Path) -> Iterator[tuple[Daemon, dict[str, Any]]]:
         status, checked = second.call("POST", "/api/v1/models/mlp/check")
         assert status == 200 and checked["verdict"] == "fail", checked
         localization = checked["result"]["details"].get("localization", {})
-        assert localization.get("first_changed", {}).get("name") == "matmul_2", localization
-        assert localization.get("first_out_of_tolerance", {}).get("name") == "matmul_2", localization
+        for answer in ("first_changed", "first_out_of_tolerance"):  # one FusedGemm for matmul_2, add_2, tanh_2
+            node = localization.get(answer) or {}
+            assert node.get("name") == "tanh_2" and "matmul_2" in node.get("fused_from", []), localization
         facts = {
             "drift_run": second.runs("mlp")[0]["id"],
             "promoted": newest,
@@ -225,8 +226,9 @@ def test_status_pages_render_in_chromium_without_console_errors(
 
     visit(browser, base + "/models/mlp", screenshots / "model-mlp.png")
     run = visit(browser, f"{base}/runs/{facts['drift_run']}", screenshots / "run-drift.png")
-    assert "First changed node: matmul_2 (MatMul, #6)" in run
-    assert "First node out of tolerance: matmul_2 (MatMul, #6)" in run
+    assert "First changed node: tanh_2 (Tanh, #8)" in run  # ORT's FusedGemm, mapped back to the model
+    assert "First node out of tolerance: tanh_2 (Tanh, #8)" in run
+    assert "which replaced matmul_2, add_2, tanh_2" in run
     assert "What changed in the model file" in run, "the static diff against the baseline's manifest"
     assert "NVIDIA_TF32_OVERRIDE" in run, "the env diff against the baseline's environment"
     assert browser.find_elements("css selector", "div.plot svg circle"), "the per-node plot"

@@ -24,6 +24,7 @@ from monitor.localize.engine import (
     tensor_error,
 )
 from monitor.localize.graph import ExposingRunner, load_model, save_optimized_model
+from monitor.localize.report import NodeDivergence
 from monitor.localize.rule import Rule
 from tests import modelzoo
 
@@ -69,6 +70,7 @@ def test_perturbed_weight_is_localized_to_its_consuming_node(
         session=PRODUCTION,
         reference_model_path=models["mlp"],
         mode=mode,  # type: ignore[arg-type]
+        graph_view="model",  # the model's own tensors: every node answers for itself
     )
     for first in (report.first_changed, report.first_out_of_tolerance):
         assert first is not None
@@ -131,11 +133,24 @@ def test_fp16_conversion_is_localized_and_the_error_persists(
 def test_exposing_a_fused_tensor_drops_the_graph_level_and_says_so(
     models: dict[str, Path], fused_feeds: dict[str, np.ndarray]
 ) -> None:
-    report = localize(models["fused"], fused_feeds, providers=CPU, session=PRODUCTION)
-    assert report.graph_level != "all"
+    report = localize(models["fused"], fused_feeds, providers=CPU, session=PRODUCTION, graph_view="model")
+    assert report.graph_level != "all" and report.graph_view == "model"
     assert "changed the final outputs" in report.graph_level_detail
     model_nodes = {n.name for n in onnx.load(str(models["fused"])).graph.node}
     assert {n.name for n in report.profile} <= model_nodes  # no node of ORT's optimized graph leaks
+
+
+def test_by_default_the_optimized_graph_is_exposed_at_the_production_level_mapped_back_and_says_so(
+    models: dict[str, Path], fused_feeds: dict[str, np.ndarray]
+) -> None:
+    report = localize(models["fused"], fused_feeds, providers=CPU, session=PRODUCTION)
+    assert report.graph_level == "all" and report.graph_view == "optimized"
+    assert "left the final outputs bitwise equal" in report.graph_level_detail
+    assert "mapped back to the model's nodes" in report.graph_level_detail
+    model_nodes = {n.name for n in onnx.load(str(models["fused"])).graph.node}
+    for node in report.profile:  # names, and what fused nodes replaced, are the model's own
+        assert {node.name, *node.fused_from} <= model_nodes
+    assert any(n.fused_from and n.optimized_node not in model_nodes for n in report.profile)
 
 
 def test_fusion_faithful_graph_gives_production_outputs_bitwise(
@@ -161,10 +176,31 @@ def test_perturbed_weight_inside_a_fusion_names_the_fused_node(
     models: dict[str, Path], fused_feeds: dict[str, np.ndarray]
 ) -> None:
     report = localize(
-        models["fused_perturbed"], fused_feeds, providers=CPU, session=PRODUCTION, reference_model_path=models["fused"]
+        models["fused_perturbed"],
+        fused_feeds,
+        providers=CPU,
+        session=PRODUCTION,
+        reference_model_path=models["fused"],
+        graph_view="model",
     )
     assert report.graph_level != "all" and report.first_changed is not None
     assert report.first_changed.name == "matmul_2" and not report.first_changed.inputs_changed
+
+
+def test_perturbed_weight_inside_a_fusion_on_the_optimized_graph_names_the_fusion_it_is_in(
+    models: dict[str, Path], fused_feeds: dict[str, np.ndarray]
+) -> None:
+    report = localize(
+        models["fused_perturbed"], fused_feeds, providers=CPU, session=PRODUCTION, reference_model_path=models["fused"]
+    )
+    out, changed = report.first_out_of_tolerance, report.first_changed
+    assert report.graph_level == "all" and report.graph_view == "optimized" and out is not None
+    assert "matmul_2" in out.fused_from and out.name in out.fused_from
+    assert out.optimized_node and out.optimized_node != out.name
+    # Against the unoptimized reference the first fused kernel already rounds differently: a changed
+    # kernel is what first_changed names, with the model nodes the fusion replaced.
+    assert changed is not None and changed.fused_from and not changed.inputs_changed
+    assert changed.index <= out.index
 
 
 def test_chunk_size_does_not_change_the_answer(models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]) -> None:
@@ -187,7 +223,9 @@ def test_chunk_size_does_not_change_the_answer(models: dict[str, Path], mlp_feed
 def test_baseline_intermediates_localize_the_perturbed_node(
     models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]
 ) -> None:
-    baseline = capture_intermediates(models["mlp"], mlp_feeds, providers=CPU, session=PRODUCTION, chunk_size=32)
+    baseline = capture_intermediates(
+        models["mlp"], mlp_feeds, providers=CPU, session=PRODUCTION, chunk_size=32, graph_view="model"
+    )
     assert {"mm20", "act39", "y"} <= set(baseline)
     for mode in ("all", "bisect"):
         report = localize(
@@ -202,6 +240,28 @@ def test_baseline_intermediates_localize_the_perturbed_node(
         assert report.against == "baseline" and report.comparison == "bitwise"
         for first in (report.first_changed, report.first_out_of_tolerance):
             assert first is not None and first.name == "matmul_20" and not first.inputs_changed
+
+
+def test_on_the_optimized_graph_the_perturbed_weight_is_named_on_its_fused_gemm(
+    models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]
+) -> None:
+    baseline = capture_intermediates(models["mlp"], mlp_feeds, providers=CPU, session=PRODUCTION, chunk_size=32)
+    assert str(baseline[LEVEL_KEY]) == "all:optimized" and "mm20" not in baseline  # MatMul+Add+Tanh: one FusedGemm
+    for mode in ("all", "bisect"):
+        report = localize(
+            models["perturbed"],
+            mlp_feeds,
+            providers=CPU,
+            session=PRODUCTION,
+            against="baseline",
+            reference_intermediates=baseline,
+            mode=mode,
+        )
+        assert report.graph_view == "optimized" and report.comparison == "bitwise"
+        for first in (report.first_changed, report.first_out_of_tolerance):
+            assert first is not None and not first.inputs_changed
+            assert (first.name, first.fused_from) == ("tanh_20", ("matmul_20", "add_20", "tanh_20"))
+            assert first.optimized_node and first.optimized_node not in first.fused_from
 
 
 def test_time_budget_cuts_the_search_short(models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]) -> None:
@@ -255,7 +315,12 @@ def test_plot_is_svg_with_the_first_divergence_marked(
     models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]
 ) -> None:
     report = localize(
-        models["perturbed"], mlp_feeds, providers=CPU, session=PRODUCTION, reference_model_path=models["mlp"]
+        models["perturbed"],
+        mlp_feeds,
+        providers=CPU,
+        session=PRODUCTION,
+        reference_model_path=models["mlp"],
+        graph_view="model",
     )
     svg = plot_svg(report)
     root = ET.fromstring(svg)
@@ -353,6 +418,27 @@ def test_changed_and_out_of_tolerance(
     assert (error.changed, error.out_of_tolerance) == (changed, out_of_tolerance)
 
 
+@pytest.mark.parametrize(
+    ("moved", "where"),
+    [(0.0, None), (5e-6, 0), (2e-5, 0), (1e-3, 7), (1e-4, -1), (1.0, 3), (3e-5, slice(None))],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+def test_the_element_rule_shortcut_gives_the_verdict_and_reason_of_the_full_comparison(
+    moved: float, where: int | slice | None, dtype: type
+) -> None:
+    from monitor.compare.outputs import compare_output
+
+    rng = np.random.default_rng(7)
+    reference = rng.normal(0, 1, (4, 16)).astype(dtype)
+    actual = reference.copy()
+    if where is not None:
+        actual.reshape(-1)[where] += dtype(moved)
+    error = TOLERANCE_RULE.measure("t", actual, reference)
+    full = compare_output("t", [actual], [reference], TOLERANCE_RULE.tolerance)
+    assert error.out_of_tolerance == (not full)
+    assert error.reasons == tuple(r.code for r in full.reasons)
+
+
 def test_a_noise_floor_hides_differences_below_it() -> None:
     a, b = np.array([1.0, 2.0], np.float32), np.array([1.0, 2.0 + 2.4e-7], np.float32)
     assert TOLERANCE_RULE.measure("t", a, b).changed
@@ -374,16 +460,95 @@ def test_qdq_subject_is_paired_by_dequantize_outputs() -> None:
 
 
 def test_capture_records_the_level_it_ran_at(models: dict[str, Path], fused_feeds: dict[str, np.ndarray]) -> None:
-    stored = capture_intermediates(models["fused"], fused_feeds, providers=CPU, session=PRODUCTION)
-    level = str(stored[LEVEL_KEY])
-    assert level != "all" and {"mm1", "add1", "relu1"} <= set(stored)
+    for view in ("model", "auto"):
+        stored = capture_intermediates(
+            models["fused"],
+            fused_feeds,
+            providers=CPU,
+            session=PRODUCTION,
+            graph_view=view,  # type: ignore[arg-type]
+        )
+        level = str(stored[LEVEL_KEY])
+        if view == "model":
+            assert level != "all" and {"mm1", "add1", "relu1"} <= set(stored)
+        else:  # the fused MatMul's own output is gone from the graph ORT runs; the fusion's output is kept
+            assert level == "all:optimized" and "relu1" in set(stored) and "mm1" not in stored
+        report = localize(
+            models["fused_perturbed"],
+            fused_feeds,
+            providers=CPU,
+            session=PRODUCTION,
+            against="baseline",
+            reference_intermediates=stored,
+        )
+        assert report.graph_level == level.removesuffix(":optimized") and report.comparison == "bitwise"
+        first = report.first_changed
+        assert first is not None and "matmul_2" in {first.name, *first.fused_from}
+        assert report.graph_view == ("optimized" if view == "auto" else "model")
+
+
+def test_the_run_page_shows_a_fused_node_and_what_it_replaced_escaped() -> None:
+    from monitor.api.web import localization
+
+    hostile = "<script>alert(1)</script>"
+    node = NodeDivergence(
+        4, "relu_1", "Relu", ("r1",), 0.5, 2.0, 0.01, True, True, False,
+        optimized_node=f"fused {hostile}/MatMulAddFusion", fused_from=("matmul_1", f"add {hostile}", "relu_1"),
+    )  # fmt: skip
+    report = LocalizationReport(
+        model="m.onnx", against="baseline", mode="all", first_changed=node, first_out_of_tolerance=node,
+        top=(node,), profile=(node,), runs=2, seconds=0.1, graph_view="optimized",
+    )  # fmt: skip
+    page = localization.render({"localization": LocalizationReport.from_dict(report.to_dict()).to_dict()})
+    assert hostile not in page and "&lt;script&gt;" in page
+    assert "which replaced" in page and "matmul_1" in page and "(optimized graph)" in page
+
+
+def test_a_cnns_nchwc_tensors_map_back_to_the_models_tensors_as_plain_onnxruntime_computes_them(
+    tmp_path: Path,
+) -> None:
+    import onnxruntime as ort
+
+    from monitor.localize.optimized import map_optimized
+
+    model = modelzoo.small_cnn(channels=12, blocks=3)  # 12 channels: padded to the NCHWc block
+    path = modelzoo.save(model, tmp_path / "cnn.onnx")
+    x = {"x": np.random.default_rng(3).normal(0, 1, (1, 3, 16, 16)).astype(np.float32)}
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    production = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run(None, x)
+    mapping = map_optimized(model, onnx.load(str(tmp_path / "optimized.onnx")))
+    names = sorted(mapping.origins)
+    assert {"crelu0", "crelu1", "crelu2"} <= set(names)  # blocked tensors, brought back by ReorderOutput
+
+    def run(proto: onnx.ModelProto, level: ort.GraphOptimizationLevel) -> dict[str, np.ndarray]:
+        exposed = onnx.ModelProto()
+        exposed.CopyFrom(proto)
+        for name in names:
+            if name not in {o.name for o in exposed.graph.output}:
+                exposed.graph.output.add().name = name
+        so = ort.SessionOptions()
+        so.graph_optimization_level = level
+        session = ort.InferenceSession(exposed.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        return dict(zip([o.name for o in session.get_outputs()], session.run(None, x), strict=True))
+
+    truth = run(model, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    got = run(mapping.model, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    assert got["y"].tobytes() == production[0].tobytes()  # exposing the optimized graph changes nothing
+    for name in names:
+        assert got[name].shape == truth[name].shape
+        np.testing.assert_allclose(got[name], truth[name], rtol=1e-4, atol=1e-5, err_msg=name)
+    assert mapping.origins["crelu1"].fused_from == ("conv_1", "relu_1")
+
+
+def test_intermediates_stored_before_the_optimized_view_replay_on_the_models_own_tensors(
+    models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]
+) -> None:
+    stored = capture_intermediates(models["mlp"], mlp_feeds, providers=CPU, session=PRODUCTION, graph_view="model")
+    older = {k: v for k, v in stored.items() if k != LEVEL_KEY}  # a baseline captured by an earlier onnxmon
     report = localize(
-        models["fused_perturbed"],
-        fused_feeds,
-        providers=CPU,
-        session=PRODUCTION,
-        against="baseline",
-        reference_intermediates=stored,
-    )
-    assert report.graph_level == level and report.comparison == "bitwise"
-    assert report.first_changed is not None and report.first_changed.name == "matmul_2"
+        models["perturbed"], mlp_feeds, providers=CPU, session=PRODUCTION, against="baseline",
+        reference_intermediates=older,
+    )  # fmt: skip
+    assert report.graph_view == "model"
+    assert report.first_changed is not None and report.first_changed.name == "matmul_20"

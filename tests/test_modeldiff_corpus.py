@@ -1,7 +1,7 @@
 """The static model diff on every model of the real-model corpus, checked against plain onnx.
 
 Each variant is made with the tools people use (``tests/variants.py``): the largest float weight
-scaled by 1.001 or moved one ULP, an fp16 conversion, an int8 dynamic quantization. What the diff
+scaled by 1.001 or moved one ULP, an fp16 conversion, an int8 dynamic or static (QDQ) quantization. What the diff
 must name (the changed tensor or attribute, the nodes that read it, the count of converted
 initializers) is computed here independently, by scanning the two protobufs with plain ``onnx``.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +19,9 @@ import pytest
 from onnx import numpy_helper
 
 from monitor import jsonsafe, modeldiff
+from monitor.files import benchsets
 from tests import variants
-from tests.realmodels import MODELS, not_applicable, source_file
+from tests.realmodels import MODELS, Prepared, not_applicable, prepare, source_file
 
 pytestmark = pytest.mark.realmodels
 NAMES = sorted(MODELS)
@@ -178,3 +180,43 @@ def test_an_int8_dynamic_quantization_names_the_quantize_nodes_it_added(name: st
         assert f"{op}×" in line
     added = json.loads(jsonsafe.dumps(diff.to_dict()))["nodes_added"]
     assert sum(1 for node in added if node["op_type"] in QDQ) == min(sum(grew.values()), 200)
+
+
+@pytest.fixture(scope="module")
+def prepared() -> Iterator[dict[str, Prepared]]:
+    yield {}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_int8_static_qdq_quantization_is_summarized_as_pairs_around_the_nodes_they_feed(
+    name: str, prepared: dict[str, Prepared], tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    item = prepare(prepared, name, tmp_path_factory)
+    plan = item.plan()
+    benchsets.ensure(plan.benchset, plan.benchsets_dir)  # calibration data, drawn from the model's signature
+    target = tmp_path / "qdq.onnx"
+    try:
+        variants.quantize(item.pristine, target, static=True, samples=item.samples())
+    except variants.NotApplicable as exc:  # the quantizer's limit, listed with its reason: not a skip
+        assert not_applicable("int8-qdq").get(name), (
+            f"int8-qdq of {name}: {exc}; list it in tests/corpus/scenarios.yaml"
+        )
+        return
+    old, new = onnx.load(str(item.pristine)), onnx.load(str(target))
+    nodes = lambda m: [n for g in variants.all_graphs(m.graph) for n in g.node]  # noqa: E731
+    grew = Counter(n.op_type for n in nodes(new) if n.op_type in QDQ) - Counter(
+        n.op_type for n in nodes(old) if n.op_type in QDQ
+    )
+    old_dq = {o for n in nodes(old) if n.op_type == "DequantizeLinear" for o in n.output}
+    new_dq = {o for n in nodes(new) if n.op_type == "DequantizeLinear" for o in n.output} - old_dq
+    around = [n for n in nodes(new) if n.op_type not in QDQ[:3] and new_dq & set(n.input)]
+    diff = modeldiff.diff_models(item.pristine, target)
+    line = next((s for s in diff.summary if s.startswith("quantize/dequantize nodes added")), None)
+    if not grew:
+        assert line is None, diff.summary
+        return
+    assert diff and line is not None, diff.summary
+    for op, count in grew.items():
+        assert f"{op}×{count}" in line, (line, grew)
+    if around:
+        assert line.endswith(f" around {len(around)} node{'s' * (len(around) != 1)}"), (line, len(around))

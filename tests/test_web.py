@@ -206,8 +206,10 @@ def test_run_page_shows_the_localized_drift_and_the_env_diff_against_the_baselin
 ) -> None:
     html = page(client, f"/runs/{history.drift_run}")
     text = text_of(html)
-    assert "First changed node: matmul_2 (MatMul, #6)" in text
-    assert "First node out of tolerance: matmul_2 (MatMul, #6)" in text
+    # ORT runs matmul_2, add_2 and tanh_2 as one FusedGemm: the answer is the fusion, mapped back.
+    assert "First changed node: tanh_2 (Tanh, #8)" in text
+    assert "First node out of tolerance: tanh_2 (Tanh, #8)" in text
+    assert "which replaced matmul_2, add_2, tanh_2" in re.sub(r"\s+([,.])", r"\1", text)
     assert "this node introduced the change" in text
     assert "relative error per node" in html and "<circle" in html, "the per-node plot is inline"
     diff = html[html.index("Environment against the baseline") :]

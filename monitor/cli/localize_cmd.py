@@ -29,13 +29,24 @@ def register(app: typer.Typer) -> None:
         config_file: str | None = common.ConfigOption,
         sample: int = typer.Option(0, "--sample", min=0, help="Benchmark sample to replay."),
         against: str = typer.Option(
-            "auto", "--against", help="auto | baseline | unoptimized | PATH of a reference model (e.g. the fp32 build)."
+            "auto",
+            "--against",
+            help="auto | baseline | unoptimized | model (with --reference PATH) | model:PATH | PATH of a reference"
+            " model (e.g. the fp32 build).",
+        ),
+        reference_path: Path | None = typer.Option(
+            None, "--reference", help="With --against model: the reference model file (e.g. the fp32 build)."
         ),
         mode: str = typer.Option("auto", "--mode", help="auto | all | bisect"),
         graph_level: str | None = typer.Option(
             None,
             "--graph-level",
             help="ORT optimization level of the exposed graph: disable|basic|extended|layout|all.",
+        ),
+        graph_view: str = typer.Option(
+            "auto",
+            "--graph-view",
+            help="auto | model (expose the model's tensors) | optimized (expose ORT's optimized graph, mapped back).",
         ),
         threshold_rule: str = typer.Option(
             "tolerance", "--threshold-rule", help="tolerance (the check's atol/rtol, per tensor) | std (1% of std)."
@@ -58,9 +69,9 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"--mode must be auto, all or bisect, not {mode!r}")
         if threshold_rule not in ("tolerance", "std"):
             raise typer.BadParameter(f"--threshold-rule must be tolerance or std, not {threshold_rule!r}")
-        reference = None if against in KEYWORDS else Path(against.removeprefix("model:"))
-        if reference is not None and not reference.is_file():
-            raise typer.BadParameter(f"--against {against!r}: not auto|baseline|unoptimized and no such model file")
+        if graph_view not in ("auto", "model", "optimized"):
+            raise typer.BadParameter(f"--graph-view must be auto, model or optimized, not {graph_view!r}")
+        reference = reference_model(against, reference_path)
         plan = plan_for(common.settings(config_file), model)
         console = common.console()
         try:
@@ -72,6 +83,7 @@ def register(app: typer.Typer) -> None:
                     reference_model=reference,
                     mode=mode,  # type: ignore[arg-type]
                     graph_level=graph_level,
+                    graph_view=graph_view,  # type: ignore[arg-type]
                     threshold_rule=threshold_rule,  # type: ignore[arg-type]
                     chunk_size=chunk_size,
                     rel_threshold=threshold,
@@ -141,6 +153,35 @@ def register(app: typer.Typer) -> None:
                 common.fmt(layer.sqnr_db),
             )  # fmt: skip
         common.console().print(table)
+
+
+def reference_model(against: str, reference: Path | None) -> Path | None:
+    """The reference model file that ``--against`` / ``--reference`` name, or None for another side.
+
+    Spellings: ``--against model --reference PATH``, ``--against model:PATH``, ``--against PATH`` (kept
+    from before), or ``--reference PATH`` alone (``--against`` left at ``auto``).
+    """
+    path: Path | None
+    if against == "model":
+        if reference is None:
+            raise typer.BadParameter("--against model needs the reference file: --reference PATH (or model:PATH)")
+        path = reference
+    elif against in KEYWORDS:
+        if reference is not None and against != "auto":
+            raise typer.BadParameter(f"--reference goes with --against model, not with --against {against}")
+        path = reference
+    else:
+        if reference is not None:
+            raise typer.BadParameter(f"--against {against!r} already names a reference file; drop --reference")
+        if not against.removeprefix("model:").strip():
+            raise typer.BadParameter("--against model: needs a path after the colon (model:PATH)")
+        path = Path(against.removeprefix("model:"))
+    if path is not None and not path.is_file():
+        what = "--reference" if reference is not None else "--against"
+        raise typer.BadParameter(
+            f"{what} {str(path)!r}: no such model file (--against takes auto|baseline|unoptimized|model|PATH)"
+        )
+    return path
 
 
 def _crashed(exc: BaseException) -> None:

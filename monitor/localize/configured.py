@@ -20,6 +20,7 @@ from monitor.errors import BaselineError
 from monitor.files import baselines
 from monitor.files import benchsets as benchset
 from monitor.localize import engine as localize
+from monitor.localize.levels import View
 from monitor.localize.report import LocalizationReport
 from monitor.localize.rule import ThresholdRule
 from monitor.runtime import envsnap
@@ -36,6 +37,7 @@ def localize_model(
     reference_model: Path | None = None,
     mode: Mode = "auto",
     graph_level: str | None = None,
+    graph_view: View = "auto",
     threshold_rule: ThresholdRule = "tolerance",
     chunk_size: int = 64,
     rel_threshold: float = 0.01,
@@ -76,6 +78,7 @@ def localize_model(
         same_stack=side == "baseline" and baseline is not None and _same_stack(plan, baseline, capture_env),
         mode=mode,
         graph_level=graph_level,
+        graph_view=graph_view,
         threshold_rule=threshold_rule,
         tolerance=plan.default_tolerance,
         chunk_size=chunk_size,

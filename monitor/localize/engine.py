@@ -7,17 +7,20 @@ provider with graph optimizations disabled) or ``model`` (another model file, e.
 of an fp16 or QDQ subject, run like ``unoptimized``). The rules are in ``rule.py``, the searches
 (``all``, ``bisect``) and the two answers in ``search.py``.
 
-Only the model's own tensors are exposed and compared, so every answer names a node of the model
-(never a node of ORT's optimized graph such as ``ReorderOutput_*`` or ``*/MatmulTransposeFusion/``).
-Exposing a tensor as a graph output can stop ORT's fusions and layout passes and change the numbers
-(the observer effect). Every exposed run's final outputs are checked bitwise against a plain run at
-the same optimization level (at capture, every chunk is also run twice and must repeat bitwise:
-some fused kernels give other bits when the exposed set changes); on a difference the exposed
-graph is run one level lower (``all`` ->
-``extended`` -> ``basic`` -> ``disable``), where exposing no longer changes what is computed, and
-the report says so (``graph_level``, ``graph_level_detail``). Stored intermediates record the level
-they were captured at (the entry ``onnxmon:graph_level``) and localization against them runs at
-that level, which is what makes a bitwise comparison meaningful.
+Only the model's tensors are compared, so every answer names a node of the model (never a node of
+ORT's optimized graph such as ``ReorderOutput_*`` or ``*/MatmulTransposeFusion/``). Exposing a
+tensor of the model as a graph output can stop ORT's fusions and layout passes and change the
+numbers (the observer effect), and an exposed tensor can even hold another value depending on which
+others are exposed with it. So by default the graph ORT really runs at the production level is
+exposed, mapped back to the model (``graph_view: optimized``: a fused node's tensor is reported on
+the model node that produces it, with ``optimized_node`` and ``fused_from``); the model's own
+tensors are exposed where that graph keeps too few of them, and only where that changes the final
+outputs too does the exposed graph run a level lower (``levels.py``). Every exposed run's final
+outputs are checked bitwise against a plain run at the same level (at capture, every chunk is also
+run twice and must repeat bitwise); the report says which level and view and why (``graph_level``,
+``graph_view``, ``graph_level_detail``). Stored intermediates record the level and view they were
+captured at (the entry ``onnxmon:graph_level``, e.g. ``all:optimized``) and localization against
+them runs the same way, which is what makes a bitwise comparison meaningful.
 
 *Changed* is bitwise when the caller says the stack and session settings are the baseline's
 (``same_stack``); otherwise the subject is run twice and its spread is the noise floor. A
@@ -37,14 +40,24 @@ import numpy as np
 
 from monitor.config.settings import ProviderSpec, SessionConfig
 from monitor.errors import MonitorError
-from monitor.localize.graph import ExposingRunner, StoredTensors, load_model, node_outputs
+from monitor.localize.graph import ExposingRunner, StoredTensors, graph_nodes, load_model, node_outputs
+from monitor.localize.levels import (
+    LEVELS,
+    OPTIMIZED_SUFFIX,
+    View,
+    attempts,
+    comparison_detail,
+    exposed_subject,
+    level_detail,
+    levels_to_try,
+    view_label,
+)
 from monitor.localize.plot import plot_svg
 from monitor.localize.report import LocalizationReport, NodeDivergence, top_nodes
 from monitor.localize.rule import DEFAULT_TOLERANCE, Rule, ThresholdRule, tensor_error
 from monitor.localize.search import Budget, ObserverEffect, Repeated, Search, SearchResult, TensorSource
 from monitor.localize.sqnr import LayerSQNR, per_layer_sqnr
 from monitor.results import AppliedTolerance
-from monitor.runtime.session import Session
 
 __all__ = [
     "LEVEL_KEY",
@@ -60,7 +73,6 @@ __all__ = [
 
 Against = Literal["baseline", "unoptimized", "model"]
 AUTO_BISECT_NODES = 300
-LEVELS = ("all", "layout", "extended", "basic", "disable")
 LEVEL_KEY = "onnxmon:graph_level"  # the reserved entry of stored intermediates: the level they ran at
 # The reserved entry of intermediates made by another framework (``onnxmon reference torch``: "torch").
 # No two implementations agree bitwise, so *changed* there means above float rounding: more than
@@ -84,6 +96,7 @@ def localize(
     same_stack: bool = True,
     mode: Literal["auto", "all", "bisect"] = "auto",
     graph_level: str | None = None,
+    graph_view: View = "auto",
     threshold_rule: ThresholdRule = "tolerance",
     tolerance: AppliedTolerance = DEFAULT_TOLERANCE,
     chunk_size: int = 64,
@@ -101,6 +114,7 @@ def localize(
         against = "model" if reference_model_path is not None else "unoptimized"
     side: Against = "unoptimized" if against == "reference" else against  # type: ignore[assignment]
     _validate(side, reference_model_path, reference_intermediates, mode, chunk_size, graph_level, threshold_rule)
+    _check_view(graph_view)
     if not rel_threshold > 0 or not abs_floor >= 0:
         raise MonitorError(f"localize: rel_threshold must be > 0 and abs_floor >= 0, got {rel_threshold}, {abs_floor}")
     started = time.perf_counter()
@@ -125,6 +139,13 @@ def localize(
             foreign = str(np.asarray(foreign_entry).item()) if foreign_entry is not None else None
             if foreign is not None:
                 noise = {name: FOREIGN_FLOOR * _magnitude(value) for name, value in stored.items()}
+            # Replay the way the capture ran: its level and view (captures older than the optimized
+            # view exposed the model's tensors); an explicit graph_view is the caller's choice.
+            captured_view: View = "model"
+            if stored_level is not None and stored_level.endswith(OPTIMIZED_SUFFIX):
+                stored_level, captured_view = stored_level.removesuffix(OPTIMIZED_SUFFIX), "optimized"
+            if graph_view == "auto":
+                graph_view = captured_view
             reference = StoredTensors(stored)
         else:
             runner = stack.enter_context(
@@ -138,7 +159,7 @@ def localize(
             )
             repeated = Repeated(runner)
             reference, noise = repeated, repeated.noise
-        levels, level_why = _levels(session, graph_level, stored_level)
+        levels, level_why = levels_to_try(session, graph_level, stored_level)
         bitwise = (
             side == "baseline"
             and same_stack
@@ -146,40 +167,46 @@ def localize(
             and (stored_level is None or stored_level == levels[0])
         )
         details: list[str] = []
+        dropped: list[str] = []
         runs = 0
-        for position, level in enumerate(levels):
+        tries = attempts(levels, graph_view)
+        for position, (level, view) in enumerate(tries):
             at_level = session.model_copy(update={"graph_optimization_level": level})
-            plain = Session(model_path, providers, at_level).run(feeds, where="localization feeds")
-            runner = stack.enter_context(
-                ExposingRunner(model, feeds, providers=providers, session=at_level, production=plain)
+            last = position == len(tries) - 1
+            subject_runner, origins, why, _ = exposed_subject(
+                stack, model_path, model, feeds, providers, at_level, view, require_kept=not last
             )
-            subject: TensorSource = runner
+            if subject_runner is None:
+                dropped.append(f"at level {level}: {why}")
+                continue
+            subject: TensorSource = subject_runner
             if not bitwise and side == "baseline" and foreign is None:
-                repeated = Repeated(runner)
+                repeated = Repeated(subject_runner)
                 subject, noise = repeated, repeated.noise
             engine = Search(
-                runner.nodes,
-                runner.final_outputs,
+                graph_nodes(model),
+                tuple(o.name for o in model.graph.output),
                 subject,
                 reference,
                 chunk_size=chunk_size,
                 rule=rule,
                 budget=budget,
-                stop_on_observer=position < len(levels) - 1,
+                stop_on_observer=position < len(tries) - 1,
                 noise=noise,
                 pair_dequantized=side == "model",
+                origins=origins,
             )
             try:
                 result: SearchResult = engine.run_all() if search_mode == "all" else engine.run_bisect()
             except ObserverEffect:
-                details.append(f"at level {level}: {runner.observer_mismatch}")
-                runs += 1 + runner.runs
+                details.append(f"at level {level}{view_label(view)}: {subject_runner.observer_mismatch}")
+                runs += 1 + subject_runner.runs
                 continue
-            runs += 1 + runner.runs + reference.runs
-            if runner.observer_mismatch:
-                details.append(f"at level {level} (kept): {runner.observer_mismatch}")
+            runs += 1 + subject_runner.runs + reference.runs
+            if subject_runner.observer_mismatch:
+                details.append(f"at level {level}{view_label(view)} (kept): {subject_runner.observer_mismatch}")
             break
-        level_detail = _level_detail(level_why, details, level)
+        level_text = level_detail(level_why, details, level, view, dropped, why)
         nondeterministic = tuple(sorted(n for n, v in noise.items() if v > 0)) if side != "baseline" else ()
         return LocalizationReport(
             model=model_path.name,
@@ -189,14 +216,15 @@ def localize(
             first_changed=result.first_changed,
             first_out_of_tolerance=result.first_out_of_tolerance,
             comparison="bitwise" if bitwise else "noise_floor",
-            comparison_detail=_comparison_detail(side, bitwise, same_stack, stored_level, level, noise)
+            comparison_detail=comparison_detail(side, bitwise, same_stack, stored_level, level, noise)
             if foreign is None
             else f"against a {foreign} reference: changed means above float rounding ({FOREIGN_FLOOR:g} x the"
             " tensor's largest magnitude); the subject ran once",
             threshold_rule=threshold_rule,
             rule_detail=rule.describe(),
             graph_level=level,
-            graph_level_detail=level_detail,
+            graph_level_detail=level_text,
+            graph_view=view,
             nondeterministic_reference=nondeterministic,
             top=top_nodes(result.profile),
             profile=tuple(result.profile),
@@ -221,6 +249,7 @@ def capture_intermediates(
     session: SessionConfig,
     chunk_size: int = 64,
     graph_level: str | None = None,
+    graph_view: View = "auto",
 ) -> dict[str, np.ndarray]:
     """Every tensor of the model (node outputs and final outputs) as the exposed graph computes it.
 
@@ -230,15 +259,21 @@ def capture_intermediates(
     under ``LEVEL_KEY``.
     """
     _check_chunk_size(chunk_size)
+    _check_view(graph_view)
     model_path = Path(model_path)
     model = load_model(model_path)
     names = node_outputs(model)
-    levels, _ = _levels(session, graph_level, None)
-    for position, level in enumerate(levels):
-        last = position == len(levels) - 1
+    levels, _ = levels_to_try(session, graph_level, None)
+    tries = attempts(levels, graph_view)
+    for position, (level, view) in enumerate(tries):
+        last = position == len(tries) - 1
         at_level = session.model_copy(update={"graph_optimization_level": level})
-        plain = Session(model_path, providers, at_level).run(feeds, where="capture feeds")
-        with ExposingRunner(model, feeds, providers=providers, session=at_level, production=plain) as runner:
+        with ExitStack() as stack:
+            runner, _, _, plain = exposed_subject(
+                stack, model_path, model, feeds, providers, at_level, view, require_kept=not last
+            )
+            if runner is None:
+                continue
             source = Repeated(runner)
             wanted = [n for n in names if n in runner.producible]
             captured: dict[str, np.ndarray] = {}
@@ -248,7 +283,8 @@ def capture_intermediates(
                 if not faithful and not last:
                     break
             else:
-                return {**plain, **captured, LEVEL_KEY: np.array(level)}
+                stored = level + (OPTIMIZED_SUFFIX if view == "optimized" else "")
+                return {**plain, **captured, LEVEL_KEY: np.array(stored)}
     raise AssertionError("unreachable: the last level always returns")
 
 
@@ -258,51 +294,6 @@ def _magnitude(value: np.ndarray) -> float:
         return 0.0
     finite = np.abs(array[np.isfinite(array)].astype(np.float64)) if array.dtype.kind == "f" else np.abs(array)
     return float(finite.max()) if finite.size else 0.0
-
-
-def _levels(session: SessionConfig, chosen: str | None, stored: str | None) -> tuple[list[str], str]:
-    """The levels to try, highest first, and why they start where they do."""
-    if chosen is not None:
-        return [chosen], f"level {chosen}, as asked (--graph-level)"
-    if stored is not None:
-        return [stored], f"level {stored}, the level the baseline's intermediates were captured at"
-    production = session.graph_optimization_level
-    return list(LEVELS[LEVELS.index(production) :]), f"the production level ({production})"
-
-
-def _level_detail(why: str, observer: list[str], level: str) -> str:
-    if not observer:
-        return f"{why}; exposing the model's tensors left the final outputs bitwise equal"
-    dropped = [d for d in observer if "(kept)" not in d]
-    text = why
-    if dropped:
-        text += (
-            f"; exposing the model's tensors changed the final outputs ({'; '.join(dropped)}): ORT's fusions and"
-            f" layout passes rewrite those tensors there, so the exposed graph ran at level {level}"
-        )
-    kept = [d for d in observer if "(kept)" in d]
-    if kept:
-        text += f"; the observer effect remains ({kept[0]}): numbers near the fused nodes may not be production's"
-    return text
-
-
-def _comparison_detail(
-    side: str, bitwise: bool, same_stack: bool, stored: str | None, level: str, noise: Mapping[str, float]
-) -> str:
-    if bitwise:
-        return "the stack, session settings and graph level match the baseline's: replays are bitwise reproducible"
-    floor = max(noise.values(), default=0.0)
-    if side == "baseline":
-        why = "the environment or session settings differ from the baseline's" if not same_stack else ""
-        if stored is not None and stored != level:
-            why = why or f"the baseline's intermediates ran at level {stored}, this run at {level}"
-        return (
-            f"{why or 'no bitwise guarantee'}: changed means above the subject's spread over two runs (max {floor:.3g})"
-        )
-    return (
-        f"against a different execution ({side}): changed means above the reference's spread over two runs"
-        f" (max {floor:.3g})"
-    )
 
 
 def _validate(
@@ -330,6 +321,11 @@ def _validate(
     if threshold_rule not in ("tolerance", "std"):
         raise MonitorError(f"localize: threshold rule must be 'tolerance' or 'std', got {threshold_rule!r}")
     _check_chunk_size(chunk_size)
+
+
+def _check_view(view: str) -> None:
+    if view not in ("auto", "model", "optimized"):
+        raise MonitorError(f"localize: graph view must be 'auto', 'model' or 'optimized', got {view!r}")
 
 
 def _check_chunk_size(chunk_size: int) -> None:

@@ -47,6 +47,10 @@ class NodeDivergence:
     out_of_tolerance: bool
     inputs_changed: bool
     reasons: tuple[str, ...] = ()
+    # Set when the tensor came from ORT's optimized graph: the node that computed it and the model
+    # nodes it replaced (a fusion), topologically ordered; empty when it is the model's own node.
+    optimized_node: str = ""
+    fused_from: tuple[str, ...] = ()
 
     @property
     def diverged(self) -> bool:
@@ -65,6 +69,8 @@ class NodeDivergence:
             "out_of_tolerance": self.out_of_tolerance,
             "inputs_changed": self.inputs_changed,
             "reasons": list(self.reasons),
+            "optimized_node": self.optimized_node,
+            "fused_from": list(self.fused_from),
         }
 
     @classmethod
@@ -82,6 +88,8 @@ class NodeDivergence:
             out_of_tolerance=out,
             inputs_changed=bool(data.get("inputs_changed", data.get("inputs_diverged", False))),
             reasons=tuple(str(r) for r in data.get("reasons", ())),
+            optimized_node=str(data.get("optimized_node", "")),
+            fused_from=tuple(str(n) for n in data.get("fused_from", ())),
         )
 
 
@@ -104,6 +112,7 @@ class LocalizationReport:
     rule_detail: str = ""
     graph_level: str = "all"
     graph_level_detail: str = ""
+    graph_view: str = "model"  # model (the model's tensors exposed) | optimized (ORT's graph, mapped back)
     reference_model: str = ""
     nondeterministic_reference: tuple[str, ...] = ()
     complete: bool = True
@@ -136,6 +145,7 @@ class LocalizationReport:
             "rule_detail": self.rule_detail,
             "graph_level": self.graph_level,
             "graph_level_detail": self.graph_level_detail,
+            "graph_view": self.graph_view,
             "nondeterministic_reference": list(self.nondeterministic_reference),
             "top": [n.to_dict() for n in self.top],
             "profile": [n.to_dict() for n in self.profile],
@@ -168,6 +178,7 @@ class LocalizationReport:
             rule_detail=str(data.get("rule_detail", "")),
             graph_level=str(data.get("graph_level", "all")),
             graph_level_detail=str(data.get("graph_level_detail", "")),
+            graph_view=str(data.get("graph_view", "model")),
             nondeterministic_reference=tuple(str(n) for n in data.get("nondeterministic_reference", ())),
             top=tuple(NodeDivergence.from_dict(n) for n in data.get("top", ())),
             profile=tuple(NodeDivergence.from_dict(n) for n in data.get("profile", ())),
@@ -194,7 +205,10 @@ def _describe(node: NodeDivergence | None) -> str:
     if node is None:
         return "none"
     origin = "its inputs had changed" if node.inputs_changed else "its inputs had not changed"
-    return f"{node.name!r} ({node.op_type}, #{node.index}, max |diff| {node.max_abs_error:.3g}; {origin})"
+    fused = f"; computed by the optimized node {node.optimized_node!r}" if node.optimized_node else ""
+    if node.fused_from:
+        fused += f", which replaced {', '.join(repr(n) for n in node.fused_from)}"
+    return f"{node.name!r} ({node.op_type}, #{node.index}, max |diff| {node.max_abs_error:.3g}; {origin}{fused})"
 
 
 def top_nodes(profile: Iterable[NodeDivergence], count: int = TOP_COUNT) -> tuple[NodeDivergence, ...]:

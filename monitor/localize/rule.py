@@ -78,19 +78,34 @@ class Rule:
         if got.shape != want.shape or got.dtype != want.dtype:
             why = f"{got.dtype}{list(got.shape)} vs reference {want.dtype}{list(want.shape)}"
             return TensorError(math.inf, math.inf, 0.0, True, True, (f"shape/dtype changed: {why}",))
+        if _bitwise_equal(got, want):  # the common case upstream of a change: one pass, no float64 copies
+            scale = _floored_std(want, self.rel_threshold, self.abs_floor)
+            return TensorError(0.0, 0.0, self.rel_threshold * scale, False, False)
         max_abs, scale = _max_abs_and_scale(got, want, self.rel_threshold, self.abs_floor)
         threshold = self.rel_threshold * scale
-        changed = max_abs > noise if noise > 0 else not _bitwise_equal(got, want)
+        changed = max_abs > noise if noise > 0 else True
         if self.threshold_rule == "std":
             out = max_abs > threshold
             reasons: tuple[str, ...] = (f"max |diff| {max_abs:.3g} > {threshold:.3g}",) if out else ()
         elif not changed:
             out, reasons = False, ()
+        elif self._element_rule_only and got.dtype.kind == "f" and math.isfinite(max_abs):
+            out = _breaks_element_rule(got, want, self.tolerance)
+            reasons = ("atol_rtol",) if out else ()
         else:
             stats = compare_output(name, [got], [want], self.tolerance)
             out = not stats
             reasons = tuple(r.code for r in stats.reasons)
         return TensorError(max_abs, max_abs / scale, threshold, changed, out, reasons)
+
+    @property
+    def _element_rule_only(self) -> bool:
+        """The tolerance is the element rule alone (no cosine, SNR or mismatch allowance): then a
+        finite float tensor fails exactly when one element breaks it, which one pass decides, without
+        the full metric suite (``compare_output`` gives the same verdict and reason;
+        ``tests/test_localize.py`` checks it)."""
+        t = self.tolerance
+        return t.cosine_min is None and t.snr_min_db is None and t.max_mismatch_ratio == 0
 
     def describe(self) -> str:
         """One line saying which out-of-tolerance rule applied."""
@@ -136,17 +151,39 @@ def _max_abs_and_scale(
         return (0.0 if same else math.inf), max(abs_floor / rel_threshold, 1e-300)
     g = np.asarray(got, dtype=np.float64).reshape(-1)  # reshape(-1): 0-d tensors become one element
     w = np.asarray(want, dtype=np.float64).reshape(-1)
-    finite = np.isfinite(w)
-    std = float(np.std(w[finite])) if finite.any() else 0.0
-    scale = max(std, abs_floor / rel_threshold, 1e-300)
+    scale = _floored_std(w, rel_threshold, abs_floor)
     if g.size == 0:
         return 0.0, scale
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.abs(g - w)
+    largest = float(diff.max())
+    if math.isfinite(largest):  # max propagates NaN and inf: no NaN or infinity on either side
+        return largest, scale
     agree = (np.isnan(g) & np.isnan(w)) | (np.isinf(g) & np.isinf(w) & (np.sign(g) == np.sign(w)))
     diff[agree] = 0.0
     diff[np.isnan(diff)] = np.inf  # NaN on one side only
     return float(diff.max()), scale
+
+
+def _breaks_element_rule(got: np.ndarray, want: np.ndarray, tolerance: AppliedTolerance) -> bool:
+    """Any element with ``|a-b| > atol + rtol*|b|`` (float64; both sides finite, checked by the caller)."""
+    g = np.asarray(got, dtype=np.float64).reshape(-1)
+    w = np.asarray(want, dtype=np.float64).reshape(-1)
+    return bool(np.any(np.abs(g - w) > tolerance.atol + tolerance.rtol * np.abs(w)))
+
+
+def _floored_std(want: np.ndarray, rel_threshold: float, abs_floor: float) -> float:
+    """The reference's standard deviation over its finite values (float64), floored at ``abs_floor / rel_threshold``."""
+    floor = max(abs_floor / rel_threshold, 1e-300)
+    if want.dtype.kind not in "fiub" or want.size == 0:
+        return floor
+    w = want.reshape(-1)
+    if w.dtype.kind == "f":
+        finite = np.isfinite(w)
+        if not finite.all():
+            w = w[finite]
+    std = float(np.std(w, dtype=np.float64)) if w.size else 0.0
+    return max(std, floor)
 
 
 def _bitwise_equal(a: np.ndarray, b: np.ndarray) -> bool:

@@ -40,14 +40,12 @@ from typing import Literal, Protocol
 import numpy as np
 
 from monitor.localize.graph import GraphNode
+from monitor.localize.optimized import GENERATED_PREFIXES, Origin
 from monitor.localize.report import NodeDivergence
 from monitor.localize.rule import Rule, TensorError, spread
 
 CONFIRM_BEFORE = 3
 GROWTH_SAMPLES = 16
-# Prefixes ORT's optimizers put on tensors they re-create; stripping one finds the original name
-# (e.g. an fp16 model on CPU runs in fp32 with ``InsertedPrecisionFreeCast_act0`` for ``act0``).
-GENERATED_PREFIXES = ("InsertedPrecisionFreeCast_",)
 DEQUANTIZED_SUFFIX = "_DequantizeLinear_Output"
 Predicate = Literal["changed", "out_of_tolerance"]
 
@@ -134,7 +132,9 @@ class Search:
         stop_on_observer: bool,
         noise: Mapping[str, float] | None = None,
         pair_dequantized: bool = False,
+        origins: Mapping[str, Origin] | None = None,
     ) -> None:
+        self.origins = origins or {}
         self.nodes = [n for n in nodes if n.op_type != "Constant"]
         self.subject, self.reference = subject, reference
         self.chunk_size = chunk_size
@@ -149,6 +149,7 @@ class Search:
         self.errors: dict[str, TensorError] = {}
         self.skipped: dict[str, str] = {}
         self._producer = {out: n for n in nodes for out in n.outputs}
+        self._first_out: int | None = None  # the position of the first tensor found out of tolerance
         end = len(nodes)
         self._last_use: dict[str, int] = {name: end for name in final_outputs}
         for n in nodes:
@@ -157,7 +158,11 @@ class Search:
 
     # -- measuring ---------------------------------------------------------------------------
 
-    def measure(self, names: Iterable[str]) -> None:
+    def measure(self, names: Iterable[str], *, probing: bool = False) -> None:
+        """Fetch and judge ``names``, a chunk per run. ``probing`` (a bisection round) stops judging at
+        the first tensor out of tolerance, in topological order: the search looks no further than
+        the first divergent cut, and the run is paid for either way; what is left unjudged stays
+        unmeasured (never recorded as agreeing)."""
         todo = [n for n in dict.fromkeys(names) if n in self.subject.producible and n not in self.errors]
         todo = [n for n in todo if n not in self.skipped]
         for start in range(0, len(todo), self.chunk_size):
@@ -168,16 +173,27 @@ class Search:
             got = self.subject.fetch(exposed)
             if self.stop_on_observer and getattr(self.subject, "observer_mismatch", None):
                 raise ObserverEffect
-            chunk = [name for name in exposed if name in self.matchable]
+            chunk = sorted((name for name in exposed if name in self.matchable), key=self._position)
+            if probing and self._first_out is not None:
+                chunk = [name for name in chunk if self._position(name) <= self._first_out]
             want = self.reference.fetch(self.alias[name] for name in chunk)
             for name in chunk:
+                if probing and self._first_out is not None and self._position(name) > self._first_out:
+                    break
                 reference = want.get(self.alias[name])
                 if name not in got or reference is None:
                     self.skipped[name] = "not produced by both sides"
                     continue
                 noise = max(self.noise.get(name, 0.0), self.noise.get(self.alias[name], 0.0))
-                self.errors[name] = self.rule.measure(name, got[name], reference, noise)
+                error = self.rule.measure(name, got[name], reference, noise)
+                self.errors[name] = error
+                if error.out_of_tolerance and (self._first_out is None or self._position(name) < self._first_out):
+                    self._first_out = self._position(name)
             del got, want
+
+    def _position(self, name: str) -> int:
+        producer = self._producer.get(name)
+        return producer.index if producer is not None else -1
 
     def taint(self) -> dict[str, bool]:
         """Per tensor, *changed*: measured ones by the rule; an unmeasured one if its producer read one.
@@ -197,6 +213,7 @@ class Search:
         if not measured:
             return None
         worst = max(measured, key=lambda e: (e.out_of_tolerance, e.rel_error, e.max_abs_error))
+        origin = next((self.origins[o] for o in node.outputs if o in self.origins), None)
         return NodeDivergence(
             index=node.index,
             name=node.name,
@@ -209,6 +226,8 @@ class Search:
             out_of_tolerance=any(e.out_of_tolerance for e in measured),
             inputs_changed=any(taint.get(i, False) for i in node.inputs),
             reasons=tuple(dict.fromkeys(r for e in measured for r in e.reasons)),
+            optimized_node=origin.optimized_node if origin else "",
+            fused_from=origin.fused_from if origin else (),
         )
 
     def profile(self) -> list[NodeDivergence]:
@@ -263,7 +282,10 @@ class Search:
                 self.measure(final)
                 break
             positions = self._spread(span, include_end=not high_known)
-            self.measure(name for p in positions for name in self._cut(self.candidates[p]))
+            # A cut already known to diverge (measured by an earlier round or predicate) ends the round.
+            known = next((p for p in positions if self._diverged_at(p)), None)
+            positions = [p for p in positions if known is None or p <= known]
+            self.measure((name for p in positions for name in self._cut(self.candidates[p])), probing=True)
             for position in positions:
                 if self._diverged_at(position):
                     high, high_known = position, True

@@ -42,7 +42,7 @@ def _report(report: LocalizationReport) -> str:
                 ("compared against", esc(sides.get(report.against, report.against))),
                 ("changed means", esc(f"{report.comparison.replace('_', ' ')}: {report.comparison_detail}")),
                 ("out of tolerance means", esc(report.rule_detail or report.threshold_rule)),
-                ("graph level", esc(f"{report.graph_level}: {report.graph_level_detail}")),
+                ("graph level", esc(f"{report.graph_level} ({report.graph_view} graph): {report.graph_level_detail}")),
                 ("search", esc(report.mode)),
                 ("nodes examined", esc(f"{len(report.profile)} of {report.nodes_total or '?'}")),
                 ("runs / time", esc(f"{report.runs} session run(s), {num(report.seconds)} s")),
@@ -83,9 +83,15 @@ def _headline(report: LocalizationReport) -> str:
             if node.inputs_changed
             else "its inputs had not changed: this node introduced the change"
         )
+        fused = ""
+        if node.optimized_node:  # a node of ORT's optimized graph, mapped back: say what it stands for
+            fused = f' Computed by ORT\'s <span class="mono">{esc(node.optimized_node)}</span>'
+            if node.fused_from:
+                fused += ", which replaced " + ", ".join(f'<span class="mono">{esc(n)}</span>' for n in node.fused_from)
+            fused += "."
         lines.append(
             f'{what}: <strong class="mono">{esc(node.name)}</strong> ({esc(node.op_type)}, #{node.index}),'
-            f" max |diff| {esc(num(node.max_abs_error))}; {esc(origin)}."
+            f" max |diff| {esc(num(node.max_abs_error))}; {esc(origin)}.{fused}"
         )
     css = "callout ok" if report.first_changed is None and report.first_out_of_tolerance is None else "callout"
     return f'<div class="{css}">' + "<br>".join(lines) + "</div>"

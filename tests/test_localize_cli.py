@@ -1,0 +1,103 @@
+"""``onnxmon localize MODEL --against …`` through the CLI: every spelling of a reference model.
+
+The issue's spelling is ``--against baseline|unoptimized|model PATH``; the CLI takes it as
+``--against model --reference PATH`` or ``--against model:PATH``, and keeps ``--against PATH``
+(and ``--reference PATH`` alone). Each must localize against that file (the report says
+``against: model`` and names it); a mistake in the spelling is a usage error (exit 2) that names
+the option and the file, never a crash (3) or a verdict (1).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import onnx
+import pytest
+from typer.testing import CliRunner
+
+from monitor import cli
+from tests import modelzoo
+from tests.workspace import Workspace
+
+
+def invoke(*argv: str) -> Any:
+    cli._register()
+    return CliRunner().invoke(cli.app, list(argv))
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Workspace, Path]:
+    """A deployed MLP whose ``w20`` moved by 1% and, beside it, the pristine file as the reference."""
+    root = tmp_path_factory.mktemp("localize-cli")
+    ws = Workspace(root)
+    pristine = modelzoo.deep_mlp(seed=3, width=16, layers=30)
+    ws.add_model("mlp", modelzoo.perturb_initializer(pristine, "w20", 0.01), dims={"batch": 4})
+    ws.write()
+    reference = modelzoo.save(pristine, root / "reference.onnx")
+    return ws, reference
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        ("--against", "model", "--reference", "{ref}"),
+        ("--against", "model:{ref}"),
+        ("--against", "{ref}"),
+        ("--reference", "{ref}"),
+    ],
+    ids=["model --reference", "model:PATH", "PATH", "--reference alone"],
+)
+def test_every_spelling_of_a_reference_model_localizes_against_that_file(
+    workspace: tuple[Workspace, Path], spelling: tuple[str, ...]
+) -> None:
+    ws, reference = workspace
+    args = [a.format(ref=reference) for a in spelling]
+    result = invoke("localize", "mlp", *args, "--json", "-c", str(ws.config_file))
+    assert result.exit_code == 1, result.output  # a node is out of tolerance
+    report = json.loads(result.stdout)
+    assert report["against"] == "model" and report["reference_model"] == str(reference)
+    for answer in (report["first_changed"], report["first_out_of_tolerance"]):
+        assert "matmul_20" in {answer["name"], *answer["fused_from"]}, answer
+
+
+@pytest.mark.parametrize(
+    ("spelling", "words"),
+    [
+        (("--against", "model"), "--reference PATH"),
+        (("--against", "baseline", "--reference", "{ref}"), "--reference goes with --against model"),
+        (("--against", "{ref}", "--reference", "{ref}"), "drop --reference"),
+        (("--against", "model:"), "model:PATH"),
+        (("--against", "model", "--reference", "{missing}"), "no such model file"),
+        (("--against", "model:{missing}"), "no such model file"),
+        (("--against", "nonsense"), "'nonsense'"),
+        (("--graph-view", "fused"), "--graph-view"),
+    ],
+    ids=["model alone", "baseline+reference", "path+reference", "empty model:", "missing --reference",
+         "missing model:PATH", "unknown word", "bad view"],
+)  # fmt: skip
+def test_a_wrong_spelling_is_a_usage_error_naming_what_was_expected(
+    workspace: tuple[Workspace, Path], spelling: tuple[str, ...], words: str
+) -> None:
+    ws, reference = workspace
+    missing = ws.root / "no such dir" / "fp32 'model'.onnx"
+    args = [a.format(ref=reference, missing=missing) for a in spelling]
+    result = invoke("localize", "mlp", *args, "-c", str(ws.config_file))
+    assert result.exit_code == 2, result.output
+    assert words in " ".join(result.output.split()), result.output
+
+
+def test_against_unoptimized_and_the_optimized_view_name_model_nodes(workspace: tuple[Workspace, Path]) -> None:
+    ws, _ = workspace
+    result = invoke("localize", "mlp", "--against", "unoptimized", "--graph-view", "optimized", "--json",
+                    "-c", str(ws.config_file))  # fmt: skip
+    assert result.exit_code in (0, 1), result.output
+    report = json.loads(result.stdout)
+    assert report["against"] == "unoptimized" and report["graph_view"] == "optimized"
+    model_nodes = {n.name for n in onnx.load(str(ws.root / "models" / "mlp.onnx")).graph.node}
+    for node in report["profile"]:
+        assert {node["name"], *node["fused_from"]} <= model_nodes, node
+    fused = [n for n in report["profile"] if n["fused_from"]]
+    assert fused, "ORT fuses MatMul+Add into Gemm: the fused node says which model nodes it replaced"
+    assert all(n["optimized_node"] and n["optimized_node"] not in model_nodes for n in fused)
