@@ -105,17 +105,18 @@ class Exposition:
         self.registry, self.collector = registry, collector
         self._lock = threading.Lock()
         self._headers: dict[tuple[str, str, str, str], str] = {}
-        self._lines: dict[Any, str] = {}  # what the last scrape formatted; swapped for this one's
-        self._used: dict[Any, str] = {}
+        self._kept: dict[Encoder, dict[Any, Any]] = {}  # per format: what its last scrape used
+        self._lines: dict[Any, Any] = {}  # the pieces the last scrape in this format used
+        self._used: dict[Any, Any] = {}  # the pieces this scrape uses: kept for the next one
 
     def render(self, accept: str) -> tuple[bytes, str]:
         encoder, content_type = choose_encoder(accept)
         with self._lock:  # scrapes share the caches; one at a time
-            self._used = {}
+            self._lines, self._used = self._kept.get(encoder, {}), {}
             with self.registry._lock:  # the registration order is the exposition's order
                 collectors = list(self.registry._collector_to_names)
             pieces = [self._collector(collector, encoder) for collector in collectors]
-            self._lines = self._used
+            self._kept[encoder] = self._used  # one scrape's worth per format, never more
         body = "".join(pieces)
         trailer = encoder(_Empty())  # "" for text, "# EOF\n" for OpenMetrics
         return (body.encode("utf-8") + trailer), content_type
