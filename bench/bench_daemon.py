@@ -18,7 +18,8 @@ the first wave queues every model at once and measures throughput) and looks at 
 
 Interval triggers are aligned to the epoch, so every model fires at the same instant each
 interval; the idle window is taken between the end of a wave and the next fire time.
-Goal: scrape median <= 50 ms (exit 1 when missed).
+Goal: scrape median <= 50 ms up to 200 models, <= 150 ms at 1,000 (exit 1 when missed); the
+scrape is served from cached pieces (``monitor/sinks/prometheus/exposition.py``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from tests.workspace import Workspace  # noqa: E402
 
 BIN = Path(sys.executable).parent
 SCRAPE_GOAL_S = 0.050
+SCRAPE_GOAL_1000_S = 0.150
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -212,8 +214,12 @@ def _measure(
         print(f"{'idle CPU':<32} no idle window in {3 * interval:.0f} s: checks never stop at this interval")
     print(f"{'runs not passing':<32} {sum(failures.values())} {dict(failures)}")
     latencies = busy.latencies_s + (quiet.latencies_s if quiet else [])
-    met = statistics.median(latencies) <= SCRAPE_GOAL_S
-    print(f"goal: scrape median <= {SCRAPE_GOAL_S * 1000:.0f} ms: {'met' if met else 'MISSED'}")
+    goal = SCRAPE_GOAL_S if models <= 200 else SCRAPE_GOAL_1000_S
+    met = all(statistics.median(s.latencies_s) <= goal for s in (busy, quiet) if s is not None)
+    print(
+        f"goal: scrape median <= {goal * 1000:.0f} ms at {models} models, idle and during checks: "
+        f"{'met' if met else 'MISSED'} ({statistics.median(latencies) * 1000:.1f} ms over both)"
+    )
     return 0 if met else 1
 
 

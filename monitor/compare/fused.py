@@ -11,7 +11,8 @@ results **to the bit** (``tests/test_compare_fused.py`` holds the table and the 
 * every division the numpy pass makes (``|d| / (atol + rtol*|b|)``, ``|d| / max(|b|, floor)``)
   is made for each element, so no skipping rule has to be proven twice.
 
-Each block of ``LANES`` elements is one branch-free vectorizable loop (a NaN/Inf position is
+A bitwise-equal chunk (found by comparing the bits, which stops at the first difference) only
+sums its squares. Otherwise each block of ``LANES`` elements is one branch-free vectorizable loop (a NaN/Inf position is
 zeroed on both sides, as the position rule says) followed by a store of the p99 candidates and,
 only for a block that held a NaN or Inf, a scalar pass counting them. float16 chunks are cast to
 float32 first (exact; numba has no float16 arithmetic) with the ULPs counted on their own bits.
@@ -156,7 +157,31 @@ def _chunk_metrics(a: Any, b: Any, bits_a: Any, bits_b: Any, params: Any, cand: 
     position = np.zeros(5, np.int64)  # nan, nan mismatch, inf, inf mismatch, other non-finite mismatch
     at = cand_at
     nonfinite = 0
-    for start in range(0, n, LANES):
+    equal = True  # a bitwise-equal chunk (the common case) only adds its squares
+    for i in range(n):
+        if bits_a[i] != bits_b[i]:
+            equal = False
+            break
+    for start in range(0 if equal else n, n, LANES):
+        m = min(LANES, n - start)
+        block_a = a[start : start + m]
+        bad_block = 0
+        for j in range(m):
+            xe: Any = np.float64(block_a[j])
+            bad = (xe - xe) != 0.0
+            bad_block += bad
+            xe = 0.0 if bad else xe
+            acc[0, j] += xe * xe
+        if bad_block:
+            nonfinite += bad_block
+            for j in range(m):
+                xe = np.float64(block_a[j])
+                position[0] += xe != xe
+                position[2] += (xe - xe != 0.0) and xe == xe
+    for row in (1, 3):
+        for j in range(LANES if equal else 0):
+            acc[row, j] = acc[0, j]  # b = a: the same squares, the same order
+    for start in range(n if equal else 0, n, LANES):
         m = min(LANES, n - start)
         block_a, block_b = a[start : start + m], b[start : start + m]
         int_a, int_b = bits_a[start : start + m], bits_b[start : start + m]
