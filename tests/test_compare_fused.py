@@ -222,8 +222,9 @@ def test_any_float_comparison_is_the_same_to_the_bit_fused_or_not(
 
 def test_auto_takes_the_numpy_pass_for_small_outputs_and_the_kernel_once_loaded() -> None:
     """``fused=None``: small outputs never pay numba's import; once it is loaded, they may use it."""
-    assert not fused.usable(np.dtype(np.float32), 1e-5, 1e-3, fused.MIN_ELEMENTS_COLD - 1, loaded=False)
-    assert fused.usable(np.dtype(np.float32), 1e-5, 1e-3, fused.MIN_ELEMENTS_COLD, loaded=False)
+    assert not fused.usable(np.dtype(np.float32), 1e-5, 1e-3, fused.MIN_ELEMENTS_COLD - 1, loaded=False, cached=True)
+    assert fused.usable(np.dtype(np.float32), 1e-5, 1e-3, fused.MIN_ELEMENTS_COLD, loaded=False, cached=True)
+    assert not fused.usable(np.dtype(np.float32), 1e-5, 1e-3, fused.MIN_ELEMENTS_COLD, loaded=False, cached=False)
     assert fused.usable(np.dtype(np.float32), 1e-5, 1e-3, fused.MIN_ELEMENTS_LOADED, loaded=True)
     assert not fused.usable(np.dtype(">f4"), 1e-5, 1e-3, fused.MIN_ELEMENTS_COLD, loaded=True)
     assert not fused.usable(np.dtype(np.float32), -1.0, 1e-3, fused.MIN_ELEMENTS_COLD, loaded=True)
@@ -273,6 +274,16 @@ def test_without_numba_the_numpy_pass_runs_and_says_so_once(tmp_path: Path) -> N
     assert disabled.count("NUMBA_DISABLE_JIT is set") == 1, disabled
     assert "numpy pass" not in with_numba
     assert list((tmp_path / "cache").rglob("*.nbi")), "the compiled kernel was cached in NUMBA_CACHE_DIR"
+    found = subprocess.run(
+        [sys.executable, "-c", "from monitor.compare import fused; print(fused.is_cached())"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")},
+        timeout=120,
+        check=True,
+    )
+    assert found.stdout.strip() == "True", "is_cached() finds what the kernel left in the cache"
 
 
 @pytest.mark.slow
