@@ -131,3 +131,23 @@ def test_a_registry_without_the_cache_is_rendered_by_the_plain_encoder() -> None
     Counter("onnxmon_test_plain", "A counter outside install().", registry=registry).inc()
     body, content_type = exposition.render(registry, "")
     assert body == generate_latest(registry) and content_type.startswith("text/plain")
+
+
+def test_pieces_are_reused_in_each_format_and_hostile_accept_headers_keep_memory_bounded(
+    scenario: Scenario, store: Store
+) -> None:
+    daemon = RealDaemon(scenario.settings, store)
+    daemon.dispatch(scenario.passing)
+    cache = exposition._installed[daemon.registry]
+    for accept in ("", OPENMETRICS):
+        _, content_type = exposition.render(daemon.registry, accept)
+        first = dict(cache._kept[content_type])
+        exposition.render(daemon.registry, "text/plain" if accept else OPENMETRICS)  # the other format between
+        _, again = exposition.render(daemon.registry, accept)
+        reused = [key for key, piece in cache._kept[again].items() if first.get(key) is piece]
+        assert cache._kept[again].keys() == first.keys()
+        assert again == content_type and len(reused) == len(first), f"{content_type}: pieces formatted again"
+    for minor in range(50):
+        body, _ = exposition.render(daemon.registry, f"application/openmetrics-text; version=1.{minor}.0")
+        assert body == generate_openmetrics(daemon.registry)
+    assert len(cache._kept) <= 4

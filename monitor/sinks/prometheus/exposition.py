@@ -37,6 +37,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 Encoder = Callable[[Collector], bytes]
+_FORMATS = 4  # content types whose pieces are kept (text, OpenMetrics, a version or escaping more)
 
 
 class FamilySet(Protocol):
@@ -104,19 +105,26 @@ class Exposition:
     def __init__(self, registry: CollectorRegistry, collector: StoreCollector) -> None:
         self.registry, self.collector = registry, collector
         self._lock = threading.Lock()
-        self._headers: dict[tuple[str, str, str, str], str] = {}
-        self._kept: dict[Encoder, dict[Any, Any]] = {}  # per format: what its last scrape used
+        self._headers: dict[tuple[str, str, str, str], str] = {}  # bounded: families x formats
+        self._kept: dict[str, dict[Any, Any]] = {}  # per content type: what its last scrape used
+        self._format = ""  # this scrape's content type (the encoders are fresh partials each time)
         self._lines: dict[Any, Any] = {}  # the pieces the last scrape in this format used
         self._used: dict[Any, Any] = {}  # the pieces this scrape uses: kept for the next one
 
     def render(self, accept: str) -> tuple[bytes, str]:
         encoder, content_type = choose_encoder(accept)
         with self._lock:  # scrapes share the caches; one at a time
-            self._lines, self._used = self._kept.get(encoder, {}), {}
+            self._format = content_type
+            self._lines, self._used = self._kept.get(content_type, {}), {}
             with self.registry._lock:  # the registration order is the exposition's order
                 collectors = list(self.registry._collector_to_names)
             pieces = [self._collector(collector, encoder) for collector in collectors]
-            self._kept[encoder] = self._used  # one scrape's worth per format, never more
+            self._kept.pop(content_type, None)
+            self._kept[content_type] = self._used  # one scrape's worth per format, never more
+            while len(self._kept) > _FORMATS:  # the Accept header is the scraper's to choose
+                del self._kept[next(iter(self._kept))]
+            if len(self._headers) > _FORMATS * 256:
+                self._headers.clear()
         body = "".join(pieces)
         trailer = encoder(_Empty())  # "" for text, "# EOF\n" for OpenMetrics
         return (body.encode("utf-8") + trailer), content_type
@@ -139,11 +147,14 @@ class Exposition:
             pieces.append(self._samples(metric, own, encoder))
             return "".join(pieces)
         changes = self.collector.metrics.changes
-        whole = (encoder, "family", metric.name, changes)  # no change since: the family's text as it was
-        text = self._cached(whole)
-        if text is not None:
-            self._keep(whole, text)
-            return str(text)
+        whole = (self._format, "family", metric.name, changes)  # no change since: the family's text as it was
+        found = self._cached(whole)
+        if found is not None:  # (text, the children's keys): those stay kept for the next change
+            self._keep(whole, found)
+            for child_key in found[1]:
+                self._keep(child_key, self._cached(child_key))
+            return str(found[0])
+        kept: list[Any] = []
         with wrapper._lock:  # type: ignore[attr-defined]
             children = list(wrapper._metrics.items())  # type: ignore[attr-defined]
         names = wrapper._labelnames  # type: ignore[attr-defined]
@@ -151,17 +162,18 @@ class Exposition:
             samples = tuple(child._samples())
             # the values are the key; timestamps and exemplars (onnxmon sets none) are never cached
             plain = all(s[3] is None and s[4] is None for s in samples)
-            key: Any = (encoder, metric.name, values, *[s[2] for s in samples]) if plain else None
+            key: Any = (self._format, metric.name, values, *[s[2] for s in samples]) if plain else None
             line = self._cached(key)
             if line is None:
                 series = dict(zip(names, values, strict=True))
                 full = [Sample(wrapper._name + s[0], {**series, **s[1]}, *s[2:]) for s in samples]  # type: ignore[attr-defined]
                 line = self._samples(metric, full, encoder)
             self._keep(key, line)
+            kept.append(key)
             pieces.append(line)
         text = "".join(pieces)
         if changes == self.collector.metrics.changes:  # nothing moved while this walk ran
-            self._keep(whole, text)
+            self._keep(whole, (text, [key for key in kept if key is not None]))
         return text
 
     def _store_gauges(self, encoder: Encoder) -> str:
@@ -169,10 +181,10 @@ class Exposition:
         frame = self.collector.frame()
         global_families, models = frame.global_families, []
         for key, build in frame.models:
-            block = self._cached((encoder, "block", key))
+            block = self._cached((self._format, "block", key))
             if block is None:
                 block = [self._samples(f, f.samples, encoder) for f in build().per_model()]
-            self._keep((encoder, "block", key), block)
+            self._keep((self._format, "block", key), block)
             models.append(block)
         pieces = [self._family(family, encoder) for family in global_families.globals()]
         for index, family in enumerate(global_families.per_model()):
@@ -184,7 +196,7 @@ class Exposition:
         return self._header(metric, encoder) + self._samples(metric, metric.samples, encoder)
 
     def _header(self, metric: Metric, encoder: Encoder) -> str:
-        key = (metric.name, metric.type, metric.documentation, encoder.__module__)
+        key = (metric.name, metric.type, metric.documentation, self._format)
         if key not in self._headers:
             self._headers[key] = _strip(encoder(_One(_like(metric))), keep_comments=True)
         return self._headers[key]
