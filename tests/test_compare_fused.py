@@ -129,6 +129,9 @@ def _cases() -> list[Any]:
     a, b = _pair(np.float32, 50_000, 1e-2, seed=5)
     splits = [a[:1], a[1:30_000], a[30_000:]], [b[:1], b[1:30_000], b[30_000:]]
     cases.append(pytest.param(*splits, TOL, {"chunk_elements": 4096, "workers": 2}, id="samples-chunks-threads"))
+    cases.append(pytest.param([a[::-3]], [b[::-3]], TOL, {}, id="reversed-strided-views"))
+    grid = a.reshape(250, 200)
+    cases.append(pytest.param([grid.T], [b.reshape(250, 200).T], TOL, {"chunk_elements": 999}, id="transposed"))
     cases.append(pytest.param([a], [b], AppliedTolerance(0.0, 0.0), {}, id="zero-tolerance"))
     cases.append(pytest.param([a], [b], AppliedTolerance(1e-310, 0.0), {}, id="subnormal-atol"))
     cases.append(pytest.param([a], [b], AppliedTolerance(0.0, 1e-3), {}, id="rtol-only"))

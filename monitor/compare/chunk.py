@@ -132,6 +132,8 @@ class Worker:
     def _fused(self, index: int, raw_a: Array, raw_b: Array) -> None:
         """The whole chunk in one call of the fused kernel (``fused.py``): the same numbers as below."""
         n, largest = raw_a.size, self.largest
+        if not (raw_a.flags.c_contiguous and raw_b.flags.c_contiguous):  # a reversed or strided view
+            raw_a, raw_b = np.ascontiguousarray(raw_a), np.ascontiguousarray(raw_b)
         a, b = raw_a, raw_b
         if self.half is not None:  # float16 is exact in float32; the ULPs still count its own bits
             a, b = self.half[0, :n], self.half[1, :n]
