@@ -49,14 +49,24 @@ VERDICTS = tuple(v.value for v in Verdict)
 
 
 def _mutates(method: _Method) -> _Method:
-    """Count a change of the counters after ``method`` ran (``exposition.py`` re-reads them only then)."""
+    """Count a change of the counters after ``method`` ran (``exposition.py`` re-reads them only then).
+
+    A method whose first argument names one model (or is a result of one) changed only that
+    model's series; any other (``declare``, ``config_reloaded``) may have changed all of them.
+    """
 
     @functools.wraps(method)
     def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
-        finally:
-            self.changes += 1  # after the change: a scrape that read the old count walks them again
+        finally:  # after the change: a scrape that read the old counts walks those series again
+            target = args[0] if args else None
+            model = getattr(target, "model", target)  # a CheckResult's model, or the model named
+            if isinstance(model, str):
+                self.model_changes[model] = self.model_changes.get(model, 0) + 1
+            else:  # a (re)declared config, a reload: every model's series may have changed
+                self.generation += 1
+            self.changes += 1
 
     return counted  # type: ignore[return-value]
 
@@ -97,7 +107,10 @@ class Metrics:
         self.settings: Settings | None = None
         self.environment: Mapping[str, Any] = dict(startup_environment or {})
         self._states: dict[str, ModelState] = {}
-        self.changes = 0  # every labelled counter change bumps it (methods marked @_mutates)
+        # what exposition.py re-reads by (methods marked @_mutates): any change, a change of every
+        # model's series, a change of one model's series
+        self.changes = self.generation = 0
+        self.model_changes: dict[str, int] = {}
         self._lock = threading.RLock()
         self._baseline_meta: dict[str, baselines.BaselineMeta] = {}
         self._active_ids: dict[tuple[str, str], tuple[tuple[int, int, int, int] | None, str | None]] = {}

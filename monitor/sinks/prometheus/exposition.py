@@ -12,9 +12,11 @@ a real store), from three caches:
   model's in-memory state and the environment fingerprint, and whether the store answered. A new
   run, a promotion, a reload or a model leaving the config changes the key and only that model's
   block is rendered again;
-* **each labelled child of the counters**, kept under its values: an unchanged child's lines are
-  reused (read through prometheus_client's ``_metrics`` / ``_samples``, the same walk its
-  ``collect`` makes; the byte-for-byte test guards that private contract);
+* **each labelled child of the counters**, kept while ``Metrics`` reports no change of its model
+  (``model_changes``, bumped after every method that moves a model's series) nor of the config
+  (``generation``); the children are walked through prometheus_client's ``_metrics`` /
+  ``_samples``, in the order its ``collect`` uses (the byte-for-byte tests guard that private
+  contract);
 * **every family's header** (``# HELP`` / ``# TYPE``).
 
 Each piece is formatted by prometheus_client's own encoder (a one-family registry), so the
@@ -55,10 +57,15 @@ class Frame(Protocol):
 
 
 class Counted(Protocol):
-    """``counters.Metrics``: ``changes`` grows after every change of its labelled series."""
+    """``counters.Metrics``: ``changes`` grows after every change of its labelled series,
+    ``generation`` after one that may touch every model's, ``model_changes[m]`` after one of model m's."""
 
     @property
     def changes(self) -> int: ...
+    @property
+    def generation(self) -> int: ...
+    @property
+    def model_changes(self) -> dict[str, int]: ...
 
 
 class StoreCollector(Collector, Protocol):
@@ -158,13 +165,16 @@ class Exposition:
         with wrapper._lock:  # type: ignore[attr-defined]
             children = list(wrapper._metrics.items())  # type: ignore[attr-defined]
         names = wrapper._labelnames  # type: ignore[attr-defined]
+        counts = self.collector.metrics
+        generation, per_model = counts.generation, counts.model_changes
         for values, child in children:
-            samples = tuple(child._samples())
-            # the values are the key; timestamps and exemplars (onnxmon sets none) are never cached
-            plain = all(s[3] is None and s[4] is None for s in samples)
-            key: Any = (self._format, metric.name, values, *[s[2] for s in samples]) if plain else None
+            # a child's lines stand while neither the whole config nor its model (the first label) changed
+            key: Any = (self._format, metric.name, values, generation, per_model.get(values[0], 0))
             line = self._cached(key)
             if line is None:
+                samples = tuple(child._samples())
+                if not all(s[3] is None and s[4] is None for s in samples):  # timestamps, exemplars: never kept
+                    key = None
                 series = dict(zip(names, values, strict=True))
                 full = [Sample(wrapper._name + s[0], {**series, **s[1]}, *s[2:]) for s in samples]  # type: ignore[attr-defined]
                 line = self._samples(metric, full, encoder)
