@@ -8,8 +8,9 @@ its own active baseline, as in production). Then it starts ``onnxmon serve`` exa
 does (its own process, SQLite store, ``daemon.workers`` at its default, ``startup_spread: 0`` so
 the first wave queues every model at once and measures throughput) and looks at it from outside:
 
-- scrape latency: ``--scrapes`` GETs of ``/metrics`` back to back while the first wave of checks runs
-  (median, p95, max, body size), and as many again while no check runs;
+- scrape latency: ``--scrapes`` GETs of ``/metrics`` while the first wave of checks runs, each
+  ``--busy-gap`` seconds after the previous one so runs land between them (median, p95, max, body
+  size, and how many runs landed meanwhile), and as many again back to back while no check runs;
 - check rate: checks recorded (``onnxmon_runs_total``) per second of wall time over a whole wave;
 - CPU, from ``/proc/<pid>/stat`` (utime+stime): the daemon process itself, and separately its
   check side (the forkserver's own time + the reaped check children's cutime+cstime + live
@@ -18,7 +19,8 @@ the first wave queues every model at once and measures throughput) and looks at 
 
 Interval triggers are aligned to the epoch, so every model fires at the same instant each
 interval; the idle window is taken between the end of a wave and the next fire time.
-Goal: scrape median <= 50 ms (exit 1 when missed).
+Goal: scrape median <= 50 ms up to 200 models, <= 150 ms at 1,000 (exit 1 when missed); the
+scrape is served from cached pieces (``monitor/sinks/prometheus/exposition.py``).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from tests.workspace import Workspace  # noqa: E402
 
 BIN = Path(sys.executable).parent
 SCRAPE_GOAL_S = 0.050
+SCRAPE_GOAL_1000_S = 0.150
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -92,12 +95,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", default="30s", help="check timeout (shorter than the interval)")
     parser.add_argument("--scrapes", type=int, default=50, help="scrapes per latency measurement")
     parser.add_argument("--idle", type=float, default=10.0, help="seconds of the idle CPU window")
+    parser.add_argument("--busy-gap", type=float, default=0.25, help="seconds between scrapes during checks")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="onnxmon-bench-daemon-") as tmp:
         began = time.monotonic()
         ws = _workspace(Path(tmp), args.models, args.interval, args.timeout)
         print(f"workspace: {args.models} models, baselines captured in {time.monotonic() - began:.1f} s", flush=True)
-        return _bench(ws, args.models, _seconds(args.interval), args.scrapes, args.idle)
+        return _bench(ws, args.models, _seconds(args.interval), args.scrapes, args.idle, args.busy_gap)
 
 
 def _seconds(duration: str) -> float:
@@ -129,7 +133,7 @@ def _workspace(root: Path, models: int, interval: str, timeout: str) -> Workspac
     return ws
 
 
-def _bench(ws: Workspace, models: int, interval: float, scrapes: int, idle: float) -> int:
+def _bench(ws: Workspace, models: int, interval: float, scrapes: int, idle: float, gap: float) -> int:
     port = _free_port()
     log_path = ws.root / "serve.log"
     with log_path.open("w") as log:
@@ -140,7 +144,7 @@ def _bench(ws: Workspace, models: int, interval: float, scrapes: int, idle: floa
             stderr=subprocess.STDOUT,
         )
         try:
-            return _measure(process, ws.root / "onnxmon.db", port, models, interval, scrapes, idle)
+            return _measure(process, ws.root / "onnxmon.db", port, models, interval, scrapes, idle, gap)
         except BaseException:
             print(log_path.read_text()[-3000:], file=sys.stderr)
             raise
@@ -152,7 +156,14 @@ def _bench(ws: Workspace, models: int, interval: float, scrapes: int, idle: floa
 
 
 def _measure(
-    process: subprocess.Popen[bytes], db: Path, port: int, models: int, interval: float, scrapes: int, idle: float
+    process: subprocess.Popen[bytes],
+    db: Path,
+    port: int,
+    models: int,
+    interval: float,
+    scrapes: int,
+    idle: float,
+    gap: float,
 ) -> int:
     started = time.monotonic()
     while _get(port, "/metrics") is None:
@@ -163,8 +174,10 @@ def _measure(
 
     # Wave 1: every model queued at once; scrape back to back meanwhile.
     before, began = _cpu(process.pid), time.monotonic()
-    busy = _scrape(port, scrapes)
+    runs_before = _runs(db)
+    busy = _scrape(port, scrapes, gap)
     busy_share = _runs(db) / models
+    landed = _runs(db) - runs_before
     last_done = _wait_for_runs(db, models)
     wave = _cpu(process.pid) - before
     rate = (models - 1) / _first_wave_span(db, models)  # first to last finish: the forkserver start excluded
@@ -193,7 +206,7 @@ def _measure(
         f"{models} models, interval {interval:.0f} s, daemon.workers default, SQLite store;"
         f" load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
-    print(busy.row(f"scrape during checks ({busy_share:.0%} done)"))
+    print(busy.row(f"scrape during checks ({busy_share:.0%} done, {landed} runs landed meanwhile)"))
     if quiet is not None and scrape_cpu is not None:
         print(quiet.row("scrape while idle"))
         print(f"{'scrape CPU (daemon, idle)':<32} {scrape_cpu.daemon_s / scrapes * 1000:7.1f} ms per scrape")
@@ -212,8 +225,12 @@ def _measure(
         print(f"{'idle CPU':<32} no idle window in {3 * interval:.0f} s: checks never stop at this interval")
     print(f"{'runs not passing':<32} {sum(failures.values())} {dict(failures)}")
     latencies = busy.latencies_s + (quiet.latencies_s if quiet else [])
-    met = statistics.median(latencies) <= SCRAPE_GOAL_S
-    print(f"goal: scrape median <= {SCRAPE_GOAL_S * 1000:.0f} ms: {'met' if met else 'MISSED'}")
+    goal = SCRAPE_GOAL_S if models <= 200 else SCRAPE_GOAL_1000_S
+    met = all(statistics.median(s.latencies_s) <= goal for s in (busy, quiet) if s is not None)
+    print(
+        f"goal: scrape median <= {goal * 1000:.0f} ms at {models} models, idle and during checks: "
+        f"{'met' if met else 'MISSED'} ({statistics.median(latencies) * 1000:.1f} ms over both)"
+    )
     return 0 if met else 1
 
 
@@ -226,9 +243,11 @@ def _until_next_fire(interval: float) -> float:
     return interval - time.time() % interval
 
 
-def _scrape(port: int, count: int) -> Scrapes:
+def _scrape(port: int, count: int, gap: float = 0.0) -> Scrapes:
     latencies, size = [], 0
-    for _ in range(count):
+    for index in range(count):
+        if gap and index:
+            time.sleep(gap)
         began = time.perf_counter()
         body = _get(port, "/metrics")
         latencies.append(time.perf_counter() - began)

@@ -1,7 +1,24 @@
-"""Closed-form pieces of the chunked pass: BLAS-free dots, cosine, SNR, ULPs across float dtypes.
+"""Closed-form pieces of the chunked pass: the summation order, cosine, SNR, ULPs across float dtypes.
 
 Kept apart from ``stream.py`` (which owns the pass and its workers) because each is a pure
 function of a few numbers or one chunk, with its own reason to be written the way it is.
+
+The summation order (why the numpy pass and the fused kernel agree to the bit)
+------------------------------------------------------------------------------
+Every floating-point sum of the suite (sum of a², b², (a-b)², a·b and |a-b|) is taken in one
+order that both implementations follow exactly, so the result never depends on which one ran:
+
+1. Within a chunk, element ``i`` goes into lane ``i % LANES``; each lane adds its elements in
+   order, starting from 0.0 (numpy: ``np.add.reduce`` along axis 0 of the ``(-1, LANES)`` view,
+   which adds row after row; the fused kernel: its lane arrays, block after block).
+2. The ``LANES`` lane totals are folded by halving (``fold_lanes``): lane ``j`` plus lane
+   ``j + width`` for width 128, 64, ... 1.
+3. The chunk totals are added in chunk order (``stream._merge``), starting from 0.0.
+
+Neither a BLAS dot (its order depends on the CPU's kernel) nor numpy's pairwise ``sum`` can be
+reproduced by a one-pass kernel; this order can, and both of its loops vectorize. Adding an exact
+0.0 (a non-finite position, an equal element's error) never changes a lane, so skipping it is the
+same as adding it.
 """
 
 from __future__ import annotations
@@ -11,19 +28,29 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-# OpenBLAS computes a dot of <= 10000 elements on the calling thread: row-wise dots of 8192
-# elements get BLAS speed without waking its thread pool.
-DOT_ROW = 1 << 13
+# Lanes per sum: numpy's axis-0 reduction runs at memory speed from ~256 columns on, and the
+# kernel's lane arrays (5 sums, maxima, counts) stay in L1.
+LANES = 256
 
 F64 = npt.NDArray[np.float64]
 
 
-def dot(x: F64, y: F64) -> float:
-    """Float64 dot product on the calling thread only (why: the docstring of ``stream.py``, BLAS threads)."""
-    if x.size % DOT_ROW == 0:  # every full chunk: one call
-        return float(np.vecdot(x.reshape(-1, DOT_ROW), y.reshape(-1, DOT_ROW)).sum())
-    head = x.size - x.size % DOT_ROW
-    return dot(x[:head], y[:head]) + float(np.einsum("i,i->", x[head:], y[head:]))
+def lane_sums(products: F64, out: F64) -> F64:
+    """``out[j]`` = the in-order sum of ``products[j::LANES]`` (step 1 of the order above)."""
+    head = products.size - products.size % LANES
+    np.add.reduce(products[:head].reshape(-1, LANES), axis=0, out=out)
+    out[: products.size - head] += products[head:]
+    return out
+
+
+def fold_lanes(lanes: F64) -> list[float]:
+    """Each row of ``lanes`` (``(k, LANES)``) folded to one total by halving (step 2 above)."""
+    width = LANES // 2
+    folded = lanes[:, :width] + lanes[:, width:]
+    while width > 1:
+        width //= 2
+        folded = folded[:, :width] + folded[:, width:]
+    return [float(total) for total in folded[:, 0]]
 
 
 def cosine(dot_ab: float, ss_a: float, ss_b: float) -> float:
@@ -31,7 +58,8 @@ def cosine(dot_ab: float, ss_a: float, ss_b: float) -> float:
         return 1.0
     if ss_a == 0.0 or ss_b == 0.0:
         return 0.0
-    return max(-1.0, min(1.0, dot_ab / math.sqrt(ss_a) / math.sqrt(ss_b)))
+    value = dot_ab / math.sqrt(ss_a) / math.sqrt(ss_b)
+    return value if math.isnan(value) else max(-1.0, min(1.0, value))  # NaN of overflowed sums stays NaN
 
 
 def snr_db(ss_b: float, ss_err: float) -> float:
@@ -39,7 +67,8 @@ def snr_db(ss_b: float, ss_err: float) -> float:
         return math.inf
     if ss_b == 0.0:
         return -math.inf
-    return 10.0 * math.log10(ss_b / ss_err)
+    ratio = ss_b / ss_err  # 0.0 when the error's sum overflowed: an error past any signal
+    return -math.inf if ratio == 0.0 else 10.0 * math.log10(ratio) if ratio == ratio else math.nan
 
 
 def coarse_ulp(a: F64, b: F64, dtype: np.dtype[np.generic]) -> int:

@@ -126,15 +126,23 @@ def compare_output(
     *,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
     workers: int = DEFAULT_WORKERS,
+    fused: bool | None = None,
 ) -> OutputStats:
     """Judge one output (one array per sample) against its baseline; never raises on bad data.
 
-    ``workers`` threads share the chunks; the metrics are the same, to the bit, for any count.
+    ``workers`` threads share the chunks; the metrics are the same, to the bit, for any count, and
+    for ``fused`` True (the fused kernel), False (the numpy pass) or None (whichever pays).
     A thin wrapper over ``OutputAccumulator``, fed the samples in order.
     """
     elements = sum(np.asarray(b).size for b in expected)
     accumulator = OutputAccumulator(
-        name, tolerance, samples=len(expected), elements=elements, chunk_elements=chunk_elements, workers=workers
+        name,
+        tolerance,
+        samples=len(expected),
+        elements=elements,
+        chunk_elements=chunk_elements,
+        workers=workers,
+        fused=fused,
     )
     pairs = list(zip(actual, expected, strict=False))
     if len(actual) != len(expected):

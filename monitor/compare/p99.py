@@ -50,6 +50,10 @@ class Largest:
         above = np.greater(values, self.floor, out=mask[: values.size])
         count = int(np.count_nonzero(above))
         np.compress(above, values, out=self.buffer[self.size : self.size + count])
+        self.accept(count)
+
+    def accept(self, count: int) -> None:
+        """Take the ``count`` values just written after ``values`` (by ``offer``, or the fused kernel)."""
         self.size += count
         if self.size > self.slack:
             values = self.values

@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import prometheus_client
@@ -20,7 +21,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from monitor.config.settings import ModelConfig, Settings
+from monitor.files.baselines import BaselineMeta
 from monitor.results import CAUSE_CODES, AppliedTolerance, Verdict
+from monitor.sinks.prometheus import exposition
 from monitor.sinks.prometheus import labels as values
 from monitor.sinks.prometheus.counters import VERDICTS, Clock, Metrics, ModelState
 from monitor.store import RunRecord, Store, pick_latest
@@ -41,6 +44,19 @@ class StoreCollector(Collector):
         return list(_Families().all())
 
     def collect(self) -> Iterable[Metric]:
+        frame = self.frame()
+        families = frame.global_families
+        for _, build in frame.models:
+            for family, block in zip(families.per_model(), build().per_model(), strict=True):
+                family.samples.extend(block.samples)
+        return list(families.all())
+
+    def frame(self) -> Frame:
+        """One scrape's reads (store, config, state, disk), the global gauges filled, the models' blocks to build.
+
+        Each model comes with the key of everything its block is made of (``exposition.py`` keeps
+        rendered blocks under it) and a function building the block's families.
+        """
         families = _Families()
         try:
             latest: dict[str, RunRecord] | None = pick_latest(self.store.latest_per_model(), self.metrics.node)
@@ -49,6 +65,7 @@ class StoreCollector(Collector):
             log.warning("store unreachable at scrape time: %s", exc)
             latest = None
             families.store_up.add_metric([], 0.0)
+        models: list[tuple[tuple[object, ...], Callable[[], _Families]]] = []
         settings = self.metrics.settings
         if settings is not None:
             states = self.metrics.states()
@@ -58,8 +75,40 @@ class StoreCollector(Collector):
             for model in settings.models:
                 state = states.get(model.name)
                 if state is not None:
-                    self._model(families, settings, model, state, latest, env_fingerprint)
-        return list(families.all())
+                    models.append(self._block(settings, model, state, latest, env_fingerprint))
+        return Frame(families, models)
+
+    def _block(
+        self,
+        settings: Settings,
+        model: ModelConfig,
+        state: ModelState,
+        latest: dict[str, RunRecord] | None,
+        env_fingerprint: str | None,
+    ) -> tuple[tuple[object, ...], Callable[[], _Families]]:
+        meta = self.metrics.active_baseline(settings.store.baselines_dir, model.name)
+        last = latest.get(model.name) if latest is not None else None
+        key = (
+            id(settings),
+            model.name,
+            state.facts.sha256,
+            state.facts.opset,
+            state.interval,
+            tuple(state.outputs),
+            state.last_success,
+            state.fallback,
+            None if meta is None else (meta.id, meta.source, meta.environment_fingerprint),
+            latest is None,
+            None if last is None else last.id,
+            env_fingerprint,
+        )
+
+        def build() -> _Families:
+            families = _Families()
+            self._model(families, settings, model, state, latest, env_fingerprint, meta)
+            return families
+
+        return key, build
 
     def _tolerance(self, settings: Settings, model: ModelConfig, output: str) -> AppliedTolerance:
         """``settings.tolerance_for`` (pydantic merges, ~0.1 ms each) computed once per config."""
@@ -79,9 +128,9 @@ class StoreCollector(Collector):
         state: ModelState,
         latest: dict[str, RunRecord] | None,
         env_fingerprint: str | None,
+        meta: BaselineMeta | None,
     ) -> None:
         name = model.name
-        meta = self.metrics.active_baseline(settings.store.baselines_dir, name)
         f.model_info.add_metric([name, state.facts.sha256, state.facts.opset], 1.0)
         baseline_labels = (
             [name, meta.id, values.baseline_source_label(meta.source), (meta.environment_fingerprint or "")[:16]]
@@ -151,6 +200,14 @@ def diagnosed_cause(last: RunRecord | None) -> str:
     return cause if cause in CAUSE_CODES else "none"
 
 
+@dataclass(frozen=True)
+class Frame:
+    """One scrape of the store gauges: the global families filled, and each model's (key, block builder)."""
+
+    global_families: _Families
+    models: list[tuple[tuple[object, ...], Callable[[], _Families]]]
+
+
 class _Families:
     """One empty metric family per collector-made series, per scrape."""
 
@@ -196,6 +253,15 @@ class _Families:
         self.rtol = gauge("onnxmon_output_tolerance_rtol", "Applied rtol.", output)
         self.max_mismatch = gauge("onnxmon_output_tolerance_max_mismatch_ratio", "Applied max_mismatch_ratio.", output)
 
+    def globals(self) -> tuple[GaugeMetricFamily, ...]:
+        """The families without a model label, first in the exposition."""
+        return (self.store_up, self.runtime_info)
+
+    def per_model(self) -> list[GaugeMetricFamily]:
+        """The families with a model label, in exposition order."""
+        first = self.globals()
+        return [family for family in self.all() if all(family is not g for g in first)]
+
     def per_output_values(self) -> tuple[GaugeMetricFamily, ...]:
         return (
             self.max_abs,
@@ -230,5 +296,7 @@ def install(
     prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
     metrics = Metrics(registry, store=store, node=node, clock=clock, startup_environment=startup_environment)
     metrics.declare(settings)
-    registry.register(StoreCollector(metrics, store))
+    collector = StoreCollector(metrics, store)
+    registry.register(collector)
+    exposition.install(registry, collector)  # /metrics serves the cached rendering of this registry
     return metrics

@@ -1,0 +1,286 @@
+"""One worker's measurement of one chunk: the numpy reference pass, or one call of the fused kernel.
+
+``stream.ChunkStream`` cuts the output into chunks and hands each to a ``Worker`` (one per
+thread); the worker folds the chunk into its order-free totals (counts, maxima, the p99
+candidates) and keeps the chunk's five float sums for ``stream._merge`` to fold in chunk order.
+
+Two implementations, the same numbers to the bit (``tests/test_compare_fused.py``):
+
+* **The numpy pass** (the reference, and the path whenever numba is missing): about twenty numpy
+  passes over the chunk in float64 scratch buffers. Its tricks, measured in
+  ``bench/bench_compare.py``: a bitwise-equal chunk (tested on the integer view of the bits) only
+  adds its squares; p99 keeps the largest ``k`` errors behind a rising threshold (``p99.py``); the
+  relative error is skipped for a chunk whose ``max|d| / floor`` cannot beat the running max, and
+  divided out only for the elements that could; the ``atol + rtol*|b|`` count is skipped when
+  ``max|d| <= atol``; ``|d|`` is computed once. Sums are lanes (``formulas.lane_sums``), never a
+  BLAS dot: ``np.dot`` over a chunk made OpenBLAS spread it over its own spinning threads, and its
+  order depends on the CPU's kernel, which no other implementation can reproduce.
+* **The fused kernel** (``fused.py``, numba): one read of both chunks for everything; the worker
+  only hands it its buffers and folds the totals it returns.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.compare import fused as compare_fused
+from monitor.compare.formulas import LANES, coarse_ulp, fold_lanes, lane_sums
+from monitor.compare.p99 import Largest
+from monitor.results import AppliedTolerance
+
+_TINY = float(np.finfo(np.float64).tiny)
+
+Array = npt.NDArray[np.generic]
+F64 = npt.NDArray[np.float64]
+
+
+def kernel_for(
+    dtype: np.dtype[np.generic],
+    tol: AppliedTolerance,
+    elements: int,
+    *,
+    exact: bool,
+    ulp_dtype: np.dtype[np.generic] | None,
+    fused: bool | None,
+) -> Any:
+    """The fused kernel for a stream, or None for the numpy pass (``fused``: None = when it pays, see ``fused.py``)."""
+    if fused is False or exact or ulp_dtype is not None:
+        return None
+    if fused is None and not compare_fused.usable(dtype, tol.atol, tol.rtol, elements):
+        return None
+    if not compare_fused.eligible(dtype, tol.atol, tol.rtol):
+        return None
+    return compare_fused.kernel(dtype)
+
+
+class Worker:
+    """One thread's scratch buffers, its order-free totals and the per-chunk float sums."""
+
+    def __init__(
+        self,
+        dtype: np.dtype[np.generic],
+        tol: AppliedTolerance,
+        chunk: int,
+        largest: Largest,
+        *,
+        exact: bool,
+        ulp_dtype: np.dtype[np.generic] | None = None,
+        kernel: Any = None,
+    ) -> None:
+        self.exact, self.tol, self.kernel = exact, tol, kernel
+        self.ulp_dtype = None if ulp_dtype is None or ulp_dtype == dtype else np.dtype(ulp_dtype)
+        self.floor = max(tol.atol, _TINY)
+        self.float64_input = dtype == np.float64
+        self.int_view = np.dtype(f"i{dtype.itemsize}")
+        self.a64, self.b64, self.err, self.abs_b, self.limit = (np.empty(chunk) for _ in range(5))
+        self.floors = np.full(chunk, self.floor)
+        self.mask = np.empty(chunk, np.bool_)
+        self.int_diff, self.int_sign = np.empty(chunk, self.int_view), np.empty(chunk, self.int_view)
+        self.largest = largest
+        self.lanes, self.products = np.zeros((5, LANES)), np.empty(chunk)  # formulas.py: the summation order
+        self.params = np.array([tol.atol, tol.rtol, self.floor, 0.0])
+        self.out_f, self.out_i, self.out_u = np.zeros(8), np.zeros(8, np.int64), np.zeros(1, np.uint64)
+        self.outputs = (self.out_f, self.out_i, self.out_u)
+        self.half = np.empty((2, chunk), np.float32) if kernel is not None and dtype == np.float16 else None
+        # chunk index -> (ss_a, ss_b, ss_err, dot_ab, sum_abs), folded in chunk order by _merge
+        self.sums: dict[int, tuple[float, float, float, float, float]] = {}
+        self.finite_count = self.finite_mismatch = self.nonfinite_mismatch = 0
+        self.nan_count = self.nan_mismatch = self.inf_count = self.inf_mismatch = 0
+        self.max_abs = self.max_rel = self.max_ratio = 0.0
+        self.max_ulp = 0
+        self.bitwise_equal = True
+
+    def update(self, index: int, raw_a: Array, raw_b: Array) -> None:
+        if self.kernel is not None:
+            self._fused(index, raw_a, raw_b)
+            return
+        n = raw_a.size
+        int_a, int_b = raw_a.view(self.int_view), raw_b.view(self.int_view)
+        if self.exact:
+            differ = int(np.count_nonzero(np.not_equal(int_a, int_b, out=self.mask[:n])))
+            diff_max = diff_min = 0
+        else:  # the bit-pattern difference doubles as the equality test and the ULP distance
+            int_diff = np.subtract(int_a, int_b, out=self.int_diff[:n])
+            diff_max, diff_min = int(int_diff.max()), int(int_diff.min())
+            differ = diff_max != 0 or diff_min != 0
+        if not differ:
+            self.sums[index] = self._equal_chunk(raw_a)
+            return
+        self.bitwise_equal = False
+        a, b = self._as_float64(raw_a, self.a64), self._as_float64(raw_b, self.b64)
+        ss_a, ss_b = self._squares(a, b)
+        if self.exact:
+            self.finite_mismatch += differ
+            self.finite_count += n
+        elif math.isfinite(ss_a) and math.isfinite(ss_b):
+            self.finite_count += n
+            self._ulp(int_a, int_b, int_diff, diff_max, diff_min)
+        else:
+            raw_a, raw_b, a, b = self._position_rule(raw_a, raw_b, a, b)
+            self._squares(a, b)
+            int_a, int_b = raw_a.view(self.int_view), raw_b.view(self.int_view)
+            int_diff = np.subtract(int_a, int_b, out=self.int_diff[:n])
+            self._ulp(int_a, int_b, int_diff, int(int_diff.max()), int(int_diff.min()))
+        self._errors(a, b)
+        ss_a, ss_b, ss_err, dot_ab, sum_abs = fold_lanes(self.lanes)
+        self.sums[index] = (ss_a, ss_b, ss_err, dot_ab, sum_abs)
+
+    def _fused(self, index: int, raw_a: Array, raw_b: Array) -> None:
+        """The whole chunk in one call of the fused kernel (``fused.py``): the same numbers as below."""
+        n, largest = raw_a.size, self.largest
+        if not (raw_a.flags.c_contiguous and raw_b.flags.c_contiguous):  # a reversed or strided view
+            raw_a, raw_b = np.ascontiguousarray(raw_a), np.ascontiguousarray(raw_b)
+        a, b = raw_a, raw_b
+        if self.half is not None:  # float16 is exact in float32; the ULPs still count its own bits
+            a, b = self.half[0, :n], self.half[1, :n]
+            np.copyto(a, raw_a)
+            np.copyto(b, raw_b)
+        self.params[3] = largest.floor
+        bits_a, bits_b = raw_a.view(self.int_view), raw_b.view(self.int_view)
+        found = self.kernel(a, b, bits_a, bits_b, self.params, largest.buffer, largest.size, *self.outputs)
+        largest.accept(int(found))
+        f, i = self.out_f.tolist(), self.out_i.tolist()
+        self.sums[index] = (f[0], f[1], f[2], f[3], f[4])
+        self.max_abs, self.max_rel = max(self.max_abs, f[5]), max(self.max_rel, f[6])
+        self.max_ratio = max(self.max_ratio, f[7])
+        self.finite_count += i[0]
+        self.finite_mismatch += i[1]
+        self.nonfinite_mismatch += i[2]
+        self.nan_count, self.nan_mismatch, self.inf_count, self.inf_mismatch = (
+            self.nan_count + i[3],
+            self.nan_mismatch + i[4],
+            self.inf_count + i[5],
+            self.inf_mismatch + i[6],
+        )
+        self.bitwise_equal = self.bitwise_equal and i[7] == 0
+        self.max_ulp = max(self.max_ulp, int(self.out_u[0]))
+
+    def _lane_dot(self, x: F64, y: F64, row: int) -> None:
+        """Lanes of ``sum(x * y)`` into ``self.lanes[row]`` (the order of ``formulas.py``)."""
+        lane_sums(np.multiply(x, y, out=self.products[: x.size]), self.lanes[row])
+
+    def _squares(self, a: F64, b: F64) -> tuple[float, float]:
+        self._lane_dot(a, a, 0)
+        self._lane_dot(b, b, 1)
+        ss_a, ss_b = fold_lanes(self.lanes[:2])
+        return ss_a, ss_b
+
+    def _errors(self, a: F64, b: F64) -> None:
+        """Fold one chunk's errors into the maxima and counts, and their sums into lanes 2-4."""
+        n = a.size
+        err = np.subtract(a, b, out=self.err[:n])
+        self._lane_dot(err, err, 2)
+        self._lane_dot(a, b, 3)
+        np.abs(err, out=err)  # |d| once, reused by every metric below
+        chunk_max = float(err.max()) if n else 0.0
+        if chunk_max == 0.0:
+            self.lanes[4] = 0.0
+            return
+        self.max_abs = max(self.max_abs, chunk_max)
+        lane_sums(err, self.lanes[4])
+        abs_b = None
+        if not self.exact and chunk_max > self.tol.atol:  # else no element can break the rule
+            abs_b = np.abs(b, out=self.abs_b[:n])
+            limit = np.multiply(abs_b, self.tol.rtol, out=self.limit[:n])
+            limit += self.tol.atol
+            self.finite_mismatch += int(np.count_nonzero(np.greater(err, limit, out=self.mask[:n])))
+        # ratio <= max|d| / atol (a normal atol: a subnormal or zero one bounds nothing)
+        if not self.exact and (self.tol.atol < _TINY or chunk_max / self.tol.atol > self.max_ratio):
+            self.max_ratio = max(self.max_ratio, self._max_ratio(err, b, abs_b))
+        if chunk_max / self.floor > self.max_rel:  # |d| / max(|b|, floor) <= max|d| / floor
+            self.max_rel = max(self.max_rel, self._max_rel(err, b, abs_b))
+        self.largest.offer(err, chunk_max, self.mask)
+
+    def _max_ratio(self, err: F64, b: F64, abs_b: F64 | None) -> float:
+        """Max of ``|d| / (atol + rtol*|b|)``; a zero tolerance makes any error infinite (0/0 is 0)."""
+        n = err.size
+        if abs_b is None:
+            abs_b = np.abs(b, out=self.abs_b[:n])
+        limit = np.multiply(abs_b, self.tol.rtol, out=self.limit[:n])
+        limit += self.tol.atol
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.divide(err, limit, out=limit)
+        return float(np.fmax.reduce(ratio)) if n else 0.0  # fmax skips the NaN of 0/0
+
+    def _max_rel(self, err: F64, b: F64, abs_b: F64 | None) -> float:
+        """Max of ``|d| / max(|b|, floor)``, divided out only where it can beat the running max."""
+        n = err.size
+        # |d| <= max_rel * floor implies |d| / max(|b|, floor) <= max_rel; the 2**-50 margin keeps
+        # that true after rounding (in the normal range: a subnormal or infinite bound skips nothing),
+        # so skipping those elements never changes the maximum
+        bound = self.max_rel * self.floor * (1 - 2**-50)
+        candidates = np.greater(err, bound, out=self.mask[:n])
+        if 2.0**-1000 <= bound < math.inf and int(np.count_nonzero(candidates)) * 8 < n:
+            index = np.flatnonzero(candidates)
+            err, abs_b = err[index], np.abs(b[index])
+            n = err.size
+        elif abs_b is None:
+            abs_b = np.abs(b, out=self.abs_b[:n])
+        scale = np.maximum(abs_b, self.floors[:n], out=self.limit[:n])
+        return float(np.divide(err, scale, out=scale).max()) if n else 0.0
+
+    def _equal_chunk(self, raw: Array) -> tuple[float, float, float, float, float]:
+        """Bitwise-equal chunk: errors are exactly zero; only the squares and NaN/Inf remain."""
+        n = raw.size
+        values = self._as_float64(raw, self.a64)
+        self._lane_dot(values, values, 0)
+        squares = fold_lanes(self.lanes[:1])[0]
+        finite = n
+        if not self.exact and not math.isfinite(squares):
+            nan, inf = int(np.count_nonzero(np.isnan(values))), int(np.count_nonzero(np.isinf(values)))
+            self.nan_count, self.inf_count = self.nan_count + nan, self.inf_count + inf
+            finite = n - nan - inf
+            if nan or inf:  # zeroed, not dropped: the lanes keep every element's position
+                kept = np.where(np.isfinite(values), values, 0.0)
+                self._lane_dot(kept, kept, 0)
+                squares = fold_lanes(self.lanes[:1])[0]
+        self.finite_count += finite
+        return squares, squares, 0.0, squares, 0.0
+
+    def _position_rule(self, raw_a: Array, raw_b: Array, a: F64, b: F64) -> tuple[Array, Array, F64, F64]:
+        """Count NaN/Inf (dis)agreements, then zero every position not finite on both sides."""
+        nan_a, nan_b, inf_a, inf_b = np.isnan(a), np.isnan(b), np.isinf(a), np.isinf(b)
+        same = a == b  # true for equal signed Inf, false for NaN
+        both_finite = ~(nan_a | nan_b | inf_a | inf_b)
+        self.nan_count += int(np.count_nonzero(nan_a))
+        self.inf_count += int(np.count_nonzero(inf_a))
+        self.nan_mismatch += int(np.count_nonzero(nan_a != nan_b))
+        self.inf_mismatch += int(np.count_nonzero((inf_a | inf_b) & ~same))
+        self.nonfinite_mismatch += int(np.count_nonzero(~both_finite & ~same & ~(nan_a & nan_b)))
+        finite = int(np.count_nonzero(both_finite))
+        self.finite_count += finite  # the others are zeroed: errors of 0 are never p99 candidates
+        outside = ~both_finite
+        raw_a, raw_b, a, b = raw_a.copy(), raw_b.copy(), a.copy(), b.copy()
+        for array in (raw_a, raw_b, a, b):
+            array[outside] = 0
+        return raw_a, raw_b, a, b
+
+    def _ulp(self, int_a: Array, int_b: Array, int_diff: Array, diff_max: int, diff_min: int) -> None:
+        """Max ULP distance in the output's own dtype from the bit-pattern difference."""
+        if self.ulp_dtype is not None:  # two float dtypes compared in float64: count in the coarser
+            self.max_ulp = max(self.max_ulp, coarse_ulp(int_a.view(np.float64), int_b.view(np.float64), self.ulp_dtype))
+            return
+        # Same-sign floats are ordered like their bit patterns, so the difference is exact and
+        # never overflows; opposite signs are |a| + |b| in ULPs (+0 and -0 are 0 apart).
+        n = int_a.size
+        sign = np.bitwise_xor(int_a, int_b, out=self.int_sign[:n])
+        if int(sign.min()) < 0:  # rare positions (values near zero): handled by index
+            opposite = np.flatnonzero(np.less(sign, 0, out=self.mask[:n]))
+            magnitude = (1 << (8 * self.int_view.itemsize - 1)) - 1
+            across = np.bitwise_and(int_a[opposite], magnitude).astype(np.uint64)
+            across += np.bitwise_and(int_b[opposite], magnitude).astype(np.uint64)
+            self.max_ulp = max(self.max_ulp, int(across.max()))
+            int_diff[opposite] = 0  # int_diff is this worker's buffer
+            diff_max, diff_min = int(int_diff.max()), int(int_diff.min())
+        self.max_ulp = max(self.max_ulp, diff_max, -diff_min)
+
+    def _as_float64(self, raw: Array, buffer: F64) -> F64:
+        if self.float64_input:
+            return raw  # type: ignore[return-value]
+        out = buffer[: raw.size]
+        np.copyto(out, raw, casting="unsafe")
+        return out

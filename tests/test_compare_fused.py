@@ -1,0 +1,312 @@
+"""The fused metric kernel (``monitor/compare/fused.py``) agrees with the numpy pass to the bit.
+
+Every metric of ``OutputMetrics`` is compared by its bit pattern (``-0.0`` is not ``0.0``; NaN is
+NaN) between ``fused=True`` and ``fused=False`` on a table of the hard cases and on hypothesis'
+arrays. The sums' order itself is held against a plain-Python loop written from the docstring of
+``formulas.py``, and the fallbacks (numba missing, ``NUMBA_DISABLE_JIT``, an unwritable cache) run
+in real child interpreters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from monitor.compare import fused
+from monitor.compare.accumulate import OutputAccumulator
+from monitor.results import AppliedTolerance, OutputStats
+
+TOL = AppliedTolerance(atol=1e-5, rtol=1e-3)
+EXAMPLES = int(os.environ.get("ONNXMON_FUZZ_EXAMPLES", "0"))
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bits(value: Any) -> Any:
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else struct.pack("<d", value)
+    return value
+
+
+def _measure(
+    actual: list[np.ndarray], expected: list[np.ndarray], tol: AppliedTolerance, *, use_fused: bool, **kw: Any
+) -> OutputStats:
+    elements = sum(np.asarray(b).size for b in expected)
+    accumulator = OutputAccumulator("y", tol, samples=len(expected), elements=elements, fused=use_fused, **kw)
+    for a, b in zip(actual, expected, strict=True):
+        accumulator.feed(a, b)
+    stream = accumulator.stream
+    assert stream is not None, "a float comparison runs a chunk stream"
+    ran_fused = all(worker.kernel is not None for worker in stream.workers)
+    assert ran_fused is use_fused, f"asked fused={use_fused}, the workers ran fused={ran_fused}"
+    return accumulator.finish()
+
+
+def assert_same_to_the_bit(
+    actual: list[np.ndarray], expected: list[np.ndarray], tol: AppliedTolerance = TOL, **kw: Any
+) -> OutputStats:
+    reference = _measure(actual, expected, tol, use_fused=False, **kw)
+    kernel = _measure(actual, expected, tol, use_fused=True, **kw)
+    mine = {k: _bits(v) for k, v in dataclasses.asdict(kernel.metrics).items()}
+    theirs = {k: _bits(v) for k, v in dataclasses.asdict(reference.metrics).items()}
+    differ = {k: (getattr(kernel.metrics, k), getattr(reference.metrics, k)) for k in mine if mine[k] != theirs[k]}
+    assert not differ, f"fused vs numpy differ in (fused, numpy): {differ}"
+    assert kernel.verdict == reference.verdict and kernel.reasons == reference.reasons
+    return reference
+
+
+def _pair(dtype: Any, n: int, scale: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    b = rng.standard_normal(n).astype(dtype)
+    a = (b.astype(np.float64) + rng.standard_normal(n) * scale).astype(dtype)
+    return a, b
+
+
+def _special(dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    a, b = _pair(dtype, 5000, 1e-3, seed=3)
+    a[10], b[10] = np.nan, np.nan  # agreement
+    a[11] = np.nan  # NaN only in the actual
+    b[12] = np.nan  # NaN only in the baseline
+    a[13], b[13] = np.inf, np.inf  # agreement
+    a[14], b[14] = np.inf, -np.inf  # sign of Inf changed
+    a[15] = -np.inf
+    b[16] = np.inf
+    a[17], b[17] = np.nan, np.inf
+    a[4000:4010] = np.nan  # a whole run of them in another block
+    return a, b
+
+
+def _denormals(dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    tiny = np.finfo(dtype).smallest_subnormal
+    steps = np.arange(1, 3001, dtype=np.float64)
+    b = (steps * float(tiny)).astype(dtype)
+    a = b.copy()
+    a[::3] = (steps[::3] * float(tiny) * 2).astype(dtype)
+    a[1::7] = -a[1::7]  # sign flips across zero: ULPs counted through +-0
+    return a, b
+
+
+def _huge(dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    top = float(np.finfo(dtype).max)
+    b = np.array([top, -top, top / 2, 1.0, -top, 0.0] * 50, dtype=dtype)
+    a = np.array([top, top, -top / 2, 1.0, -top / 3, -0.0] * 50, dtype=dtype)  # differences overflow
+    return a, b
+
+
+def _cases() -> list[Any]:
+    cases: list[Any] = []
+    for dtype in (np.float16, np.float32, np.float64):
+        name = np.dtype(dtype).name
+        a, b = _pair(dtype, 70_001, 1e-3)
+        cases.append(pytest.param([a], [b], TOL, {}, id=f"{name}-differ"))
+        cases.append(pytest.param([b.copy()], [b], TOL, {}, id=f"{name}-all-equal"))
+        cases.append(pytest.param([-b], [b], TOL, {}, id=f"{name}-sign-flips"))
+        cases.append(pytest.param([b], [b * 0], TOL, {}, id=f"{name}-baseline-zero"))
+        cases.append(pytest.param(*([x] for x in _special(dtype)), TOL, {}, id=f"{name}-nan-inf"))
+        cases.append(pytest.param(*([x] for x in _denormals(dtype)), TOL, {}, id=f"{name}-denormals"))
+        cases.append(
+            pytest.param(
+                *([x] for x in _denormals(dtype)), AppliedTolerance(0.0, 0.0), {}, id=f"{name}-denormals-zero-tol"
+            )
+        )
+        cases.append(pytest.param(*([x] for x in _huge(dtype)), TOL, {}, id=f"{name}-huge"))
+        cases.append(pytest.param([np.zeros(0, dtype)], [np.zeros(0, dtype)], TOL, {}, id=f"{name}-empty"))
+        zero_d = (np.array(1.5, dtype), np.array(1.25, dtype))
+        cases.append(pytest.param([zero_d[0]], [zero_d[1]], TOL, {}, id=f"{name}-0d"))
+        cases.append(pytest.param([np.array(-0.0, dtype)], [np.array(0.0, dtype)], TOL, {}, id=f"{name}-signed-zero"))
+    a, b = _pair(np.float32, 50_000, 1e-2, seed=5)
+    splits = [a[:1], a[1:30_000], a[30_000:]], [b[:1], b[1:30_000], b[30_000:]]
+    cases.append(pytest.param(*splits, TOL, {"chunk_elements": 4096, "workers": 2}, id="samples-chunks-threads"))
+    cases.append(pytest.param([a[::-3]], [b[::-3]], TOL, {}, id="reversed-strided-views"))
+    grid = a.reshape(250, 200)
+    cases.append(pytest.param([grid.T], [b.reshape(250, 200).T], TOL, {"chunk_elements": 999}, id="transposed"))
+    cases.append(pytest.param([a], [b], AppliedTolerance(0.0, 0.0), {}, id="zero-tolerance"))
+    cases.append(pytest.param([a], [b], AppliedTolerance(1e-310, 0.0), {}, id="subnormal-atol"))
+    cases.append(pytest.param([a], [b], AppliedTolerance(0.0, 1e-3), {}, id="rtol-only"))
+    return cases
+
+
+@pytest.mark.parametrize(("actual", "expected", "tol", "options"), _cases())
+def test_fused_kernel_and_numpy_pass_agree_to_the_bit(
+    actual: list[np.ndarray], expected: list[np.ndarray], tol: AppliedTolerance, options: dict[str, Any]
+) -> None:
+    assert_same_to_the_bit(actual, expected, tol, **options)
+
+
+def test_the_special_values_case_counts_what_plain_numpy_counts() -> None:
+    """The table's NaN/Inf case measures something: its counts, from plain numpy, are in the result."""
+    a, b = _special(np.float32)
+    stats = assert_same_to_the_bit([a], [b])
+    nan_a, nan_b, inf_a = np.isnan(a), np.isnan(b), np.isinf(a)
+    assert stats.metrics.nan_count == int(nan_a.sum())
+    assert stats.metrics.inf_count == int(inf_a.sum())
+    assert stats.metrics.nan_mismatch_count == int((nan_a != nan_b).sum())
+    finite = np.isfinite(a) & np.isfinite(b)
+    diff = np.abs(a[finite].astype(np.float64) - b[finite])
+    assert stats.metrics.max_abs_error == float(diff.max())
+
+
+def _documented_sum(values: np.ndarray, chunk: int, lanes: int = 256) -> float:
+    """The order of ``formulas.py`` written as plain Python loops: lanes, halving, chunks in order."""
+    total = 0.0
+    for start in range(0, values.size, chunk):
+        lane = [0.0] * lanes
+        for i, value in enumerate(values[start : start + chunk].tolist()):
+            lane[i % lanes] = lane[i % lanes] + value
+        width = lanes // 2
+        while width >= 1:
+            lane = [lane[j] + lane[j + width] for j in range(width)]
+            width //= 2
+        total = total + lane[0]
+    return total
+
+
+@pytest.mark.parametrize("use_fused", [False, True], ids=["numpy", "fused"])
+def test_sums_follow_the_documented_order(use_fused: bool) -> None:
+    a, b = _pair(np.float32, 20_000, 1e-2, seed=11)
+    stats = _measure([a], [b], TOL, use_fused=use_fused, chunk_elements=3000, workers=2)
+    d = a.astype(np.float64) - b.astype(np.float64)
+    assert stats.metrics.rms_error == math.sqrt(_documented_sum(d * d, 3000) / d.size)
+    assert stats.metrics.mean_abs_error == _documented_sum(np.abs(d), 3000) / d.size
+    ss_b, ss_err = _documented_sum(b.astype(np.float64) ** 2, 3000), _documented_sum(d * d, 3000)
+    assert stats.metrics.snr_db == 10.0 * math.log10(ss_b / ss_err)
+
+
+def _floats(dtype: Any) -> st.SearchStrategy[np.ndarray]:
+    elements = st.floats(width=np.dtype(dtype).itemsize * 8, allow_nan=True, allow_infinity=True)
+    return hnp.arrays(dtype, st.integers(0, 600), elements=elements)
+
+
+@st.composite
+def _comparisons(draw: st.DrawFn) -> tuple[list[np.ndarray], list[np.ndarray], AppliedTolerance, dict[str, Any]]:
+    dtype = draw(st.sampled_from([np.float16, np.float32, np.float64]))
+    b = draw(_floats(dtype))
+    noise = draw(hnp.arrays(dtype, b.shape, elements=st.floats(width=np.dtype(dtype).itemsize * 8)))
+    mode = draw(st.sampled_from(["noise", "equal", "independent"]))
+    with np.errstate(all="ignore"):
+        a = b + noise * dtype(draw(st.sampled_from([1e-6, 1e-3, 1.0]))) if mode == "noise" else b.copy()
+    if mode == "independent":
+        a = draw(hnp.arrays(dtype, b.shape, elements=st.floats(width=np.dtype(dtype).itemsize * 8)))
+    cut = sorted(draw(st.lists(st.integers(0, b.size), max_size=3)))
+    edges = [0, *cut, b.size]
+    actual = [a[lo:hi] for lo, hi in itertools.pairwise(edges)]
+    expected = [b[lo:hi] for lo, hi in itertools.pairwise(edges)]
+    tol = AppliedTolerance(
+        atol=draw(st.sampled_from([0.0, 1e-310, 1e-5, 1.0])), rtol=draw(st.sampled_from([0.0, 1e-3, 0.5]))
+    )
+    options = {"chunk_elements": draw(st.sampled_from([1, 7, 256, 300, 65536])), "workers": draw(st.integers(1, 2))}
+    return actual, expected, tol, options
+
+
+@settings(
+    max_examples=EXAMPLES or max(200, settings.default.max_examples if settings.default.max_examples > 1000 else 0),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(_comparisons())
+def test_any_float_comparison_is_the_same_to_the_bit_fused_or_not(
+    case: tuple[list[np.ndarray], list[np.ndarray], AppliedTolerance, dict[str, Any]],
+) -> None:
+    actual, expected, tol, options = case
+    assert_same_to_the_bit(actual, expected, tol, **options)
+
+
+def test_auto_takes_the_numpy_pass_for_small_outputs_and_the_kernel_once_loaded() -> None:
+    """``fused=None``: small outputs never pay numba's import; once it is loaded, they may use it."""
+    assert not fused.usable(np.dtype(np.float32), 1e-5, 1e-3, fused.MIN_ELEMENTS_COLD - 1, loaded=False, cached=True)
+    assert fused.usable(np.dtype(np.float32), 1e-5, 1e-3, fused.MIN_ELEMENTS_COLD, loaded=False, cached=True)
+    assert not fused.usable(np.dtype(np.float32), 1e-5, 1e-3, fused.MIN_ELEMENTS_COLD, loaded=False, cached=False)
+    assert fused.usable(np.dtype(np.float32), 1e-5, 1e-3, fused.MIN_ELEMENTS_LOADED, loaded=True)
+    assert not fused.usable(np.dtype(">f4"), 1e-5, 1e-3, fused.MIN_ELEMENTS_COLD, loaded=True)
+    assert not fused.usable(np.dtype(np.float32), -1.0, 1e-3, fused.MIN_ELEMENTS_COLD, loaded=True)
+    assert not fused.usable(np.dtype(np.int32), 1e-5, 1e-3, fused.MIN_ELEMENTS_COLD, loaded=True)
+
+
+_CHILD = """
+import logging, sys
+logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(name)s %(levelname)s %(message)s")
+{prelude}
+import numpy as np
+from monitor.compare.outputs import compare_output
+from monitor.results import AppliedTolerance
+rng = np.random.default_rng(0)
+b = rng.standard_normal(3000).astype(np.float32)
+a = (b + rng.standard_normal(3000).astype(np.float32) * np.float32(1e-3))
+for _ in range(2):
+    stats = compare_output("y", [a], [b], AppliedTolerance(1e-5, 1e-3), fused=True)
+print("RESULT", repr(stats.metrics.rms_error), repr(stats.metrics.max_rel_error), stats.metrics.mismatch_count)
+"""
+
+
+def _child(prelude: str = "", **env: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD.format(prelude=prelude)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **env},
+        timeout=300,
+        check=True,
+    )
+    return done.stdout
+
+
+def _result(output: str) -> str:
+    return next(line for line in output.splitlines() if line.startswith("RESULT"))
+
+
+@pytest.mark.slow
+def test_without_numba_the_numpy_pass_runs_and_says_so_once(tmp_path: Path) -> None:
+    with_numba = _child(NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    blocked = _child(prelude="sys.modules['numba'] = None  # what a missing numba looks like to import")
+    disabled = _child(NUMBA_DISABLE_JIT="1")
+    assert _result(blocked) == _result(with_numba) == _result(disabled)
+    assert blocked.count("numba unavailable") == 1, blocked
+    assert disabled.count("NUMBA_DISABLE_JIT is set") == 1, disabled
+    assert "numpy pass" not in with_numba
+    assert list((tmp_path / "cache").rglob("*.nbi")), "the compiled kernel was cached in NUMBA_CACHE_DIR"
+    found = subprocess.run(
+        [sys.executable, "-c", "from monitor.compare import fused; print(fused.is_cached())"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")},
+        timeout=120,
+        check=True,
+    )
+    assert found.stdout.strip() == "True", "is_cached() finds what the kernel left in the cache"
+
+
+@pytest.mark.slow
+def test_an_unwritable_cache_costs_the_compile_not_the_check(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    output = _child(NUMBA_CACHE_DIR=str(blocker / "cache"))
+    assert output.count("not writable") == 1, output
+    assert _result(output) == _result(_child(prelude="sys.modules['numba'] = None"))
+
+
+@pytest.mark.parametrize("use_fused", [False, True], ids=["numpy", "fused"])
+def test_sums_past_the_float64_range_fail_the_output_instead_of_raising_or_passing(use_fused: bool) -> None:
+    """An error sum that overflows used to raise from ``log10(0)``; a NaN cosine was clamped to 1.0 (a pass)."""
+    tol = AppliedTolerance(atol=1e-5, rtol=1e-3, cosine_min=0.99, snr_min_db=20.0)
+    error_overflows = _measure(
+        [np.array([1e200, -1e200, 0.25])], [np.array([1.0, 0.5, 0.25])], tol, use_fused=use_fused
+    )
+    assert error_overflows.metrics.snr_db == -math.inf
+    assert "snr" in {reason.code for reason in error_overflows.reasons}
+    dot_is_nan = _measure([np.array([1e200, 1e200])], [np.array([1e200, -1e200])], tol, use_fused=use_fused)
+    assert math.isnan(dot_is_nan.metrics.cosine_similarity)
+    assert "cosine" in {reason.code for reason in dot_is_nan.reasons}
