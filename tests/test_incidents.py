@@ -305,3 +305,21 @@ def test_a_tiny_budget_still_answers(drift: Drift, capsys: pytest.CaptureFixture
     document = jsonsafe.loads(out)
     spent = ("time budget spent", "could not be replayed")  # cut before or after the first replay
     assert document["hypotheses"] and any(s in n for n in document["notes"] for s in spent)
+
+
+def test_the_run_page_form_notes_a_long_unicode_text_whole_or_refuses_it_never_cut(
+    drift: Drift, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 10 000 characters is what an incident may hold; URL-encoded, a '€' is 9 bytes: 90 kB of form.
+    cli(capsys, "diagnose", "forest", "-c", drift.config)
+    run_id = latest_run(drift.url)
+    text = "€" * knowledge.MAX_TEXT
+    with Store(drift.url) as store:
+        client = TestClient(create_app(RealDaemon(drift.workspace.settings(), store)), raise_server_exceptions=False)
+        form = {"token": TOKEN, "cause": "thread_count", "text": text, "fix": text}
+        accepted = client.post(f"/runs/{run_id}/incidents", data=form, follow_redirects=False)
+        assert accepted.status_code == 303, accepted.text
+        assert [i.text for i in knowledge.incidents(store)] == [text]
+        huge = client.post(f"/runs/{run_id}/incidents", data={**form, "by": "x" * 400_000}, follow_redirects=False)
+        assert huge.status_code == 413 and "form" in huge.text
+        assert len(knowledge.incidents(store)) == 1

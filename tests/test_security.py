@@ -8,8 +8,10 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import os
 import re
 import subprocess
+import threading
 import time
 import tomllib
 from collections.abc import Iterator
@@ -139,6 +141,28 @@ def test_a_token_file_is_read_at_each_request_so_rotation_works(
     secret.write_text("rotated-token-0001\n")
     assert client.post(promote, headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 401
     assert client.post(promote, headers={"Authorization": "Bearer rotated-token-0001"}).status_code == 404
+
+
+def test_a_token_file_that_is_a_fifo_disables_writes_instead_of_hanging_the_request(
+    scenario: Scenario, store: Store, tmp_path: Path
+) -> None:
+    # Opening a FIFO nobody writes to blocks forever: each mutating request would hang a worker thread.
+    secret = tmp_path / "token"
+    os.mkfifo(secret)
+    client = app_over(scenario, store, token_file=secret)
+    answered: list[int] = []
+    promote = "/api/v1/baselines/no-such-baseline/promote"
+    request = threading.Thread(
+        target=lambda: answered.append(client.post(promote, headers={"Authorization": f"Bearer {TOKEN}"}).status_code),
+        daemon=True,
+    )
+    request.start()
+    request.join(30)
+    if request.is_alive():  # unblock the reader so the thread ends, then fail
+        os.close(os.open(secret, os.O_WRONLY | os.O_NONBLOCK))
+        request.join(10)
+        pytest.fail("a request hung reading api.token_file, a FIFO")
+    assert answered == [403]
 
 
 def test_tokens_are_compared_in_constant_time() -> None:

@@ -457,3 +457,49 @@ def test_onnxmon_and_its_torchref_package_import_without_loading_torch() -> None
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr
+
+
+# --- hostile factories: sys.exit, a hang ---------------------------------------------------------------
+
+EXITS_ON_IMPORT = "import sys\nsys.exit(0)\n"
+EXITS_IN_FACTORY = "import sys\n\ndef make_model():\n    sys.exit(0)\n"
+EXITS_IN_INPUTS = "from models import make_cnn as make_model\n\ndef make_inputs(sample):\n    raise SystemExit(0)\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (EXITS_ON_IMPORT, "raised SystemExit"),
+        (EXITS_IN_FACTORY, "make_model() raised SystemExit"),
+        (EXITS_IN_INPUTS, "make_inputs raised SystemExit"),
+    ],
+    ids=["on-import", "in-factory", "in-make-inputs"],
+)
+def test_a_factory_calling_sys_exit_is_a_usage_error_not_a_silent_success(
+    models: ModuleType, exported: Export, space: Callable[..., Space], capsys: pytest.CaptureFixture[str],
+    body: str, expected: str,
+) -> None:  # fmt: skip
+    ws = space(exported("cnn", "legacy"), "cnn")
+    (ws.root / "models.py").write_bytes(MODELS_PY.read_bytes())
+    (ws.root / "factory.py").write_text(body)
+    code, out = ws.reference(capsys, f"{ws.root / 'factory.py'}:make_model")
+    assert code == 2 and expected in out, out
+    assert not (ws.root / "baselines" / "m").exists() or not any((ws.root / "baselines" / "m").iterdir())
+
+
+HANGS_IN_INPUTS = (
+    "import time\nfrom models import make_cnn as make_model\n\n"
+    "def make_inputs(sample):\n    while True:\n        try:\n            time.sleep(1)\n"
+    "        except Exception:\n            pass\n"
+)
+
+
+def test_a_hung_factory_is_cut_at_the_timeout_could_not_measure_and_leaves_no_baseline(
+    models: ModuleType, exported: Export, space: Callable[..., Space], capsys: pytest.CaptureFixture[str]
+) -> None:
+    ws = space(exported("cnn", "legacy"), "cnn")
+    (ws.root / "models.py").write_bytes(MODELS_PY.read_bytes())
+    (ws.root / "factory.py").write_text(HANGS_IN_INPUTS)
+    code, out = ws.reference(capsys, f"{ws.root / 'factory.py'}:make_model", "--timeout", "3")
+    assert code == 3 and "did not finish within 3 s (--timeout)" in out, out
+    assert not (ws.root / "baselines" / "m").exists() or not any((ws.root / "baselines" / "m").iterdir())

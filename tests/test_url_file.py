@@ -8,6 +8,9 @@ carries the URL (the file's content is a secret).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -80,3 +83,47 @@ def test_config_show_masks_the_password_read_from_the_file(tmp_path: Path, capsy
     shown = json.loads(capsys.readouterr().out)
     assert "hunter2" not in json.dumps(shown)
     assert shown["store"]["url_file"] == str(tmp_path / "url")
+
+
+SPECIAL = {
+    "directory": lambda p: p.mkdir(),
+    "fifo": lambda p: os.mkfifo(p),
+    "huge": lambda p: p.write_bytes(b"postgresql://u:hunter2@h/db" + b"x" * (1 << 20)),
+}
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        ("directory", "is not a regular file (expected a file holding the database URL)"),
+        ("fifo", "is not a regular file (expected a file holding the database URL)"),
+        ("huge", "is larger than"),
+    ],
+)
+def test_a_url_file_that_is_a_directory_a_fifo_or_huge_is_refused_without_hanging(
+    tmp_path: Path, kind: str, expected: str
+) -> None:
+    # A FIFO nobody writes to would block read_text() forever: load in a child with a deadline.
+    secret = tmp_path / "url"
+    SPECIAL[kind](secret)
+    path = write_config(tmp_path, {"url_file": str(secret)})
+    probe = (
+        "import sys\nfrom monitor.config import settings\nfrom monitor.errors import ConfigError\n"
+        "try:\n    settings.load(sys.argv[1])\nexcept ConfigError as exc:\n    print(exc)\n"
+    )
+    try:
+        done = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"loading a config whose store.url_file is a {kind} hung")
+    assert f"store.url_file: {secret}" in done.stdout and expected in done.stdout, done.stdout + done.stderr
+    assert "hunter2" not in done.stdout
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_an_unreadable_url_file_is_a_config_error(tmp_path: Path) -> None:
+    secret = tmp_path / "url"
+    secret.write_text("sqlite:///x.db", encoding="utf-8")
+    secret.chmod(0)
+    path = write_config(tmp_path, {"url_file": str(secret)})
+    with pytest.raises(ConfigError, match=r"store\.url_file: .* cannot be read: Permission denied"):
+        config.load(path)

@@ -16,9 +16,11 @@ numbers are encoded as the strings ``"Infinity"``, ``"-Infinity"`` and ``"NaN"``
 
 from __future__ import annotations
 
+import errno
 import hmac
 import logging
 import re
+import stat
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -312,12 +314,15 @@ def _configured_token(settings: Settings) -> str | None:
     if settings.api.token:
         return settings.api.token
     if settings.api.token_file is not None:
+        path = Path(settings.api.token_file)
         try:
-            token = Path(settings.api.token_file).read_text(encoding="utf-8").strip()
+            # A FIFO (or a device) would block this request's thread on open: only a regular file is read.
+            if not stat.S_ISREG(path.stat().st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
+            with path.open("rb") as handle:
+                token = handle.read(64 * 1024).decode("utf-8", errors="replace").strip()
         except OSError as exc:
-            log.warning(
-                "api.token_file %s cannot be read (%s): mutating calls disabled", settings.api.token_file, exc.strerror
-            )
+            log.warning("api.token_file %s cannot be read (%s): mutating calls disabled", path, exc.strerror)
             return None
         return token or None
     return None

@@ -33,7 +33,9 @@ from monitor.store import knowledge
 
 MAX_ID = 2**63 - 1
 RunId = Annotated[int, PathParam(ge=1, le=MAX_ID)]
-_MAX_FORM = 64 * 1024
+# text and fix at knowledge.MAX_TEXT characters each, 12 bytes per 4-byte character URL-encoded,
+# and room for the rest
+_MAX_FORM = 2 * 12 * knowledge.MAX_TEXT + 16 * 1024
 
 
 class IncidentIn(BaseModel):
@@ -102,7 +104,13 @@ def mount(app: FastAPI, handle: DaemonHandle, *, auth: Sequence[Depends], token:
 
     @app.post("/runs/{run_id}/incidents", include_in_schema=False, response_model=None)
     async def incident_form(run_id: str, request: Request) -> Response:
-        body = (await request.body())[:_MAX_FORM].decode("utf-8", errors="replace")
+        raw = bytearray()
+        async for chunk in request.stream():  # bounded while reading: a cut form would store a cut text
+            raw += chunk
+            if len(raw) > _MAX_FORM:
+                too_big = f"the form is over {_MAX_FORM // 1024} KiB; text and fix hold {knowledge.MAX_TEXT} characters"
+                return HTMLResponse(error_page(413, "Not noted", too_big), status_code=413)
+        body = raw.decode("utf-8", errors="replace")
         form = {key: values[0] for key, values in parse_qs(body, keep_blank_values=True).items()}
         number = int(run_id) if run_id.isdecimal() and len(run_id) < 20 else 0
         expected = token()

@@ -20,6 +20,8 @@ ConfigOption = output.ConfigOption
 JsonOption = output.JsonOption
 OutputOption = output.OutputOption
 UnusedConfigOption = output.UnusedConfigOption
+# The largest id a store holds (64-bit signed in SQLite and PostgreSQL): past it the driver overflows.
+MAX_ID = 2**63 - 1
 QuietOption = typer.Option(False, "--quiet", "-q", help="Print nothing but errors; rely on the exit code.")
 
 

@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
     def diagnose(
         model: str = typer.Argument(..., help="The model to diagnose (a name from the config)."),
         run_id: int | None = typer.Option(
-            None, "--run", min=1, help="Diagnose this stored run instead of a fresh check."
+            None, "--run", min=1, max=common.MAX_ID, help="Diagnose this stored run instead of a fresh check."
         ),
         budget: float | None = typer.Option(
             None,

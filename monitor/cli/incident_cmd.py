@@ -23,7 +23,9 @@ def register(app: typer.Typer) -> None:
 
     @group.command("note")
     def note(
-        run_id: int = typer.Argument(..., min=1, help="The run the incident is about (onnxmon history shows ids)."),
+        run_id: int = typer.Argument(
+            ..., min=1, max=common.MAX_ID, help="The run the incident is about (onnxmon history shows ids)."
+        ),
         cause: str = typer.Option(..., "--cause", help=f"A cause code: {', '.join(sorted(CAUSE_CODES))}."),
         text: str = typer.Option(..., "--text", help="What was found."),
         fix: str | None = typer.Option(None, "--fix", help="What fixed it (e.g. cudnn_conv_algo_search=DEFAULT)."),
@@ -77,7 +79,7 @@ def register(app: typer.Typer) -> None:
 
     @group.command("show")
     def show(
-        incident_id: int = typer.Argument(..., min=1, help="The incident id."),
+        incident_id: int = typer.Argument(..., min=1, max=common.MAX_ID, help="The incident id."),
         config_file: str | None = common.ConfigOption,
         as_json: bool = common.JsonOption,
         fmt: str | None = common.OutputOption,

@@ -5,7 +5,8 @@ The factory's ``nn.Module`` runs the model's benchmark set; its outputs (and wit
 of source ``reference``: ``onnxmon check`` then compares ONNX Runtime with PyTorch and ``onnxmon
 localize`` names the first ONNX node that departs from it. Exit codes: 0 stored, PyTorch consumed
 the benchmark set's inputs; 1 stored, but PyTorch consumed other inputs (``input_mismatch``, each
-described); 2 a usage mistake (no torch, a bad factory, a module in training mode).
+described); 2 a usage mistake (no torch, a bad factory, a module in training mode, ``sys.exit()`` in the
+factory's code); 3 the factory's code ran past ``--timeout`` (it runs in-process), nothing stored.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ def register(app: typer.Typer) -> None:
         samples: int = typer.Option(1, "--samples", min=1, help="How many samples' intermediates to store."),
         promote: bool = typer.Option(False, "--promote", help="Make it the active baseline."),
         note: str = typer.Option("", "--note", help="Free text kept with the baseline."),
+        timeout: float = typer.Option(
+            3600.0,
+            "--timeout",
+            min=0.0,
+            help="Seconds the factory's code may run in all (0: no limit); past it exit 3.",
+        ),
         as_json: bool = common.JsonOption,
     ) -> None:
         """Run the PyTorch model over the benchmark set and store its outputs as a reference baseline."""
@@ -41,7 +48,7 @@ def register(app: typer.Typer) -> None:
         settings = common.settings(config_file)
         plan = plan_for(settings, model)
         made = torchref.reference_torch(
-            plan, factory, intermediates=intermediates, samples=samples, promote=promote, note=note
+            plan, factory, intermediates=intermediates, samples=samples, promote=promote, note=note, timeout=timeout
         )
         db = common.open_store(settings)
         db.record_baseline(made.baseline.meta.store_record(path=made.baseline.directory, active=made.active))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -168,6 +169,7 @@ class Settings(StrictModel):
 
 
 # Query parameters that carry a secret in SQLAlchemy/libpq URLs (``?password=``, ``?sslpassword=``...).
+_MAX_URL_FILE = 64 * 1024  # a database URL is one line; a bigger "secret" is a mistake
 _SECRET_PARAMETER = re.compile(r"pass|pwd|secret|token|key", re.IGNORECASE)
 _SECRET_PARAMETER_EXCEPTIONS = frozenset({"sslkey", "sslrootkey"})  # paths of key files, not secrets
 
@@ -326,7 +328,18 @@ def _url_from_file(store: StoreConfig, rel: Callable[[Path], Path]) -> str:
         raise ConfigError("store: set store.url or store.url_file, not both")
     path = rel(store.url_file)
     try:
-        url = path.read_text(encoding="utf-8").strip()
+        # Stat first: opening a FIFO nobody writes to blocks forever, /dev/zero never ends.
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise ConfigError(
+                f"store.url_file: {path} is not a regular file (expected a file holding the database URL)"
+            )
+        with path.open("rb") as handle:
+            raw = handle.read(_MAX_URL_FILE + 1)
+        if len(raw) > _MAX_URL_FILE:
+            raise ConfigError(
+                f"store.url_file: {path} is larger than {_MAX_URL_FILE} bytes (expected one line: the database URL)"
+            )
+        url = raw.decode("utf-8").strip()
     except FileNotFoundError:
         raise ConfigError(f"store.url_file: {path} not found (expected a file holding the database URL)") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -80,7 +80,7 @@ def load(spec: str) -> Factory:
         raise FactoryError(f"--factory {spec!r}: {path} defines no function {name!r}; it defines {defined}")
     try:
         module = function()
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() in user code must not end onnxmon with its code
         raise FactoryError(f"--factory {spec!r}: {name}() raised {type(exc).__name__}: {exc}") from None
     if not isinstance(module, torch.nn.Module):
         raise FactoryError(f"--factory {spec!r}: {name}() returned {type(module).__name__}, expected a torch.nn.Module")
@@ -108,7 +108,7 @@ def _import_file(path: Path, spec: str) -> Any:
     sys.modules[module_name] = namespace
     try:
         loader_spec.loader.exec_module(namespace)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         sys.modules.pop(module_name, None)
         raise FactoryError(f"--factory {spec!r}: importing {path} raised {type(exc).__name__}: {exc}") from None
     finally:

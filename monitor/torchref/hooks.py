@@ -75,7 +75,7 @@ def forward(factory: Factory, feeds: Mapping[str, np.ndarray], input_names: Sequ
             result = module(*args, **kwargs)
     except MonitorError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise MonitorError(
             f"--factory {factory.spec!r}: the module's forward raised {type(exc).__name__}: {exc}"
         ) from None
@@ -93,7 +93,7 @@ def _arguments(
         return [torch.from_numpy(np.array(feeds[name], copy=True)) for name in input_names], {}
     try:
         made = factory.make_inputs({name: np.array(feeds[name], copy=True) for name in input_names})
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise MonitorError(f"--factory {factory.spec!r}: make_inputs raised {type(exc).__name__}: {exc}") from None
 
     def tensor(value: Any) -> Any:

@@ -18,6 +18,7 @@ against this baseline then reports ``input_mismatch`` with that description.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,8 +34,8 @@ from monitor.files import benchsets as benchset
 from monitor.localize.engine import FOREIGN_KEY
 from monitor.localize.graph import load_model, value_types
 from monitor.runtime import envsnap
+from monitor.torchref import deadline, hooks, inputs, naming
 from monitor.torchref import factory as factories
-from monitor.torchref import hooks, inputs, naming
 
 
 @dataclass(frozen=True)
@@ -77,13 +78,20 @@ def reference_torch(
     samples: int = 1,
     promote: bool = False,
     note: str = "",
+    timeout: float = 0.0,
 ) -> TorchReference:
-    """Run the factory's module over ``plan``'s benchmark set and store a ``reference`` baseline."""
+    """Run the factory's module over ``plan``'s benchmark set and store a ``reference`` baseline.
+
+    ``timeout`` (seconds, 0 for none) bounds the user's code: loading the factory and the passes over
+    the benchmark set; past it, ``FactoryTimeout`` (exit 3) and nothing is stored.
+    """
     if samples < 1:
         raise MonitorError(f"--samples must be >= 1, got {samples}")
     torch = factories.import_torch()
     model = plan.model
-    factory = factories.load(factory_spec)
+    ends = time.monotonic() + timeout
+    with deadline.within(timeout, factory_spec):
+        factory = factories.load(factory_spec)
     bench = benchset.ensure(plan.benchset, plan.benchsets_dir)
     in_specs = signature.model_signature(model.path)
     out_specs = signature.model_signature(model.path, outputs=True)
@@ -99,7 +107,10 @@ def reference_torch(
         for index in range(len(bench)):
             feeds = bench.load_sample(index)
             layers = intermediates and index < samples
-            run = hooks.forward(factory, feeds, input_names, layers=layers)
+            with deadline.within(
+                max(ends - time.monotonic(), 1e-3) if timeout > 0 else 0.0, factory_spec, limit=timeout
+            ):
+                run = hooks.forward(factory, feeds, input_names, layers=layers)
             writer.add_sample(_outputs(run.outputs, out_specs, factory_spec, index))
             for name in input_names:
                 difference = _input_difference(name, index, feeds[name], run.consumed)
