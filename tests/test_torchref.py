@@ -24,6 +24,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import yaml
 
 from monitor.cli import main
 from tests.conftest import unavailable
@@ -196,6 +197,10 @@ def test_coverage_per_exporter_names_sequential_children_and_folded_batchnorms(
         code, out = ws.reference(capsys, factory_of("cnn"), "--intermediates", "--json")
         assert code == 0, out
         made = json.loads(out[out.index("{") :], parse_constant=lambda token: pytest.fail(f"bare {token}"))
+        if exporter == "legacy":  # -o yaml (tests/test_cli_scripting.py leaves this command to this test)
+            code, out = ws.reference(capsys, factory_of("cnn"), "--intermediates", "-o", "yaml")
+            assert code == 0, out
+            assert yaml.safe_load(out[out.index("baseline_id:") :])["coverage"] == made["coverage"]
         stem_conv = first_node(ws.model, "Conv")
         conv_output = next(n.output[0] for n in onnx.load(str(ws.model)).graph.node if n.name == stem_conv)
         assert made["exporter"] == exporter

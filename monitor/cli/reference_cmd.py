@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import typer
 
-from monitor.cli import common
+from monitor.cli import common, output
 from monitor.config.plan import plan_for
 
 
@@ -41,10 +41,12 @@ def register(app: typer.Typer) -> None:
             help="Seconds the factory's code may run in all (0: no limit); past it exit 3.",
         ),
         as_json: bool = common.JsonOption,
+        fmt: str | None = common.OutputOption,
     ) -> None:
         """Run the PyTorch model over the benchmark set and store its outputs as a reference baseline."""
         from monitor import torchref
 
+        chosen = output.chosen(fmt, as_json)
         settings = common.settings(config_file)
         plan = plan_for(settings, model)
         made = torchref.reference_torch(
@@ -52,8 +54,8 @@ def register(app: typer.Typer) -> None:
         )
         db = common.open_store(settings)
         db.record_baseline(made.baseline.meta.store_record(path=made.baseline.directory, active=made.active))
-        if as_json:
-            common.print_json(made.to_dict())
+        if output.structured(chosen):
+            common.print_json(made.to_dict(), chosen)
         else:
             state = "active" if made.active else "inactive"
             typer.echo(
