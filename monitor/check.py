@@ -187,7 +187,8 @@ def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCaptur
             started,
             clock(),
         )
-    bench = benchset.open_benchset(plan.benchsets_dir, baseline.meta.benchset, baseline.meta.benchset_version)
+    named = (baseline.meta.benchset, baseline.meta.benchset_version)
+    bench = benchset.open_benchset(plan.benchsets_dir, *named, files=files)
     session, reused = models.session(model, identity)
     tolerances = plan.tolerances(session.output_names)
     comparison = compare.Comparison(
@@ -245,7 +246,7 @@ def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCaptur
     details.update({"warm": kept} if (kept := models.note()) is not None else {})
     if any(r.code == "model_changed" for r in reasons):
         reasons, details["model_diff"] = describe_model_change(reasons, baseline, model.path)
-    current = _current_benchset_version(plan)
+    current = _current_benchset_version(plan, files)
     if current is not None and current != bench.version:
         details["benchset_note"] = (
             f"benchset {bench.name} has a newer version v{current}; the baseline uses v{bench.version}."
@@ -389,12 +390,11 @@ def _with_repeat_spread(stats: OutputStats, spread: float | None) -> OutputStats
 def _env_changes(baseline_env: Mapping[str, Any], snapshot: envsnap.EnvSnapshot) -> list[dict[str, Any]]:
     if not baseline_env.get("fingerprint"):
         return []
-    before = envsnap.EnvSnapshot.from_dict(dict(baseline_env))
-    return [change.to_dict() for change in envsnap.diff(before, snapshot)]
+    return [c.to_dict() for c in envsnap.diff(envsnap.EnvSnapshot.from_dict(dict(baseline_env)), snapshot)]
 
 
-def _current_benchset_version(plan: CheckPlan) -> int | None:
+def _current_benchset_version(plan: CheckPlan, files: benchset.TensorFiles) -> int | None:
     try:
-        return benchset.open_benchset(plan.benchsets_dir, plan.model.benchset).version
+        return benchset.open_benchset(plan.benchsets_dir, plan.model.benchset, files=files).version
     except MonitorError:
         return None

@@ -174,3 +174,18 @@ def test_a_warm_snapshot_probes_the_process_constant_parts_once_and_the_rest_eac
     assert set(kept) == envsnap.PROCESS_CONSTANT_PARTS
     assert first.fields["env.OMP_NUM_THREADS"].value == "1" and again.fields["env.OMP_NUM_THREADS"].value == "2"
     assert again.fingerprint == plain.fingerprint, "the same snapshot a fresh check takes"
+
+
+def test_a_kept_benchset_manifest_that_goes_or_changes_is_seen_at_the_next_check(plan: CheckPlan) -> None:
+    kept = KeptModels()
+    run_check(plan, models=kept), run_check(plan, models=kept)
+    manifest = sorted(plan.benchsets_dir.rglob("manifest.yaml"))[0]
+    text = manifest.read_text()
+    manifest.write_text(text.replace("sha256: ", "sha256: 0", 1))  # a checksum no file can match
+    broken = run_check(plan, models=kept)
+    assert broken.verdict is Verdict.ERROR and broken.reasons[0].code == "benchset_error", broken.reasons
+    manifest.unlink()
+    gone = run_check(plan, models=kept)
+    assert gone.verdict is Verdict.ERROR and gone.reasons[0].code in {"benchset_error", "baseline_error"}
+    manifest.write_text(text)
+    assert run_check(plan, models=kept).verdict is Verdict.PASS

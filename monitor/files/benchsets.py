@@ -153,8 +153,8 @@ def ensure(cfg: BenchsetConfig, root: Path) -> Benchset:
     return materialize(cfg, root)
 
 
-def open_benchset(root: Path, name: str, version: int | None = None) -> Benchset:
-    """Version ``version`` of set ``name`` (the newest by default), read from its manifest."""
+def open_benchset(root: Path, name: str, version: int | None = None, *, files: TensorFiles = FRESH) -> Benchset:
+    """Version ``version`` of set ``name`` (the newest by default), read from its manifest (``files``: or kept)."""
     set_dir = _set_dir(root, name)
     versions = _versions(set_dir)
     if not versions:
@@ -163,7 +163,8 @@ def open_benchset(root: Path, name: str, version: int | None = None) -> Benchset
     chosen = versions[-1] if version is None else version
     if chosen not in versions:
         raise BenchsetError(f"benchset {name!r} has no version {chosen}; versions are {versions}")
-    return _read_manifest(set_dir / f"v{chosen}", name, chosen)
+    version_dir = set_dir / f"v{chosen}"
+    return files.parsed(version_dir / MANIFEST, functools.partial(_read_manifest, version_dir, name, chosen))
 
 
 def verify(bs: Benchset) -> list[str]:

@@ -11,6 +11,8 @@ the model file (``runtime/kept.py``) and for every tensor file:
   again at this check;
 - every ``rehash_every`` checks everything kept is dropped and read and hashed in full, for what a
   stamp cannot see (a file system with coarse timestamps, a write that restored mtime and ctime);
+- a parsed manifest is kept while the manifest file's stamp is unchanged (what it promises is
+  still checked against every tensor file it names, each by its own stamp);
 - decoded arrays are kept only within ``budget_bytes`` (the rest is read and verified every check,
   as in a fresh check), so the worker's memory stays bounded; kept arrays are read-only.
 
@@ -23,21 +25,22 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from monitor.errors import BenchsetError, MonitorError
 from monitor.files import tensors
 
-Stat = Callable[[Path], os.stat_result]
+Stat = Callable[[Any], os.stat_result]
 StampEntry = tuple[str, int, int, int, int, int]
 Stamp = tuple[StampEntry, ...]
 DEFAULT_BUDGET_BYTES = 256 * 1024 * 1024  # decoded arrays a warm worker keeps, at most
 DEFAULT_REHASH_EVERY = 100
+T = TypeVar("T")
 
 
-def stamp(paths: Sequence[Path], stat: Stat = os.stat) -> Stamp | None:
+def stamp(paths: Sequence[Path | str], stat: Stat = os.stat) -> Stamp | None:
     """``os.stat`` facts (following symlinks) of every path; None when one is missing or unreadable."""
     entries = []
     for path in paths:
@@ -68,6 +71,10 @@ class TensorFiles(Protocol):
         """``tensors.npy_shape``, or its kept answer."""
         ...
 
+    def parsed(self, path: Path, parse: Callable[[], T]) -> T:
+        """``parse()`` (which reads and validates ``path``, a manifest), or its kept answer."""
+        ...
+
 
 class FreshFiles:
     """Every call reads, resolves and verifies: what a fresh check does."""
@@ -83,6 +90,9 @@ class FreshFiles:
 
     def npy_shape(self, path: Path, *, error: type[MonitorError] = BenchsetError) -> tuple[int, ...]:
         return tensors.npy_shape(path, error=error)
+
+    def parsed(self, path: Path, parse: Callable[[], T]) -> T:
+        return parse()
 
 
 @dataclass
@@ -127,8 +137,10 @@ class KeptFiles:
         self.kept_bytes = 0
 
     def resolve(self, root: Path, relative: str, resolver: Callable[[], Path]) -> Path:
+        # The stamp of root/relative, links followed: a file or directory swapped for a link elsewhere
+        # shows another inode, so the containment check runs again.
         key = ("resolve", str(root), relative)
-        now = stamp([Path(root), Path(root) / relative], self._stat)
+        now = stamp([os.path.join(root, relative)], self._stat)
         hit = self._entries.get(key)
         if hit is not None and now is not None and hit.stamp == now:
             return Path(hit.value)
@@ -155,6 +167,17 @@ class KeptFiles:
             self._entries[key] = _Entry(before, array, array.nbytes)
             self.kept_bytes += array.nbytes
         return array
+
+    def parsed(self, path: Path, parse: Callable[[], T]) -> T:
+        key = ("parsed", str(path))
+        now = stamp([path], self._stat)
+        hit = self._entries.get(key)
+        if hit is not None and now is not None and hit.stamp == now:
+            return hit.value  # type: ignore[no-any-return]
+        value = parse()
+        if now is not None and now == stamp([path], self._stat):
+            self._entries[key] = _Entry(now, value)
+        return value
 
     def npy_shape(self, path: Path, *, error: type[MonitorError] = BenchsetError) -> tuple[int, ...]:
         key = ("shape", str(path))
