@@ -139,11 +139,12 @@ class KeptFiles:
     def resolve(self, root: Path, relative: str, resolver: Callable[[], Path]) -> Path:
         # The stamp of root/relative, links followed: a file or directory swapped for a link elsewhere
         # shows another inode, so the containment check runs again.
-        key = ("resolve", str(root), relative)
-        now = stamp([os.path.join(root, relative)], self._stat)
+        joined = f"{root}{os.sep}{relative}"
+        key = ("resolve", joined)
+        now = stamp([joined], self._stat)
         hit = self._entries.get(key)
         if hit is not None and now is not None and hit.stamp == now:
-            return Path(hit.value)
+            return hit.value  # type: ignore[no-any-return]
         resolved = resolver()  # raises for a path that leads outside: never kept
         if now is not None:
             self._entries[key] = _Entry(now, resolved)
