@@ -22,51 +22,55 @@ For warm it also prints where the time goes: the check inside the worker (``fini
 of which the replay (``timings.replay_s``), and the rest (pipe and result decoding). Ratios are
 medians over ``--rounds``; the geometric mean is over models. Goal: warm <= 1.15x bare.
 
-Measured (2 shared cores, 2026-12-01, ``--rounds 5 --samples 16``)::
+Measured (2 shared cores, 2026-12-01, ``--rounds 3 --samples 16``), after the benchmark set and
+baseline were kept by stat stamp (``files/stamped.py``); before, the geometric mean was 11.51x::
 
-    27 models, 16 samples each, 5 rounds (medians)
+    27 models, 16 samples each, 3 rounds (medians)
     model                       bare ms  warm ms in-check  replay  fresh ms warm/bare fresh/bare
-    voicefilter-embedder        1647.28  1865.16  1863.48 1751.71    3180.3     1.13x       1.9x  pass
-    voicefilter-lite              56.19   188.31   181.29   80.87     714.2     3.35x      12.7x  pass
-    surfaces-gbr                   0.68    91.47    78.58   37.40     960.5   133.70x    1404.0x  pass
-    surfaces-knn-regressor         0.51    52.42    51.18   22.60     739.9   102.30x    1444.1x  pass
-    surfaces-validity              0.38    63.33    61.88   15.43    1455.2   167.54x    3849.6x  pass
-    tashkeel-bilstm              388.30   685.69   684.29  542.19    2699.1     1.77x       7.0x  pass
-    tashkeel-rawi-ensemble       382.20   520.25   499.18  417.52    2164.6     1.36x       5.7x  pass
-    tashkeel-rawi-v3             225.00   495.13   481.65  369.51    2423.5     2.20x      10.8x  pass
-    sudachi-b                   1638.50  1795.17  1778.62 1575.94    3415.8     1.10x       2.1x  pass
-    unidic-lite                 1253.81  1549.37  1502.97 1253.26    3727.7     1.24x       3.0x  pass
-    silero-vad                    17.81   262.92   250.28  113.25    2542.8    14.76x     142.8x  pass
-    romanizer-encoder             42.85   643.23   641.57  299.78    2696.4    15.01x      62.9x  pass
-    romanizer-decoder             39.37   428.34   413.53  204.64    2907.7    10.88x      73.8x  pass
-    vietcombank-captcha          383.55   653.91   632.04  512.42    2844.0     1.70x       7.4x  pass
-    slovorez                      83.53   338.18   315.99  175.16    2623.1     4.05x      31.4x  pass
-    traceforge-encoder           607.90   913.04   892.91  774.95    4144.5     1.50x       6.8x  pass
-    traceforge-decoder           873.23  1264.35  1238.53  658.63    5857.1     1.45x       6.7x  pass
-    captcha-external-data        344.86   800.48   787.00  459.69    2271.8     2.32x       6.6x  pass
-    sk-logreg-zipmap               0.50   119.83   116.82   10.73    1588.4   238.22x    3157.8x  pass
-    sk-logreg-nozipmap             0.45    58.89    57.32   18.62    1431.1   130.98x    3182.9x  pass
-    sk-forest-regressor            0.33    60.29    51.71   20.17    1752.4   185.37x    5387.8x  pass
-    sk-pipeline                    0.81   132.24   130.69   19.46    1950.9   163.20x    2407.7x  pass
-    sk-logreg-strings              0.67    84.39    79.52   23.87    1508.4   126.24x    2256.5x  pass
-    sk-tree-columns                0.58   102.56   101.02   32.50    1647.8   177.15x    2846.1x  pass
-    torch-cnn-legacy              65.74   148.28   144.50  100.16    1953.8     2.26x      29.7x  pass
-    torch-cnn-dynamo              51.65   194.11   186.78  120.85    1478.4     3.76x      28.6x  pass
-    torch-encoder-dynamo           2.22   106.04   104.54   32.20    1525.8    47.73x     686.7x  pass
-    geometric mean                                                                     11.51x      84.7x
+    voicefilter-embedder         734.20   652.49   651.01  635.25    1583.3     0.89x       2.2x
+    voicefilter-lite              75.87    79.23    76.60   52.92    2336.8     1.04x      30.8x
+    surfaces-gbr                   0.52    15.36    13.04    5.41    1217.8    29.69x    2353.7x
+    surfaces-knn-regressor         0.50    23.81    17.77    9.54    1605.1    47.47x    3200.3x
+    surfaces-validity              0.43    48.43    34.46   15.91    2247.2   113.03x    5244.2x
+    tashkeel-bilstm              409.41   541.49   518.03  471.29    1764.1     1.32x       4.3x
+    tashkeel-rawi-ensemble       446.33   382.86   354.43  323.44    2060.2     0.86x       4.6x
+    tashkeel-rawi-v3             147.57   289.72   285.45  248.15    1958.0     1.96x      13.3x
+    sudachi-b                   1105.52  1642.83  1638.17 1509.57    4461.1     1.49x       4.0x
+    unidic-lite                  896.31   917.34   915.94  863.71    3940.4     1.02x       4.4x
+    silero-vad                     3.12    49.21    47.69   19.93    2012.7    15.79x     645.9x
+    romanizer-encoder             31.14    58.32    56.53   19.69    1746.8     1.87x      56.1x
+    romanizer-decoder              8.93    31.34    29.92   11.68     860.8     3.51x      96.4x
+    vietcombank-captcha          335.54   352.46   345.95  302.74    2159.8     1.05x       6.4x
+    slovorez                      48.07    87.63    73.31   67.93    1417.9     1.82x      29.5x
+    traceforge-encoder           229.02   337.00   331.10  300.78    2332.8     1.47x      10.2x
+    traceforge-decoder           216.91   261.47   259.68  197.90    1826.6     1.21x       8.4x
+    captcha-external-data        130.81   216.66   215.02  180.54    1198.8     1.66x       9.2x
+    sk-logreg-zipmap               0.54    17.45    15.67    4.62     968.5    32.54x    1805.8x
+    sk-logreg-nozipmap             0.43     8.33     6.72    1.20    1214.6    19.32x    2818.2x
+    sk-forest-regressor            0.38    10.00     6.20    1.29    1117.1    26.27x    2934.6x
+    sk-pipeline                    0.66    40.32    30.58   15.58    1329.1    61.40x    2023.9x
+    sk-logreg-strings              0.62    31.85    22.16    2.96    1552.4    51.60x    2514.8x
+    sk-tree-columns                0.65    43.54    30.29   10.53     913.4    66.72x    1399.7x
+    torch-cnn-legacy              11.23    76.41    59.11   52.65    1776.2     6.80x     158.1x
+    torch-cnn-dynamo              29.54    61.33    55.20   43.89    1808.0     2.08x      61.2x
+    torch-encoder-dynamo           2.40    20.94    18.40    3.48    1744.3     8.73x     727.4x
+    geometric mean                                                                      5.55x     106.0x
     goal: warm <= 1.15x bare: NOT met
     verdicts and metric values, warm vs fresh: 0 model(s) differ (every row: "pass, same numbers as fresh")
 
-Where the rest goes (cProfile of the check inside a warm worker): for the small models, per-check
-fixed costs: path containment (``files.tensors.resolve_inside`` -> ``Path.resolve``, ~500 realpath
-calls a check for romanizer-decoder: every tensor file of the manifest, every sample and baseline
-output), npy header parsing (numpy's header reader, ``ast.literal_eval``), the environment snapshot
-and compare's thread pool, started anew every check; for large outputs the metric suite's passes
-(the fused kernel of issue 18 part 1). Cut here: the manifest's YAML parse (memoized by its text:
-30-150 ms a check before), distribution versions (read once per process), the model hash (every
-``daemon.rehash_every`` = 100 checks, else a stat stamp). Verifying the benchmark set and baseline
-files once per stamp, like the model, would cut most of what is left, but they are verified at every
-check by design.
+(The machine was loaded by other work during this run: the large models' ratios swing 0.8-1.5x
+between runs; the small models' fixed cost is the stable part.)
+
+Where the rest goes (cProfile of a steady-state check inside a warm worker, surfaces-validity): no
+file is read any more (``details.warm.files_read == 0``; the model, the set's and the baseline's
+files are each one ``os.stat``; their manifests are kept parsed while their stamps hold). Left: the
+replay's own per-sample path (``runtime/session.py``: feeds checked and cast, the timeout guard's
+``threading.Timer`` started and cancelled every check), the environment snapshot's per-check probes
+(``/proc/self/maps`` for the CUDA libraries mapped, CPU frequency and load from ``/proc`` and
+``/sys``: what can change in a running process stays per check; ONNX Runtime, Python and OS are
+probed once per worker), the baseline's ``baseline.json`` read (a promotion must be seen at once),
+lint's cache file, and the pipe with the result's JSON. A long-lived watchdog thread instead of a
+``Timer`` per check, and a stamp-kept ``baseline.json``, are the next cuts.
 """
 
 from __future__ import annotations

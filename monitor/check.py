@@ -160,7 +160,7 @@ def _run_check(plan: CheckPlan, *, clock: Clock, capture_env: EnvCapture | None,
     started = clock()
     model_name = plan.name
     try:
-        return _check(plan, started, clock, capture_env or envsnap.capture, models)
+        return _check(plan, started, clock, capture_env or models.capture_env, models)
     except RunTimeout as exc:
         return error_result(model_name, "timeout", str(exc), started, clock())
     except MonitorError as exc:
@@ -176,6 +176,7 @@ def _run_check(plan: CheckPlan, *, clock: Clock, capture_env: EnvCapture | None,
 def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCapture, models: ModelSource) -> CheckResult:
     model = plan.model
     deadline = started + plan.timeout_s
+    (files := models.files).begin_check()  # the set's and baseline's tensors: read afresh or kept while unchanged
     identity = models.identify(model.path)
     baseline = baselines.active(plan.baselines_dir, model.name)
     if baseline is None:
@@ -186,7 +187,8 @@ def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCaptur
             started,
             clock(),
         )
-    bench = benchset.open_benchset(plan.benchsets_dir, baseline.meta.benchset, baseline.meta.benchset_version)
+    named = (baseline.meta.benchset, baseline.meta.benchset_version)
+    bench = benchset.open_benchset(plan.benchsets_dir, *named, files=files)
     session, reused = models.session(model, identity)
     tolerances = plan.tolerances(session.output_names)
     comparison = compare.Comparison(
@@ -194,14 +196,14 @@ def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCaptur
         session.output_names,
         tolerances,
         samples=baseline.meta.sample_count,
-        elements=baseline.element_counts(),
+        elements=baseline.element_counts(files=files),
     )
 
     def feed(index: int, produced: Mapping[str, np.ndarray]) -> None:
         if index < baseline.meta.sample_count:  # a count mismatch is judged by finish()
-            comparison.feed(produced, baseline.sample_outputs(index))
+            comparison.feed(produced, baseline.sample_outputs(index, files=files))
 
-    replay = replay_benchset(session, bench, plan.repeats, deadline=deadline, clock=clock, each=feed)
+    replay = replay_benchset(session, bench, plan.repeats, deadline=deadline, clock=clock, each=feed, files=files)
     snapshot = capture_env()
     outputs = comparison.finish(len(bench))
     outputs = tuple(_with_repeat_spread(o, replay.spread.get(o.name)) for o in outputs)
@@ -240,13 +242,11 @@ def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCaptur
         "benchset_version": bench.version,
         "env_diff": env_changes,
     }
-    if session.input_casts:
-        details["input_casts"] = dict(session.input_casts)
-    if (kept := models.note()) is not None:
-        details["warm"] = kept
+    details.update({"input_casts": dict(session.input_casts)} if session.input_casts else {})
+    details.update({"warm": kept} if (kept := models.note()) is not None else {})
     if any(r.code == "model_changed" for r in reasons):
         reasons, details["model_diff"] = describe_model_change(reasons, baseline, model.path)
-    current = _current_benchset_version(plan)
+    current = _current_benchset_version(plan, files)
     if current is not None and current != bench.version:
         details["benchset_note"] = (
             f"benchset {bench.name} has a newer version v{current}; the baseline uses v{bench.version}."
@@ -318,8 +318,9 @@ def replay_benchset(
     deadline: float | None = None,
     clock: Clock = time.time,
     each: SampleSink | None = None,
+    files: benchset.TensorFiles = benchset.FRESH,
 ) -> Replay:
-    """Run every sample ``repeats`` times; keep the first run and the spread between repeats.
+    """Run every sample ``repeats`` times (inputs read through ``files``); keep the first run and the spread.
 
     With ``each``, a sample's first-run outputs go to ``each(index, outputs)`` as soon as it has
     run and are not kept (``Replay.outputs`` stays empty): memory holds one sample, not the set.
@@ -331,7 +332,7 @@ def replay_benchset(
     elsewhere = 0.0
     with Deadline(_remaining(deadline, clock)) as guard:
         for index in range(len(bench)):
-            feeds = bench.load_sample(index)
+            feeds = bench.load_sample(index, files=files)
             where = f"benchset {bench.name!r} sample {index}"
             runs = [session.run(feeds, guard=guard, where=where) for _ in range(repeats)]
             for name in session.output_names:
@@ -389,12 +390,11 @@ def _with_repeat_spread(stats: OutputStats, spread: float | None) -> OutputStats
 def _env_changes(baseline_env: Mapping[str, Any], snapshot: envsnap.EnvSnapshot) -> list[dict[str, Any]]:
     if not baseline_env.get("fingerprint"):
         return []
-    before = envsnap.EnvSnapshot.from_dict(dict(baseline_env))
-    return [change.to_dict() for change in envsnap.diff(before, snapshot)]
+    return [c.to_dict() for c in envsnap.diff(envsnap.EnvSnapshot.from_dict(dict(baseline_env)), snapshot)]
 
 
-def _current_benchset_version(plan: CheckPlan) -> int | None:
+def _current_benchset_version(plan: CheckPlan, files: benchset.TensorFiles) -> int | None:
     try:
-        return benchset.open_benchset(plan.benchsets_dir, plan.model.benchset).version
+        return benchset.open_benchset(plan.benchsets_dir, plan.model.benchset, files=files).version
     except MonitorError:
         return None

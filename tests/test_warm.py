@@ -140,11 +140,26 @@ def test_a_second_check_of_a_busy_model_is_left_to_a_fresh_child(pool: warm.Warm
 
 
 def test_the_least_recently_used_worker_makes_room_beyond_the_limit() -> None:
-    pool = warm.WarmPool(limit=2)
+    pool = warm.WarmPool(limit=2, evict_idle_s=0)
     try:
         pids = {name: run(pool, targets.warm_answer, targets.Plan(name)).value["pid"] for name in "abc"}  # type: ignore[index]
         assert set(pool.pids()) == {"b", "c"}
         assert gone(pids["a"])
+    finally:
+        pool.close(wait_s=1)
+
+
+def test_a_full_pool_of_recently_used_workers_sends_the_next_model_fresh_instead_of_thrashing() -> None:
+    now = [1000.0]
+    pool = warm.WarmPool(limit=2, evict_idle_s=60, clock=lambda: now[0])
+    try:
+        kept = {name: run(pool, targets.warm_answer, targets.Plan(name)).value["pid"] for name in "ab"}  # type: ignore[index]
+        for _ in range(3):  # a cycle over three models, two workers: no start, no kill
+            assert pool.run(targets.warm_answer, targets.Plan("c"), timeout_s=30, memory_limit_bytes=None) is None
+            assert {n: run(pool, targets.warm_answer, targets.Plan(n)).value["pid"] for n in "ab"} == kept  # type: ignore[index]
+        now[0] += 61  # "a" and "b" idle past evict_idle_s: the least recently used makes room
+        taken = run(pool, targets.warm_answer, targets.Plan("c")).value
+        assert taken is not None and set(pool.pids()) == {"b", "c"} and gone(kept["a"])
     finally:
         pool.close(wait_s=1)
 

@@ -137,9 +137,30 @@ class ChunkStream:
                     return
                 worker.update(item[0], *item[1])
 
-        with ThreadPoolExecutor(len(self.workers), thread_name_prefix="onnxmon-compare") as pool:
-            for future in [pool.submit(work, worker) for worker in self.workers]:
-                future.result()
+        pool = shared_pool(len(self.workers))
+        for future in [pool.submit(work, worker) for worker in self.workers]:
+            future.result()
+
+
+_POOL: dict[str, tuple[int, int, ThreadPoolExecutor]] = {}  # "pool" -> (pid, threads, pool), made lazily
+_POOL_LOCK = threading.Lock()
+
+
+def shared_pool(threads: int) -> ThreadPoolExecutor:
+    """The process's compare threads, started once (not per check: ~40 ms a check on some models).
+
+    Created on first use, so importing starts nothing; made again after a fork (a child inherits
+    no threads) or when more threads are asked for. Each piece of work pulls from a queue, so the
+    pool being shared by two comparisons at once never changes a result.
+    """
+    with _POOL_LOCK:
+        kept = _POOL.get("pool")
+        if kept is None or kept[0] != os.getpid() or kept[1] < threads:
+            if kept is not None and kept[0] == os.getpid():
+                kept[2].shutdown(wait=False)
+            kept = (os.getpid(), threads, ThreadPoolExecutor(threads, thread_name_prefix="onnxmon-compare"))
+            _POOL["pool"] = kept
+        return kept[2]
 
 
 def _merge(workers: list[Worker], count: int, p99: float, *, exact: bool) -> tuple[OutputMetrics, int]:

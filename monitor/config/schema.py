@@ -315,7 +315,10 @@ class DaemonConfig(StrictModel):
         default=16,
         ge=1,
         le=1024,
-        description="Most warm workers kept at once (the least recently used one makes room).",
+        description="Most warm workers kept at once. A full pool makes room only by stopping a worker idle for 10"
+        " minutes; otherwise the model's check runs in a fresh child (no start and kill per check when more"
+        " models than workers are checked every interval). Each worker holds a session and up to 256 MiB of"
+        " the benchmark set and baseline in memory.",
     )
     provider_cache_dir: Path | None = Field(
         default=None,
@@ -327,6 +330,7 @@ class DaemonConfig(StrictModel):
         default=100,
         ge=1,
         le=1_000_000,
-        description="A warm worker hashes the model file every this many checks, and whenever its size, mtime,"
-        " ctime or inode change (a 60 MB model costs ~0.4 s to hash: 4 ms a check at 100).",
+        description="A warm worker hashes the model file, and re-reads and re-hashes the benchmark set and"
+        " baseline tensors it keeps in memory, every this many checks, and a file at once whenever its size,"
+        " mtime, ctime or inode change (a 60 MB model costs ~0.4 s to hash: 4 ms a check at 100).",
     )

@@ -18,7 +18,13 @@ A worker is stopped, and the model's next check starts a new one, when:
 - the model's ``CheckPlan`` changed (a config reload) or the memory cap did;
 - after a check its address space passed 3/4 of the cap: a slow leak recycles the worker between
   checks instead of failing the check that would cross the cap;
-- it is the least recently used and a new worker needs its place (``daemon.warm_workers``).
+- it is the least recently used, idle for ``EVICT_IDLE_S`` or more, and a new worker needs its place
+  (``daemon.warm_workers``). A full pool whose workers were all used more recently than that does not
+  evict: the check runs in a fresh child. With more models than workers, all checked every interval
+  (200 models, 16 workers), evicting the least recently used would start and kill a worker for every
+  check (the worst case of LRU on a cycle); instead the first ``warm_workers`` models stay warm and
+  the others are checked fresh, as with ``daemon.worker: fresh``. A model no longer checked (its
+  schedule slowed, a reload) frees its worker after ``EVICT_IDLE_S``.
 
 A model's worker runs one check at a time; a second check of the same model asked for meanwhile (an
 API request during a scheduled run) runs in a fresh child, as before.
@@ -42,8 +48,10 @@ from monitor.daemon import isolate
 from monitor.errors import MonitorError
 from monitor.runtime.kept import KeptModels
 
+Clock = Callable[[], float]
 Job = Callable[..., Mapping[str, Any]]  # job(plan, models=KeptModels) -> JSON-like mapping
 RECYCLE_AT = 0.75  # of the memory cap: a worker whose address space passed it is recycled
+EVICT_IDLE_S = 600.0  # a worker idle this long may make room for another model's (see the docstring)
 _UNSURE_AFTER = frozenset({"timeout", "run_error", "internal_error", "crash"})
 _STOP_WAIT_S = 2.0
 
@@ -63,9 +71,18 @@ class _Worker:
 class WarmPool:
     """The daemon's warm workers, one per model, at most ``limit`` at once."""
 
-    def __init__(self, *, limit: int = 16, rehash_every: int = 100) -> None:
+    def __init__(
+        self,
+        *,
+        limit: int = 16,
+        rehash_every: int = 100,
+        evict_idle_s: float = EVICT_IDLE_S,
+        clock: Clock = time.monotonic,
+    ) -> None:
         self.limit = limit
         self.rehash_every = rehash_every
+        self.evict_idle_s = evict_idle_s
+        self._clock = clock
         self._guard = threading.Lock()
         self._workers: dict[str, _Worker] = {}
         self._closed = False
@@ -163,7 +180,7 @@ class WarmPool:
             self._discard(worker)
             return isolate.Outcome("crash", None, f"child raised {payload}", elapsed)
         worker.checks += 1
-        worker.last_used = time.monotonic()
+        worker.last_used = self._clock()
         memory = payload.pop("worker", {})
         if worker.retired or _unsure(payload) or _near_cap(memory, memory_limit_bytes):
             self._discard(worker)
@@ -185,8 +202,11 @@ class WarmPool:
             worker.conn.close()
 
     def _evict_one(self, to_stop: list[_Worker]) -> bool:
-        """Take the least recently used idle worker out (to be stopped by the caller); False when all are busy."""
+        """Take the least recently used worker idle for ``evict_idle_s`` out (the caller stops it); False if none."""
+        idle_since = self._clock() - self.evict_idle_s
         for worker in sorted(self._workers.values(), key=lambda w: w.last_used):
+            if worker.last_used > idle_since:
+                return False  # sorted: every other worker was used more recently still
             if worker.busy.acquire(blocking=False):
                 del self._workers[worker.name]
                 to_stop.append(worker)
@@ -204,7 +224,7 @@ class WarmPool:
         )
         process.start()
         theirs.close()  # the worker holds the only other end: EOF here means it died
-        return _Worker(name, key, process, mine, last_used=time.monotonic())
+        return _Worker(name, key, process, mine, last_used=self._clock())
 
 
 def configured(settings: Settings) -> WarmPool | None:

@@ -17,6 +17,7 @@ half-written ever becomes active. Every tensor is checksummed and verified when 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import os
@@ -31,6 +32,7 @@ import numpy as np
 from monitor import jsonsafe
 from monitor.errors import BaselineError
 from monitor.files import tensors as tensorio
+from monitor.files.stamped import FreshFiles, TensorFiles
 
 Source = Literal["captured", "imported", "reference"]
 META_FILE = "baseline.json"
@@ -38,6 +40,7 @@ ACTIVE_FILE = "ACTIVE"
 # What a baseline id may look like: one path component, never '.', '..' or hidden.
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 PROMOTIONS_FILE = "promotions.jsonl"
+FRESH: TensorFiles = FreshFiles()
 
 
 @dataclass(frozen=True)
@@ -122,20 +125,23 @@ class Baseline:
     def id(self) -> str:
         return self.meta.id
 
-    def sample_outputs(self, index: int) -> dict[str, np.ndarray]:
-        """The expected outputs of sample ``index``, verified."""
+    def sample_outputs(self, index: int, *, files: TensorFiles = FRESH) -> dict[str, np.ndarray]:
+        """The expected outputs of sample ``index``, verified (``files``: read afresh, or kept while unchanged)."""
         result = {}
         for name, spec in self.meta.outputs.items():
             rel = output_file(index, int(spec["index"]))
-            result[name] = self._load(rel)
+            result[name] = self._load(rel, files)
         return result
 
-    def element_counts(self) -> dict[str, int]:
+    def element_counts(self, *, files: TensorFiles = FRESH) -> dict[str, int]:
         """Elements of every output over all samples, from the ``.npy`` headers (no data is read)."""
         counts = dict.fromkeys(self.meta.outputs, 0)
         for index in range(self.meta.sample_count):
             for name, spec in self.meta.outputs.items():
-                shape = tensorio.npy_shape(self._path(output_file(index, int(spec["index"]))), error=BaselineError)
+                rel = output_file(index, int(spec["index"]))
+                shape = files.npy_shape(
+                    files.resolve(self.directory, rel, functools.partial(self._path, rel)), error=BaselineError
+                )
                 counts[name] += int(np.prod(shape, dtype=object))
         return counts
 
@@ -216,11 +222,12 @@ class Baseline:
             raise BaselineError(f"baseline {self.id}: file {rel!r} escapes the baseline directory")
         return path
 
-    def _load(self, rel: str) -> np.ndarray:
+    def _load(self, rel: str, files: TensorFiles = FRESH) -> np.ndarray:
         expected = self.meta.files.get(rel)
         if expected is None:
             raise BaselineError(f"baseline {self.id}: {rel} is not listed in {META_FILE}")
-        return tensorio.load_npy(self._path(rel), expect_sha256=expected, error=BaselineError, text=True)
+        path = files.resolve(self.directory, rel, functools.partial(self._path, rel))
+        return files.load_npy(path, expect_sha256=expected, error=BaselineError, text=True)
 
 
 # The static description of the model file a baseline was captured from (``monitor.modeldiff``):

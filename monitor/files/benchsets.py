@@ -30,6 +30,7 @@ A model is read once per ``materialize``: its input signature feeds both the dec
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -67,6 +68,7 @@ from monitor.files.benchset_sources import (
     read_signature,
 )
 from monitor.files.signature import InputSpec, check_inputs_fit, model_signature
+from monitor.files.stamped import FreshFiles, TensorFiles
 from monitor.files.tensors import fsync_dir, load_npy, resolve_inside, save_npy, sha256_bytes
 
 __all__ = [
@@ -75,6 +77,7 @@ __all__ = [
     "Benchset",
     "InputSpec",
     "TensorEntry",
+    "TensorFiles",
     "check_inputs_fit",
     "ensure",
     "import_files",
@@ -91,6 +94,7 @@ log = logging.getLogger(__name__)
 IMPORT_KINDS = {"npz": "npz", "onnx-test-data": "onnx_test_data", "polygraphy-json": "polygraphy_json"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _VERSION_DIR = re.compile(r"^v(\d+)$")
+FRESH: TensorFiles = FreshFiles()
 
 
 @dataclass(frozen=True)
@@ -110,14 +114,22 @@ class Benchset:
     def __len__(self) -> int:
         return len(self.samples)
 
-    def load_sample(self, index: int, *, verify: bool = True) -> dict[str, np.ndarray[Any, Any]]:
-        """Sample ``index`` as ``{input name: array}``; with ``verify``, every file's sha256 is checked."""
+    def load_sample(
+        self, index: int, *, verify: bool = True, files: TensorFiles = FRESH
+    ) -> dict[str, np.ndarray[Any, Any]]:
+        """Sample ``index`` as ``{input name: array}``; with ``verify``, every file's sha256 is checked.
+
+        ``files`` is how the files are read: afresh, or kept by a warm worker while unchanged
+        (``files/stamped.py``).
+        """
         if not 0 <= index < len(self.samples):
             raise BenchsetError(f"benchset {self.name!r} v{self.version} has samples 0..{len(self) - 1}, not {index}")
         sample = {}
         for entry in self.samples[index]:
-            path = resolve_inside(self.directory, entry.file, what=f"benchset {self.name!r} v{self.version}")
-            sample[entry.name] = load_npy(
+            what = f"benchset {self.name!r} v{self.version}"
+            resolver = functools.partial(resolve_inside, self.directory, entry.file, what=what)
+            path = files.resolve(self.directory, entry.file, resolver)
+            sample[entry.name] = files.load_npy(
                 path,
                 expect_dtype=entry.dtype,
                 expect_shape=entry.shape,
@@ -141,8 +153,8 @@ def ensure(cfg: BenchsetConfig, root: Path) -> Benchset:
     return materialize(cfg, root)
 
 
-def open_benchset(root: Path, name: str, version: int | None = None) -> Benchset:
-    """Version ``version`` of set ``name`` (the newest by default), read from its manifest."""
+def open_benchset(root: Path, name: str, version: int | None = None, *, files: TensorFiles = FRESH) -> Benchset:
+    """Version ``version`` of set ``name`` (the newest by default), read from its manifest (``files``: or kept)."""
     set_dir = _set_dir(root, name)
     versions = _versions(set_dir)
     if not versions:
@@ -151,7 +163,8 @@ def open_benchset(root: Path, name: str, version: int | None = None) -> Benchset
     chosen = versions[-1] if version is None else version
     if chosen not in versions:
         raise BenchsetError(f"benchset {name!r} has no version {chosen}; versions are {versions}")
-    return _read_manifest(set_dir / f"v{chosen}", name, chosen)
+    version_dir = set_dir / f"v{chosen}"
+    return files.parsed(version_dir / MANIFEST, functools.partial(_read_manifest, version_dir, name, chosen))
 
 
 def verify(bs: Benchset) -> list[str]:

@@ -38,7 +38,7 @@ import json
 import os
 import platform
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -63,6 +63,8 @@ __all__ = [
 SCHEMA_VERSION = 1
 
 # Environment variables that change numerics: exact names and prefixes. Values are recorded verbatim.
+# What a running process cannot change, probed once by a warm worker (``capture(kept=...)``).
+PROCESS_CONSTANT_PARTS = frozenset({"onnxruntime", "python", "os"})
 NUMERIC_ENV_NAMES = frozenset(
     {
         "NVIDIA_TF32_OVERRIDE",
@@ -232,12 +234,16 @@ def capture(
     environ: Mapping[str, str] | None = None,
     nvml: NvmlLike | _Default | None = _Default.AUTO,
     load_cuda_libs: bool = True,
+    kept: MutableMapping[str, Entries] | None = None,
 ) -> EnvSnapshot:
     """Snapshot this process's environment; never raises (a failing part becomes ``<part>.error``).
 
     ``nvml`` defaults to the real ``pynvml`` when importable, else a ctypes adapter over
     ``libnvidia-ml.so.1``; ``None`` skips GPUs. ``load_cuda_libs=False`` records which CUDA
     libraries are mapped without calling into them; either way none is ever loaded here.
+    ``kept`` (a warm worker's) holds the parts in ``PROCESS_CONSTANT_PARTS`` once probed: what a
+    running process cannot change (its ONNX Runtime, Python, OS). Env vars, CPU, load, CUDA libraries
+    mapped and GPU clocks are probed at every call.
     """
     env = os.environ if environ is None else environ
     entries: Entries = {}
@@ -254,10 +260,17 @@ def capture(
         nvml_api = default_nvml() if isinstance(nvml, _Default) else nvml
         parts.append(("nvml", lambda: nvml_entries(nvml_api)))
     for part, probe in parts:
+        if kept is not None and part in kept:
+            entries.update(kept[part])
+            continue
         try:
-            entries.update(probe())
+            found = probe()
         except Exception as exc:  # one broken probe must not cost the rest of the snapshot
             entries[f"{part}.error"] = (describe(exc), False)
+            continue
+        entries.update(found)
+        if kept is not None and part in PROCESS_CONSTANT_PARTS:
+            kept[part] = dict(found)
     fields = {name: Field(value, stable) for name, (value, stable) in entries.items()}
     # Quantized to the microseconds its RFC 3339 form keeps, so a snapshot read back equals the original.
     return EnvSnapshot(fields=fields, captured_at=jsonsafe.epoch(jsonsafe.timestamp(time.time())))

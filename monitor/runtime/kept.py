@@ -12,14 +12,15 @@ in ``KeptModels``, and re-verifies the file cheaply before every check:
 - the session is rebuilt whenever the identity it was built from (the hashes) or the session's
   configuration (path, providers, options) differ from the ones asked for.
 
-Only the session is kept: the benchmark set and the baseline are opened and checksum-verified by
-``check.py`` at every check, exactly as in a fresh check, so a changed benchmark set or a promoted
-baseline is seen at once.
+The benchmark set's and the baseline's tensor files follow the same rule (``files/stamped.py``,
+``KeptModels.files``): their manifests are read at every check (a promoted baseline or a new set
+version is seen at once), their arrays are kept decoded and verified while their stamps are
+unchanged, and everything is read and hashed again every ``rehash_every`` checks. The parts of the
+environment snapshot that cannot change in a running process are kept too (``KeptModels.capture_env``).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,13 +28,21 @@ from typing import Any, Protocol
 from monitor.config.settings import ModelConfig
 from monitor.files import modelfile
 from monitor.files.modelfile import ModelIdentity
+from monitor.files.stamped import DEFAULT_BUDGET_BYTES, FreshFiles, KeptFiles, Stamp, TensorFiles, stamp
+from monitor.runtime import envsnap
+from monitor.runtime.gpu import Entries
 from monitor.runtime.session import Session
-
-Stamp = tuple[tuple[str, int, int, int, int, int], ...]
 
 
 class ModelSource(Protocol):
-    """What ``check.py`` asks for a model: its identity (the hashes), then a session built from it."""
+    """What ``check.py`` asks for a model: its identity (the hashes), then a session built from it.
+
+    ``files`` reads the benchmark set's and the baseline's tensors; ``capture_env`` the environment.
+    """
+
+    files: TensorFiles
+
+    def capture_env(self) -> envsnap.EnvSnapshot: ...
 
     def identify(self, path: Path) -> ModelIdentity: ...
 
@@ -47,7 +56,13 @@ class ModelSource(Protocol):
 
 
 class FreshModels:
-    """Today's fresh check: hash the file, build a new session, every time."""
+    """Today's fresh check: hash the file, build a new session, read every file, every time."""
+
+    def __init__(self) -> None:
+        self.files: TensorFiles = FreshFiles()
+
+    def capture_env(self) -> envsnap.EnvSnapshot:
+        return envsnap.capture()
 
     def identify(self, path: Path) -> ModelIdentity:
         return modelfile.identify(path)
@@ -75,8 +90,13 @@ class KeptModels:
     built, so two never occupy the memory at once).
     """
 
-    def __init__(self, *, rehash_every: int = 100) -> None:
+    def __init__(
+        self, *, rehash_every: int = 100, budget_bytes: int = DEFAULT_BUDGET_BYTES, files: KeptFiles | None = None
+    ) -> None:
         self.rehash_every = max(1, rehash_every)
+        self.kept_files = files or KeptFiles(rehash_every=self.rehash_every, budget_bytes=budget_bytes)
+        self.files: TensorFiles = self.kept_files
+        self._static_env: dict[str, Entries] = {}
         self._file: _Kept | None = None
         self._session: Session | None = None
         self._session_key: tuple[Any, ...] | None = None
@@ -121,18 +141,14 @@ class KeptModels:
         self._last["session_reused"] = False
         return session, False
 
+    def capture_env(self) -> envsnap.EnvSnapshot:
+        """The snapshot, its process-constant parts (ONNX Runtime, Python, OS) probed once per worker."""
+        return envsnap.capture(kept=self._static_env)
+
     def note(self) -> dict[str, Any] | None:
-        return dict(self._last)
+        return {**self._last, **self.kept_files.note()}
 
 
 def _stamp(path: Path, identity: ModelIdentity | None) -> Stamp | None:
     """``os.stat`` facts of the model file and of its external-data files; None when one is missing."""
-    files = [path] + [(path.parent / location) for location in sorted(identity.external_data if identity else ())]
-    stamps = []
-    for item in files:
-        try:
-            st = os.stat(item)
-        except OSError:
-            return None
-        stamps.append((str(item), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev))
-    return tuple(stamps)
+    return stamp([path] + [(path.parent / location) for location in sorted(identity.external_data if identity else ())])

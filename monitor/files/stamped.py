@@ -1,0 +1,209 @@
+"""Files a warm check worker keeps verified between checks: the stat stamp rule, in one place.
+
+A fresh check reads, parses and hashes every file it uses (the model, the benchmark set's
+tensors, the baseline's outputs). A warm worker (``daemon.worker: warm``) checks one model again
+and again; re-reading unchanged files is most of a small model's check. The rule, the same for
+the model file (``runtime/kept.py``) and for every tensor file:
+
+- a file's *stamp* is ``os.stat``'s size, mtime_ns, ctime_ns, inode and device (no read); a kept
+  value (a resolved path, a decoded and verified array, a header's shape) is used only while the
+  stamp of the file it came from is unchanged: any difference, and the file is read and verified
+  again at this check;
+- every ``rehash_every`` checks everything kept is dropped and read and hashed in full, for what a
+  stamp cannot see (a file system with coarse timestamps, a write that restored mtime and ctime);
+- a parsed manifest is kept while the manifest file's stamp is unchanged (what it promises is
+  still checked against every tensor file it names, each by its own stamp);
+- decoded arrays are kept only within ``budget_bytes`` (the rest is read and verified every check,
+  as in a fresh check), so the worker's memory stays bounded; kept arrays are read-only.
+
+``FreshFiles`` is a fresh check's reader: no memory between calls, every read verified.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from monitor.errors import BenchsetError, MonitorError
+from monitor.files import tensors
+
+Stat = Callable[[Any], os.stat_result]
+StampEntry = tuple[str, int, int, int, int, int]
+Stamp = tuple[StampEntry, ...]
+DEFAULT_BUDGET_BYTES = 256 * 1024 * 1024  # decoded arrays a warm worker keeps, at most
+DEFAULT_REHASH_EVERY = 100
+T = TypeVar("T")
+
+
+def stamp(paths: Sequence[Path | str], stat: Stat = os.stat) -> Stamp | None:
+    """``os.stat`` facts (following symlinks) of every path; None when one is missing or unreadable."""
+    entries = []
+    for path in paths:
+        try:
+            st = stat(path)
+        except (OSError, ValueError):
+            return None
+        entries.append((str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev))
+    return tuple(entries)
+
+
+class TensorFiles(Protocol):
+    """How a check reads the tensor files of a benchmark set and a baseline."""
+
+    def begin_check(self) -> None:
+        """A new check starts: a full re-read is due every ``rehash_every`` of them."""
+        ...
+
+    def resolve(self, root: Path, relative: str, resolver: Callable[[], Path]) -> Path:
+        """``resolver()`` (a containment check of ``root / relative``), or its kept answer."""
+        ...
+
+    def load_npy(self, path: Path, **expect: Any) -> np.ndarray[Any, Any]:
+        """``tensors.load_npy(path, **expect)``, or the array it returned while the file is unchanged."""
+        ...
+
+    def npy_shape(self, path: Path, *, error: type[MonitorError] = BenchsetError) -> tuple[int, ...]:
+        """``tensors.npy_shape``, or its kept answer."""
+        ...
+
+    def parsed(self, path: Path, parse: Callable[[], T]) -> T:
+        """``parse()`` (which reads and validates ``path``, a manifest), or its kept answer."""
+        ...
+
+
+class FreshFiles:
+    """Every call reads, resolves and verifies: what a fresh check does."""
+
+    def begin_check(self) -> None:
+        return None
+
+    def resolve(self, root: Path, relative: str, resolver: Callable[[], Path]) -> Path:
+        return resolver()
+
+    def load_npy(self, path: Path, **expect: Any) -> np.ndarray[Any, Any]:
+        return tensors.load_npy(path, **expect)
+
+    def npy_shape(self, path: Path, *, error: type[MonitorError] = BenchsetError) -> tuple[int, ...]:
+        return tensors.npy_shape(path, error=error)
+
+    def parsed(self, path: Path, parse: Callable[[], T]) -> T:
+        return parse()
+
+
+@dataclass
+class _Entry:
+    stamp: Stamp
+    value: Any
+    size: int = 0
+
+
+class KeptFiles:
+    """What one warm worker keeps of its files, each value valid while its file's stamp is unchanged."""
+
+    def __init__(
+        self,
+        *,
+        rehash_every: int = DEFAULT_REHASH_EVERY,
+        budget_bytes: int = DEFAULT_BUDGET_BYTES,
+        stat: Stat = os.stat,
+    ) -> None:
+        self.rehash_every = max(1, rehash_every)
+        self._stat = stat  # injected: a test stands in a file system whose timestamps do not move
+        self.budget_bytes = max(0, budget_bytes)
+        self.checks = 0
+        self.kept_bytes = 0
+        self._entries: dict[tuple[Any, ...], _Entry] = {}
+        self.read = 0  # files read (not answered from memory) since the check began: for the check's note
+
+    def begin_check(self) -> None:
+        """Count a check; at the first and every ``rehash_every``-th, forget everything (a full re-read)."""
+        if self.checks % self.rehash_every == 0:
+            self.clear()
+        self.checks += 1
+        self.read = 0
+
+    @property
+    def full_check(self) -> bool:
+        """Whether the current check re-reads and re-hashes every file (nothing was kept from before)."""
+        return (self.checks - 1) % self.rehash_every == 0
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.kept_bytes = 0
+
+    def resolve(self, root: Path, relative: str, resolver: Callable[[], Path]) -> Path:
+        # The stamp of root/relative, links followed: a file or directory swapped for a link elsewhere
+        # shows another inode, so the containment check runs again.
+        joined = f"{root}{os.sep}{relative}"
+        key = ("resolve", joined)
+        now = stamp([joined], self._stat)
+        hit = self._entries.get(key)
+        if hit is not None and now is not None and hit.stamp == now:
+            return hit.value  # type: ignore[no-any-return]
+        resolved = resolver()  # raises for a path that leads outside: never kept
+        if now is not None:
+            self._entries[key] = _Entry(now, resolved)
+        return resolved
+
+    def load_npy(self, path: Path, **expect: Any) -> np.ndarray[Any, Any]:
+        key = ("npy", str(path), *sorted((k, _hashable(v)) for k, v in expect.items()))
+        before = stamp([path], self._stat)
+        hit = self._entries.get(key)
+        if hit is not None and before is not None and hit.stamp == before:
+            return hit.value  # type: ignore[no-any-return]
+        if hit is not None:
+            self._drop(key)
+        self.read += 1
+        array = tensors.load_npy(path, **expect)
+        after = stamp([path], self._stat)
+        # Kept only when verified against a checksum, unchanged while it was read, and within budget.
+        fits = self.kept_bytes + array.nbytes <= self.budget_bytes
+        if expect.get("expect_sha256") and before is not None and before == after and fits:
+            array.flags.writeable = False
+            self._entries[key] = _Entry(before, array, array.nbytes)
+            self.kept_bytes += array.nbytes
+        return array
+
+    def parsed(self, path: Path, parse: Callable[[], T]) -> T:
+        key = ("parsed", str(path))
+        now = stamp([path], self._stat)
+        hit = self._entries.get(key)
+        if hit is not None and now is not None and hit.stamp == now:
+            return hit.value  # type: ignore[no-any-return]
+        value = parse()
+        if now is not None and now == stamp([path], self._stat):
+            self._entries[key] = _Entry(now, value)
+        return value
+
+    def npy_shape(self, path: Path, *, error: type[MonitorError] = BenchsetError) -> tuple[int, ...]:
+        key = ("shape", str(path))
+        now = stamp([path], self._stat)
+        hit = self._entries.get(key)
+        if hit is not None and now is not None and hit.stamp == now:
+            return hit.value  # type: ignore[no-any-return]
+        shape = tensors.npy_shape(path, error=error)
+        if now is not None:
+            self._entries[key] = _Entry(now, shape)
+        return shape
+
+    def note(self) -> dict[str, Any]:
+        """What this check read from disk, for the check's ``details.warm``."""
+        return {"files_full_check": self.full_check, "files_read": self.read, "files_kept_bytes": self.kept_bytes}
+
+    def _drop(self, key: tuple[Any, ...]) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self.kept_bytes -= entry.size
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, type):
+        return value.__qualname__
+    return str(value)
