@@ -572,7 +572,13 @@ def fuzz_every_operation(
 
 def known_values(scenario: Scenario) -> dict[str, Any]:
     fingerprint = str(scenario.passing.environment["fingerprint"])
-    return {"name": "clf", "run_id": 2, "baseline_id": scenario.baseline_id, "fingerprint": fingerprint[:12]}
+    return {
+        "name": "clf",
+        "run_id": 2,
+        "incident_id": 1,
+        "baseline_id": scenario.baseline_id,
+        "fingerprint": fingerprint[:12],
+    }
 
 
 def test_every_api_operation_conforms_to_its_schema_without_a_token(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,16 @@ def test_every_runbook_command_runs_against_a_history_with_a_stack_change(histor
     assert "environment_changed" in shown and f"onnxruntime.version {OLD_ORT}" in shown
     printed = re.search(rf"\b({history['old'][:16]})\b", shown)
     assert printed, "history prints the old fingerprint"
+    runs = json.loads(invoke("history", "clf", "-o", "json", "-c", history["config"]).stdout)
+    run_id = str(next(item["id"] for item in runs if item["kind"] == "run"))
+    noted = invoke(
+        "incident", "note", run_id, "--cause", "runtime_version", "--text", "t", "-o", "json", "-c", history["config"]
+    )
+    assert noted.exit_code == 0, noted.output
     values = {
+        "RUN_ID": run_id,
+        "N": str(json.loads(noted.stdout)["id"]),
+        "CODE": "runtime_version",
         "MODEL": "clf",
         "FINGERPRINT": printed.group(1),
         "FILE": history["config"],
@@ -99,7 +109,7 @@ def test_every_runbook_command_runs_against_a_history_with_a_stack_change(histor
     }
     outputs = {}
     for command in runbook_commands():
-        words = command.split()[1:]
+        words = shlex.split(command)[1:]
         if words[0] == "serve":
             continue
         argv = [values.get(w, w) for w in words]

@@ -22,7 +22,7 @@ from fastapi import FastAPI, HTTPException, Query, Request, Response
 from fastapi import Path as PathParam
 from fastapi.params import Depends
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 from monitor.api import schemas as out
 from monitor.api.handle import DaemonHandle
@@ -42,10 +42,22 @@ class IncidentIn(BaseModel):
     """An incident as a person notes it."""
 
     model_config = ConfigDict(extra="forbid")
-    cause: str = Field(description=f"one of {', '.join(sorted(CAUSE_CODES))}", max_length=40)
+    cause: str = Field(
+        description=f"one of {', '.join(sorted(CAUSE_CODES))}",
+        max_length=40,
+        json_schema_extra={"enum": list[JsonValue](sorted(CAUSE_CODES))},  # the closed set, in the OpenAPI schema too
+    )
     text: str = Field(min_length=1, max_length=knowledge.MAX_TEXT, description="what was found")
     fix: str | None = Field(default=None, max_length=knowledge.MAX_TEXT, description="what fixed it")
     by: str = Field(default="api", min_length=1, max_length=200, description="who notes it")
+
+    @field_validator("cause")
+    @classmethod
+    def _known_cause(cls, cause: str) -> str:
+        """A code outside the closed set is FastAPI's 422, like every other invalid field."""
+        if cause not in CAUSE_CODES:
+            raise ValueError(f"{cause!r} is not a cause code; expected one of {', '.join(sorted(CAUSE_CODES))}")
+        return cause
 
 
 def mount(app: FastAPI, handle: DaemonHandle, *, auth: Sequence[Depends], token: Callable[[], str | None]) -> None:
@@ -89,7 +101,7 @@ def mount(app: FastAPI, handle: DaemonHandle, *, auth: Sequence[Depends], token:
         "/api/v1/runs/{run_id}/incidents",
         dependencies=list(auth),
         status_code=201,
-        responses=guarded | missing | {422: {"model": out.Problem}},
+        responses=guarded | missing | {400: {"model": out.Problem}},
         tags=["diagnosis"],
     )
     def note_incident(run_id: RunId, body: IncidentIn) -> JSONResponse:
@@ -99,7 +111,7 @@ def mount(app: FastAPI, handle: DaemonHandle, *, auth: Sequence[Depends], token:
         except LookupError as exc:
             raise HTTPException(404, str(exc)) from None
         except MonitorError as exc:
-            raise HTTPException(422, str(exc)) from None
+            raise HTTPException(400, str(exc)) from None
         return JSONResponse(out.json_safe(record.to_dict()), status_code=201)
 
     @app.post("/runs/{run_id}/incidents", include_in_schema=False, response_model=None)
