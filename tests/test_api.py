@@ -125,6 +125,9 @@ def test_runs_of_a_model_newest_first_with_limit_and_filters(client: TestClient)
         ("/api/v1/models/clf/runs?limit=abc", 422),
         ("/api/v1/models/clf/runs?since=yesterday", 422),
         ("/api/v1/runs/not-a-number", 422),
+        ("/api/v1/runs/%C2%A01", 422),  # a non-breaking space before 1: pydantic's lax int took it as run 1
+        ("/api/v1/runs/1_0", 422),
+        ("/api/v1/incidents/%201", 422),
         ("/api/v1/runs/99999999999999999999999", 422),
         ("/api/v1/environments/xyz", 422),
         ("/api/v1/events?limit=100000", 422),

@@ -33,7 +33,7 @@ from pydantic import AfterValidator, BeforeValidator
 
 from monitor import __version__, jsonsafe
 from monitor.api import environments as envs
-from monitor.api import incidents, web
+from monitor.api import incidents, params, web
 from monitor.api import schemas as out
 from monitor.api.environments import HEX_PREFIX, NAME
 from monitor.api.guard import ErrorGuard, internal_error
@@ -46,7 +46,6 @@ from monitor.store import pick_latest
 
 log = logging.getLogger(__name__)
 
-MAX_ID = 2**63 - 1
 ModelName = Annotated[str, PathParam(pattern=NAME, max_length=200, description="a model name from the config")]
 Limit = Annotated[int, Query(ge=1, le=1000, description="newest first, at most this many")]
 _NUMBER = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
@@ -188,7 +187,7 @@ def _read_routes(app: FastAPI, handle: DaemonHandle) -> None:
         return [out.RunSummary.of(r) for r in found]
 
     @app.get("/api/v1/runs/{run_id}", responses=_NOT_FOUND, tags=["history"])
-    def run(run_id: Annotated[int, PathParam(ge=1, le=MAX_ID)]) -> out.RunDetail:
+    def run(run_id: params.Id) -> out.RunDetail:
         """One run: every output's metrics, reasons, attribution, and the diff against the baseline's environment."""
         record = handle.store.run(run_id)
         if record is None:

@@ -19,20 +19,20 @@ from typing import Annotated, Any
 from urllib.parse import parse_qs
 
 from fastapi import FastAPI, HTTPException, Query, Request, Response
-from fastapi import Path as PathParam
 from fastapi.params import Depends
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
+from monitor.api import params
 from monitor.api import schemas as out
 from monitor.api.handle import DaemonHandle
+from monitor.api.params import MAX_ID
 from monitor.api.web.lookup import error_page
 from monitor.errors import MonitorError
 from monitor.results import CAUSE_CODES
 from monitor.store import knowledge
 
-MAX_ID = 2**63 - 1
-RunId = Annotated[int, PathParam(ge=1, le=MAX_ID)]
+RunId = params.Id
 # text and fix at knowledge.MAX_TEXT characters each, 12 bytes per 4-byte character URL-encoded,
 # and room for the rest
 _MAX_FORM = 2 * 12 * knowledge.MAX_TEXT + 16 * 1024

@@ -269,7 +269,12 @@ def _nodes(run: Mapping[str, Any]) -> dict[str, Any] | None:
     nodes = {}
     for key in ("first_changed", "first_out_of_tolerance"):
         node = report.get(key)
-        nodes[key] = {"name": node.get("name"), "op_type": node.get("op_type")} if isinstance(node, Mapping) else None
+        nodes[key] = (
+            # on ORT's optimized graph a fused node stands for the model nodes it replaced
+            {"name": node.get("name"), "op_type": node.get("op_type"), "fused_from": list(node.get("fused_from") or [])}
+            if isinstance(node, Mapping)
+            else None
+        )
     return nodes
 
 
