@@ -29,9 +29,10 @@ from sqlalchemy.orm import Session
 from monitor.config.settings import StoreConfig, mask_url
 from monitor.errors import BaselineError
 from monitor.results import CheckResult
-from monitor.store import convert, health, leases, queries, retention, writes
+from monitor.store import convert, health, leases, queries, recent, retention, writes
 from monitor.store import events as transitions
 from monitor.store import schema as s
+from monitor.store.recent import RecentState
 from monitor.store.records import (
     BaselineRecord,
     EnvironmentRecord,
@@ -339,6 +340,11 @@ class Store:
             records = queries.latest_per_model(session, self._latest_cache)
         self._latest_cache = {r.id: r for r in records}
         return records
+
+    def recent_state(self, model: str, node: str | None) -> RecentState:
+        """What the alert rules count for ``model`` on ``node``: its last runs and last changes (``recent.py``)."""
+        with self._session() as session:
+            return recent.recent_state(session, model, node)
 
     def events(
         self,
