@@ -39,15 +39,26 @@ def two_models(ws: Workspace, *, timeout: str = "3s", interval: str = "1h") -> N
 
 
 class Served:
-    def __init__(self, ws: Workspace, port: int, *extra: str) -> None:
+    """A real ``onnxmon serve`` on ``port``: this environment's, or another one's ``onnxmon`` script."""
+
+    def __init__(
+        self,
+        ws: Workspace,
+        port: int,
+        *extra: str,
+        onnxmon: Path | None = None,
+        env: dict[str, str] | None = None,
+        log_name: str = "serve.log",
+    ) -> None:
         self.port = port
-        self.log_path = ws.root / "serve.log"
+        self.log_path = ws.root / log_name
         self.log = self.log_path.open("w")
         self.process = subprocess.Popen(
-            [str(BIN / "onnxmon"), "serve", "-c", str(ws.config_file), "--port", str(port), *extra],
+            [str(onnxmon or BIN / "onnxmon"), "serve", "-c", str(ws.config_file), "--port", str(port), *extra],
             cwd=ws.root,
             stdout=self.log,
             stderr=subprocess.STDOUT,
+            env=env,
         )
         self.wait_until(lambda: self.get("/healthz")[0] == 200, "the daemon to answer /healthz")
 
