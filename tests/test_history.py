@@ -57,9 +57,11 @@ def test_history_shows_the_environment_change_right_before_the_first_failure(
     assert code == 0
     lines = out.splitlines()
     change = next(i for i, line in enumerate(lines) if "environment_changed" in line)
-    # piped: tab-separated, the verdict is the third column
-    passes = [i for i, line in enumerate(lines) if line.split("\t")[2:3] == ["pass"]]
-    fails = [i for i, line in enumerate(lines) if line.split("\t")[2:3] == ["fail"]]
+    # piped: tab-separated; the run id is the second column, the verdict the fourth
+    passes = [i for i, line in enumerate(lines) if line.split("\t")[3:4] == ["pass"]]
+    fails = [i for i, line in enumerate(lines) if line.split("\t")[3:4] == ["fail"]]
+    run_ids = [line.split("\t")[1] for i, line in enumerate(lines) if i in passes + fails]
+    assert all(run_id.isdigit() for run_id in run_ids) and len(set(run_ids)) == 5
     assert (len(passes), len(fails)) == (3, 2)
     assert max(passes) < change < min(fails)
     assert "onnxruntime.version 1.17.0" in out and "1.18.0" in out
@@ -81,7 +83,7 @@ def test_history_shows_the_runs_error_ratio_the_largest_of_its_outputs(
         store.record_run(result(T0, Verdict.FAIL, outputs=outputs), node="gpu-1")
     code, out, _ = run_cli(capsys, "history", "resnet", "-c", str(config_file))
     assert code == 0 and re.search(r"\tlogits\t3e-05\t2.5\t", out), out
-    assert out.splitlines()[0].split("\t")[5] == "error ÷ tolerance"
+    assert out.splitlines()[0].split("\t")[6] == "error ÷ tolerance"
     code, out, _ = run_cli(capsys, "history", "resnet", "-o", "json", "-c", str(config_file))
     (run,) = [i for i in json.loads(out) if i["kind"] == "run"]
     assert run["error_ratio"] == 2.5

@@ -50,6 +50,8 @@ def register(app: typer.Typer) -> None:
         if not names:
             raise MonitorError(f"{settings.source}: no models configured")
         plans = [plan_for(settings, name) for name in names]  # an unknown name fails before anything runs
+        if store:
+            common.refuse_unready_store(settings)  # an un-migrated store or a missing driver: before measuring
         memory = settings.daemon.memory_limit_mb
         # Each check in its own child with the model's hard timeout, exactly as the daemon runs it.
         results = [child.run_isolated(plan, job=child.measure_only, memory_limit_mb=memory)[0] for plan in plans]
@@ -57,12 +59,17 @@ def register(app: typer.Typer) -> None:
             results = [_diagnosed(settings, plan, result, store) for plan, result in zip(plans, results, strict=True)]
         causes = likely_causes(settings, plans, results, store=store)
         recorded = recording.record(settings, results) if store else None
+        run_ids = list(recorded.run_ids) if recorded is not None else []
+        run_ids += [None] * (len(results) - len(run_ids))
         if output.structured(chosen):
-            common.print_json([as_json_record(r) for r in results], chosen)
+            common.print_json([as_json_record(r, i) for r, i in zip(results, run_ids, strict=True)], chosen)
         elif not quiet:
             output.print_table(render(results, wide=chosen == "wide"))
             for model, line in causes.items():
                 typer.echo(f"{model}: {line}")
+            recorded_as = [f"{r.model} run {i}" for r, i in zip(results, run_ids, strict=True) if i is not None]
+            if recorded_as:  # the ids `incident note`, `diagnose --run` and the run page take
+                typer.echo(f"recorded: {', '.join(recorded_as)}")
         code = exit_code(results)
         if recorded is not None and not recorded.complete:
             typer.echo(f"onnxmon: warning: {recorded.message()}", err=True)
@@ -70,9 +77,10 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(code)
 
 
-def as_json_record(result: CheckResult) -> dict[str, object]:
-    """``CheckResult.to_dict`` with RFC 3339 UTC timestamps (the dict itself keeps epoch seconds for the spool)."""
-    return jsonsafe.with_timestamps(result.to_dict())
+def as_json_record(result: CheckResult, run_id: int | None = None) -> dict[str, object]:
+    """``CheckResult.to_dict`` with RFC 3339 UTC timestamps (the dict itself keeps epoch seconds for the spool),
+    and ``run_id``: the run's id in the store (null when not recorded, or spooled for later)."""
+    return jsonsafe.with_timestamps(result.to_dict()) | {"run_id": run_id}
 
 
 def likely_causes(

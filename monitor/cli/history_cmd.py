@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -20,9 +21,10 @@ from monitor import jsonsafe
 from monitor.cli import common, output
 from monitor.config import settings as config
 from monitor.errors import MonitorError
+from monitor.runtime import envsnap
 
 if TYPE_CHECKING:
-    from monitor.store import EventRecord, HistoryItem, RunRecord, Store
+    from monitor.store import EventRecord, HistoryItem, RunRecord
 
 _VERDICT_STYLE = {"pass": "green", "fail": "bold red", "error": "bold magenta"}
 
@@ -40,12 +42,9 @@ def register(app: typer.Typer) -> None:
         url: str | None = typer.Option(None, "--url", help="Database URL (default: store.url from the config)."),
     ) -> None:
         """Show a model's runs with environment changes and baseline promotions interleaved."""
-        from monitor.store import Store
-
         chosen = output.chosen(fmt, as_json)
         start = _since(since)
-        with Store(url or common.settings(config_file).store.url) as store:
-            _ready(store)
+        with common.open_store(common.settings(config_file), url) as store:
             items = store.history(model, since=start, limit=limit, node=node)
             if not items and model not in store.models():
                 known = ", ".join(store.models()) or "none yet"
@@ -54,19 +53,6 @@ def register(app: typer.Typer) -> None:
             common.print_json([_item_json(i) for i in items], chosen)
             return
         output.print_table(_table(model, list(reversed(items)), wide=chosen == "wide"))
-
-
-def _ready(store: Store) -> None:
-    """A SQLite file migrates itself (as ``common.open_store`` does); a server database must be upgraded."""
-    if store.url.startswith("sqlite"):
-        store.upgrade()
-        return
-    revision, head = store.current_revision(), store.head_revision()
-    if revision != head:
-        raise MonitorError(
-            f"{store.display_url} is at schema revision {revision or 'none'}, this onnxmon needs {head}: "
-            "run `onnxmon db upgrade`"
-        )
 
 
 def _since(value: str | None) -> datetime | None:
@@ -83,30 +69,34 @@ def _since(value: str | None) -> datetime | None:
 
 
 def _table(model: str, items: list[HistoryItem], *, wide: bool = False) -> Table:
-    """Oldest first; the last column is each run's environment fingerprint (16 hex, all 64 with ``wide``),
-    which ``onnxmon env diff`` takes as it is."""
+    """Oldest first; each run's id (what ``incident note``, ``diagnose --run`` and the run page take), and
+    its environment fingerprint last (16 hex, all 64 with ``wide``), which ``onnxmon env diff`` takes as it is."""
     cut = 64 if wide else 16
     table = common.PlainTable(title=Text(f"history of {model} (oldest first)"), title_justify="left")
-    for header, justify in (
-        ("when (UTC)", "left"),
-        ("node", "left"),
-        ("verdict", "left"),
-        ("worst output", "left"),
-        ("max |err|", "right"),
-        (common.ERROR_RATIO_HEADER, "right"),
-        ("why / what changed", "left"),
-        ("environment", "left"),
+    # Short cells never wrap (an 80-column terminal folded "when (UTC)" and the timestamps in two);
+    # the long ones fold, so ids and fingerprints stay whole and pasteable.
+    for header, justify, wrap in (
+        ("when (UTC)", "left", False),
+        ("run", "right", False),
+        ("node", "left", True),
+        ("verdict", "left", False),
+        ("worst output", "left", True),
+        ("max |err|", "right", False),
+        (common.ERROR_RATIO_HEADER, "right", True),
+        ("why / what changed", "left", True),
+        ("environment", "left", True),
     ):
-        table.add_column(header, justify=justify, overflow="fold")  # type: ignore[arg-type]
+        table.add_column(header, justify=justify, overflow="fold", no_wrap=not wrap)  # type: ignore[arg-type]
     for item in items:
         when = item.at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
         if item.run is not None:
             fingerprint = item.run.environment_fingerprint or "-"
-            table.add_row(when, *_run_cells(item.run), fingerprint[:cut])
+            table.add_row(when, str(item.run.id), *_run_cells(item.run), fingerprint[:cut])
         elif item.event is not None:
             event = item.event
             table.add_row(
                 Text(when, style="yellow"),
+                "",
                 event.node or "",
                 Text(f"* {event.kind}", style="yellow"),
                 "",
@@ -135,12 +125,14 @@ def _run_cells(run: RunRecord) -> tuple[Any, ...]:
 def describe(event: EventRecord) -> str:
     """One line saying what an event changed (``onnxruntime.version 1.17.0 -> 1.18.0``)."""
     if event.kind == "environment_changed":
-        diff = list(event.detail.get("diff", ()))
+        diff = envsnap.ordered(d for d in event.detail.get("diff", ()) if isinstance(d, Mapping))
         parts = [f"{d.get('field')} {d.get('old')} -> {d.get('new')}" for d in diff[:4]]
         more = f" (+{len(diff) - 4} more)" if len(diff) > 4 else ""
         return ("; ".join(parts) or f"{_short(event.old)} -> {_short(event.new)}") + more
     if event.kind == "baseline_promoted":
-        return f"baseline {event.new} active (was {event.old or 'none'}) by {event.detail.get('by', '?')}"
+        note = event.detail.get("note")
+        why = f": {note}" if note else ""
+        return f"baseline {event.new} active (was {event.old or 'none'}) by {event.detail.get('by', '?')}{why}"
     if event.kind == "baseline_captured":
         return f"baseline {event.new} recorded ({event.detail.get('source', '?')})"
     if event.kind == "model_changed":

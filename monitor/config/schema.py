@@ -129,6 +129,12 @@ class StoreConfig(StrictModel):
         description="File holding the database URL (a mounted secret, e.g. /run/secrets/onnxmon-db/url), read"
         " at start; replaces store.url, which must then be left unset. Relative to the config file.",
     )
+    migrate: Literal["off", "auto"] = Field(
+        default="off",
+        description="`auto`: bring a server database (PostgreSQL) to the newest schema when a command or the"
+        " daemon opens it. `off` (default): only `onnxmon db upgrade` migrates it, and a command against one"
+        " that is behind stops in one line, writing nothing. A SQLite file is always migrated on first use.",
+    )
     baselines_dir: Path = Field(default=Path("baselines"), description="Directory of baselines (tensors + metadata).")
     benchsets_dir: Path = Field(default=Path("benchsets"), description="Directory of materialized benchmark sets.")
     spool_dir: Path | None = Field(

@@ -38,7 +38,7 @@ import json
 import os
 import platform
 import time
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -162,14 +162,35 @@ def short(fingerprint: str) -> str:
 
 
 def diff(a: EnvSnapshot, b: EnvSnapshot) -> list[FieldChange]:
-    """Fields that differ from ``a`` to ``b`` (added or removed ones included), stable ones first."""
+    """Fields that differ from ``a`` to ``b`` (added or removed ones included), in ``change_order``."""
     changes = []
     for name in sorted(a.fields.keys() | b.fields.keys()):
         old, new = a.fields.get(name), b.fields.get(name)
         if old != new:
             stable = any(f.stable for f in (old, new) if f is not None)
             changes.append(FieldChange(name, old.value if old else None, new.value if new else None, stable))
-    return sorted(changes, key=lambda c: (not c.stable, c.field))
+    return sorted(changes, key=lambda c: change_order(c.field, c.stable))
+
+
+def change_order(field: str, stable: bool = True) -> tuple[bool, int, str]:
+    """Where a changed field goes in every diff onnxmon shows: stable first, and among them versions first.
+
+    Why: a cut line or a glance must meet ``onnxruntime.version 1.32.0 → 1.20.1`` before
+    ``onnxruntime.build_info`` (a ~300-character cmake string that changes with every release).
+    Versions, then other fields, then build strings; by name within each.
+    """
+    if field.endswith(".version") or field.endswith("_version"):
+        rank = 0
+    elif "build" in field:
+        rank = 2
+    else:
+        rank = 1
+    return (not stable, rank, field)
+
+
+def ordered(changes: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Stored diff entries (``{"field", "old", "new", "stable"?}``) in ``change_order``, as a fresh diff is."""
+    return sorted(changes, key=lambda c: change_order(str(c.get("field", "")), bool(c.get("stable", True))))
 
 
 _LABELS = {"cuda.runtime": "cuda runtime", "nvml.driver_version": "driver", "nvml.cuda_driver_version": "driver cuda"}

@@ -63,6 +63,7 @@ class DatabaseSink:
         self.last_outage: str | None = None
         self.spool_error: str | None = None  # why the last result could be neither written nor spooled
         self.unspooled = 0  # such results since start, each logged in full
+        self.last_run_id: int | None = None  # the id the last write got from the store (None: spooled)
         self._order = threading.Lock()  # one writer at a time keeps the history in measured order
         self._retrying: threading.Thread | None = None
         self._closed = threading.Event()
@@ -76,14 +77,18 @@ class DatabaseSink:
         return len(self.spool) if self.spool is not None else 0
 
     def write(self, result: CheckResult) -> None:
-        """Record ``result``; during an outage, queue it on disk instead (when a spool is configured)."""
+        """Record ``result``; during an outage, queue it on disk instead (when a spool is configured).
+
+        ``last_run_id`` is then the stored run's id, or None when the result went to the spool.
+        """
+        self.last_run_id = None
         if self.spool is None:
-            self.store.record_run(result, node=self.node, pod=self.pod)
+            self.last_run_id = self.store.record_run(result, node=self.node, pod=self.pod)
             return
         with self._order:
             if not len(self.spool):
                 try:
-                    self.store.record_run(result, node=self.node, pod=self.pod)
+                    self.last_run_id = self.store.record_run(result, node=self.node, pod=self.pod)
                     self.spool_error = None
                     return
                 except Exception as exc:

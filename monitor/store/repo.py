@@ -21,7 +21,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event, make_url, select
+from sqlalchemy import Engine, event, make_url, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
@@ -32,6 +32,7 @@ from monitor.results import CheckResult
 from monitor.store import convert, health, leases, queries, recent, retention, writes
 from monitor.store import events as transitions
 from monitor.store import schema as s
+from monitor.store.engine import make_engine
 from monitor.store.recent import RecentState
 from monitor.store.records import (
     BaselineRecord,
@@ -58,16 +59,9 @@ class Store:
         self.problem: str | None = None  # what the last health check found (logged when it changes)
         self._latest_cache: dict[int, RunRecord] = {}
         self._file = health.FileWatch.of(url)
-        # A database that accepts connections but never answers must not hang a write forever.
-        postgres = url.startswith("postgresql")
-        connect_args: dict[str, Any] = {"connect_timeout": 10} if postgres else {"timeout": write_timeout_s}
-        self.engine: Engine = create_engine(
-            url, echo=echo, json_serializer=convert.json_dumps, pool_pre_ping=True, connect_args=connect_args
-        )
-        if self.engine.dialect.name == "sqlite":
-            event.listen(self.engine, "connect", _sqlite_pragmas)
-            if self._file is not None:
-                event.listen(self.engine, "connect", lambda *_: self._file.remember() if self._file else None)
+        self.engine: Engine = make_engine(url, echo=echo, write_timeout_s=write_timeout_s)
+        if self.engine.dialect.name == "sqlite" and self._file is not None:
+            event.listen(self.engine, "connect", lambda *_: self._file.remember() if self._file else None)
 
     @classmethod
     def configured(cls, store: StoreConfig) -> Store:
@@ -250,9 +244,11 @@ class Store:
             if meta.get("active") and not row.is_active:  # mirror a baseline already active on disk
                 by = str(meta.get("promoted_by") or "baselines directory")
                 when = convert.parse_when(meta["promoted_at"], "promoted_at") if meta.get("promoted_at") else created
-                writes.promote(session, row, by, when)
+                writes.promote(session, row, by, when, str(meta.get("promotion_note") or ""))
 
-    def record_promotion(self, model: str, baseline_id: str, by: str, *, at: datetime | None = None) -> None:
+    def record_promotion(
+        self, model: str, baseline_id: str, by: str, *, at: datetime | None = None, note: str = ""
+    ) -> None:
         """Make ``baseline_id`` the active baseline of ``model`` and write ``baseline_promoted``.
 
         Idempotent: promoting the baseline that is already active writes nothing.
@@ -268,7 +264,7 @@ class Store:
                     f"baseline '{baseline_id}' of model '{model}' is not recorded in the store; record it first"
                 )
             if not row.is_active:  # promoting the active baseline again changes nothing
-                writes.promote(session, row, by, at)
+                writes.promote(session, row, by, at, note)
 
     def claim(self, model: str, slot: int, holder: str) -> bool:
         """Take the lease of ``model`` for schedule ``slot`` (sharded replicas); False if taken."""
@@ -387,10 +383,3 @@ def _lookup(environment: Mapping[str, Any], what: str) -> str | None:
     if isinstance(nested, Mapping) and nested.get(what):
         return str(nested[what])
     return None
-
-
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA journal_mode=WAL")  # the API reads while the daemon writes
-    cursor.close()

@@ -191,7 +191,6 @@ class StoreCollector(Collector):
             f.nondeterministic.add_metric(labels, 1.0 if stats.is_nondeterministic else 0.0)
             f.error_ratio.add_metric(labels, stats.error_ratio)
 
-
     def _recent(self, model: str, last: RunRecord | None) -> RecentState | None:
         """The store's count of the model's last runs (on the last run's node); None when it cannot answer.
 
@@ -275,7 +274,9 @@ class _Families:
             model,
         )
         self.recent_runs = gauge(
-            "onnxmon_recent_runs", f"Runs the recent window holds (the model's last {RECENT_RUNS}, from the store).", model
+            "onnxmon_recent_runs",
+            f"Runs the recent window holds (the model's last {RECENT_RUNS}, from the store).",
+            model,
         )
         self.recent_errors = gauge(
             "onnxmon_recent_error_runs", "Runs of the recent window that ended in error (from the store).", model
