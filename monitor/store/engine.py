@@ -28,7 +28,7 @@ def make_engine(url: str, *, echo: bool = False, write_timeout_s: float = 10.0) 
         )
     except ModuleNotFoundError as exc:  # the URL's driver is not installed: say which extra brings it
         extra = "install onnxmon's 'postgres' extra (psycopg 3): pip install -e '.[postgres]' from a clone"
-        if exc.name == "psycopg2":  # `postgresql://` means psycopg2 to SQLAlchemy; the extra brings psycopg 3
+        if url.startswith("postgresql") and exc.name != "psycopg":  # another driver (psycopg2, pg8000, ...)
             extra = f"write the URL as postgresql+psycopg://… and {extra}"
         raise ConfigError(
             f"store.url {mask_url(url)}: its database driver is not installed (no module named {exc.name!r}); {extra}"
