@@ -18,20 +18,6 @@
   value: /home/onnxmon
 - name: XDG_CACHE_HOME
   value: /home/onnxmon/.cache
-{{- if and .Values.gpu.enabled .Values.gpu.shared }}
-{{- /* the NVIDIA container runtime exposes the node's GPUs without a device-plugin request (as
-dcgm-exporter does); an entry of extraEnv with the same name replaces it */}}
-{{- $own := list }}
-{{- range .Values.extraEnv }}{{ $own = append $own .name }}{{ end }}
-{{- if not (has "NVIDIA_VISIBLE_DEVICES" $own) }}
-- name: NVIDIA_VISIBLE_DEVICES
-  value: all
-{{- end }}
-{{- if not (has "NVIDIA_DRIVER_CAPABILITIES" $own) }}
-- name: NVIDIA_DRIVER_CAPABILITIES
-  value: compute,utility
-{{- end }}
-{{- end }}
 {{- with .Values.image.digest }}
 - name: ONNXMON_IMAGE_DIGEST
   value: {{ . | quote }}
@@ -47,6 +33,23 @@ dcgm-exporter does); an entry of extraEnv with the same name replaces it */}}
 {{- end }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* gpu.shared, the monitor container only: the NVIDIA container runtime exposes the node's GPUs
+without a device-plugin request (as dcgm-exporter does); an extraEnv entry of the same name wins. */}}
+{{- define "onnxmon.gpuEnv" -}}
+{{- if and .Values.gpu.enabled .Values.gpu.shared }}
+{{- $own := list }}
+{{- range .Values.extraEnv }}{{ $own = append $own .name }}{{ end }}
+{{- if not (has "NVIDIA_VISIBLE_DEVICES" $own) }}
+- name: NVIDIA_VISIBLE_DEVICES
+  value: all
+{{- end }}
+{{- if not (has "NVIDIA_DRIVER_CAPABILITIES" $own) }}
+- name: NVIDIA_DRIVER_CAPABILITIES
+  value: compute,utility
+{{- end }}
 {{- end }}
 {{- end }}
 
@@ -185,6 +188,9 @@ spec:
           protocol: TCP
       env:
         {{- include "onnxmon.containerEnv" . | nindent 8 }}
+        {{- with (include "onnxmon.gpuEnv" .) }}
+        {{- . | nindent 8 }}
+        {{- end }}
       {{- with .Values.envFrom }}
       envFrom:
         {{- toYaml . | nindent 8 }}
