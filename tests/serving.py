@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,8 @@ def two_models(ws: Workspace, *, timeout: str = "3s", interval: str = "1h") -> N
 
 
 class Served:
-    def __init__(self, ws: Workspace, port: int, *extra: str) -> None:
+    def __init__(self, ws: Workspace, port: int, *extra: str, env: Mapping[str, str] | None = None) -> None:
+        """``onnxmon serve`` on ``port`` with ``extra`` arguments; ``env`` adds to this process's environment."""
         self.port = port
         self.log_path = ws.root / "serve.log"
         self.log = self.log_path.open("w")
@@ -48,6 +51,7 @@ class Served:
             cwd=ws.root,
             stdout=self.log,
             stderr=subprocess.STDOUT,
+            env={**os.environ, **env} if env else None,
         )
         self.wait_until(lambda: self.get("/healthz")[0] == 200, "the daemon to answer /healthz")
 

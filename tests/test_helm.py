@@ -343,7 +343,8 @@ def test_workload_kind_sets_the_daemon_mode(
 
 @pytest.mark.helm
 @pytest.mark.parametrize(
-    "scenario", ["deployment-with-models", "daemonset", "sharded", "cpu", "kube-prometheus-stack", "openshift", "shared-gpu"]
+    "scenario",
+    ["deployment-with-models", "daemonset", "sharded", "cpu", "kube-prometheus-stack", "openshift", "shared-gpu"],
 )
 def test_rendered_config_passes_onnxmon_config_validate(helm: str, tmp_path: Path, scenario: str) -> None:
     config = tmp_path / "onnxmon.yaml"

@@ -121,9 +121,7 @@ def test_an_ingress_without_a_host_matches_every_host(helm: str, tmp_path: Path)
     assert [set(rule) for rule in one(objects, "Ingress")["spec"]["rules"]] == [{"http"}]
 
 
-def test_service_labels_and_target_port_reach_the_service_monitor_and_network_policy(
-    helm: str, tmp_path: Path
-) -> None:
+def test_service_labels_and_target_port_reach_the_service_monitor_and_network_policy(helm: str, tmp_path: Path) -> None:
     proxy = {"name": "auth-proxy", "image": "quay.io/brancz/kube-rbac-proxy:v0.19.1"}
     proxy |= {"ports": [{"name": "https", "containerPort": 8443}], "args": ["--upstream=http://127.0.0.1:8080/"]}
     values = {
@@ -182,7 +180,11 @@ def test_a_pod_monitor_scrapes_the_pods_under_the_services_job(helm: str, tmp_pa
     assert (endpoint["port"], endpoint["path"], endpoint["scheme"]) == ("http", "/metrics", "http")
     job, node, cluster = endpoint["relabelings"]
     # the alerts select job="<the Service's name>": the PodMonitor's targets get that job too
-    assert job == {"targetLabel": "job", "replacement": one(objects, "Service")["metadata"]["name"], "action": "replace"}
+    assert job == {
+        "targetLabel": "job",
+        "replacement": one(objects, "Service")["metadata"]["name"],
+        "action": "replace",
+    }
     assert 'job="onnxmon"' in str(one(objects, "PrometheusRule")["spec"]["groups"])
     assert node["sourceLabels"] == ["__meta_kubernetes_pod_node_name"] and cluster["replacement"] == "gpu-eu-1"
     assert monitor["spec"]["podTargetLabels"] == ["team"]
@@ -260,7 +262,9 @@ def notes(helm: str, tmp_path: Path, values: dict[str, Any]) -> str:
     done = run_helm(helm, values, tmp=tmp_path)  # the values file it writes
     assert done.returncode == 0, done.stderr
     command = [helm, "install", "onnxmon", str(CHART), "-n", "gpu-monitoring", "--dry-run=client"]
-    install = subprocess.run([*command, "-f", str(tmp_path / "values.yaml")], capture_output=True, text=True, timeout=60)
+    install = subprocess.run(
+        [*command, "-f", str(tmp_path / "values.yaml")], capture_output=True, text=True, timeout=60
+    )
     assert install.returncode == 0, install.stderr
     return install.stdout[install.stdout.index("NOTES:") :]
 
@@ -303,7 +307,10 @@ def test_every_value_issue_25_added_is_in_the_strict_schema_with_a_description(d
     [
         ({"ingress": {"hots": []}}, "hots"),
         ({"ingress": {"hosts": [{"host": "x", "paths": [{"path": "no-slash"}]}]}}, "/ingress/hosts/0/paths/0/path"),
-        ({"updateStrategy": {"rollingUpdate": {"maxUnavailable": "ten"}}}, "/updateStrategy/rollingUpdate/maxUnavailable"),
+        (
+            {"updateStrategy": {"rollingUpdate": {"maxUnavailable": "ten"}}},
+            "/updateStrategy/rollingUpdate/maxUnavailable",
+        ),
         ({"podSecurityContext": {"runAsUser": "1000"}}, "/podSecurityContext/runAsUser"),
         ({"monitoring": {"serviceMonitor": {"scheme": "ftp"}}}, "/monitoring/serviceMonitor/scheme"),
         ({"monitoring": {"podMonitor": {"targetLabels": []}}}, "targetLabels"),

@@ -67,7 +67,9 @@ def umbrella(tmp_path: Path, values: dict[str, Any]) -> Path:
     return root
 
 
-@pytest.mark.parametrize("globals_", [None, {"imageRegistry": MIRROR, "storageClass": "fast"}], ids=["no-globals", "globals"])
+@pytest.mark.parametrize(
+    "globals_", [None, {"imageRegistry": MIRROR, "storageClass": "fast"}], ids=["no-globals", "globals"]
+)
 def test_the_chart_renders_as_a_subchart_of_an_umbrella_chart(
     helm: str, tmp_path: Path, globals_: dict[str, Any] | None
 ) -> None:
@@ -135,7 +137,13 @@ def test_extra_args_follow_the_serve_command_and_not_the_migration(helm: str, tm
             {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
         ),
     ],
-    ids=["daemonset-default", "daemonset-10-percent", "daemonset-on-delete", "deployment-default", "deployment-rolling"],
+    ids=[
+        "daemonset-default",
+        "daemonset-10-percent",
+        "daemonset-on-delete",
+        "deployment-default",
+        "deployment-rolling",
+    ],
 )
 def test_the_update_strategy_is_configurable_in_both_modes_and_never_surges(
     helm: str, tmp_path: Path, values: dict[str, Any], expected: dict[str, Any]
@@ -255,7 +263,9 @@ def test_an_exclusive_gpu_requests_the_resource_named_mig_and_time_slices_includ
 
 
 def test_a_shared_gpu_without_a_gpu_is_refused(helm: str, tmp_path: Path) -> None:
-    assert "gpu.shared=true needs gpu.enabled=true" in refused(helm, tmp_path, {"gpu": {"enabled": False, "shared": True}})
+    assert "gpu.shared=true needs gpu.enabled=true" in refused(
+        helm, tmp_path, {"gpu": {"enabled": False, "shared": True}}
+    )
 
 
 # --------------------------------------------------------------------------- stopping (issue 30)
@@ -270,7 +280,10 @@ def test_the_grace_period_is_derived_from_onnxmons_own_defaults(helm: str, tmp_p
     """With no timeout in the values the chart assumes onnxmon's defaults: they must be the schema's."""
     assert grace(helm, tmp_path, {"config": {}}) == Defaults().timeout + StoreConfig().write_timeout + 50
     on = {"config": {"daemon": {"diagnose_on_fail": True}}}
-    assert grace(helm, tmp_path, on) == Defaults().timeout + DaemonConfig().diagnose_budget + StoreConfig().write_timeout + 50
+    assert (
+        grace(helm, tmp_path, on)
+        == Defaults().timeout + DaemonConfig().diagnose_budget + StoreConfig().write_timeout + 50
+    )
     assert DaemonConfig().diagnose_on_fail is False
 
 
@@ -278,8 +291,14 @@ def test_the_grace_period_is_derived_from_onnxmons_own_defaults(helm: str, tmp_p
     ("config", "stop"),
     [
         ({"defaults": {"timeout": "10m"}}, 600 + 10),
-        ({"defaults": {"timeout": "20m", "schedule": {"interval": "1h"}}, "daemon": {"diagnose_on_fail": True}}, 1200 + 120 + 10),
-        ({"daemon": {"diagnose_on_fail": True, "diagnose_budget": "5m"}, "store": {"write_timeout": 30}}, 600 + 300 + 30),
+        (
+            {"defaults": {"timeout": "20m", "schedule": {"interval": "1h"}}, "daemon": {"diagnose_on_fail": True}},
+            1200 + 120 + 10,
+        ),
+        (
+            {"daemon": {"diagnose_on_fail": True, "diagnose_budget": "5m"}, "store": {"write_timeout": 30}},
+            600 + 300 + 30,
+        ),
         ({"daemon": {"diagnose_on_fail": False, "diagnose_budget": "5m"}}, 600 + 10),
         (
             {

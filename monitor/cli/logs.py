@@ -29,7 +29,10 @@ FIELDS = "onnxmon_fields"
 """The ``extra`` key under which a log call hands structured fields (``sinks.log.LogSink`` does)."""
 
 LevelOption = typer.Option(
-    None, "--log-level", metavar="LEVEL", help="debug | info | warning | error | critical (default: logging.level, info)"
+    None,
+    "--log-level",
+    metavar="LEVEL",
+    help="debug | info | warning | error | critical (default: logging.level, info)",
 )
 FormatOption = typer.Option(
     None,
