@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +49,11 @@ class Served:
         port: int,
         *extra: str,
         onnxmon: Path | None = None,
-        env: dict[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+        base_env: Mapping[str, str] | None = None,
         log_name: str = "serve.log",
     ) -> None:
+        """``onnxmon serve`` on ``port`` with ``extra`` arguments; ``env`` adds to ``base_env`` (this process's)."""
         self.port = port
         self.log_path = ws.root / log_name
         self.log = self.log_path.open("w")
@@ -58,7 +62,7 @@ class Served:
             cwd=ws.root,
             stdout=self.log,
             stderr=subprocess.STDOUT,
-            env=env,
+            env={**(os.environ if base_env is None else base_env), **(env or {})},
         )
         self.wait_until(lambda: self.get("/healthz")[0] == 200, "the daemon to answer /healthz")
 

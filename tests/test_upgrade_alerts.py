@@ -62,7 +62,9 @@ class Fleet:
         """A new pod on ``stack`` (a new target), returned once its start-up check is recorded."""
         before = len(self.runs())
         self.pods += 1
-        served = Served(self.ws, free_port(), onnxmon=stack.onnxmon, env=child_env(), log_name=f"pod-{self.pods}.log")
+        served = Served(
+            self.ws, free_port(), onnxmon=stack.onnxmon, base_env=child_env(), log_name=f"pod-{self.pods}.log"
+        )
         served.wait_until(lambda: len(self.runs()) > before, f"the pod on {stack.ort_version} to record a check", 120)
         return served
 

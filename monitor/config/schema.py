@@ -276,6 +276,28 @@ class ApiConfig(StrictModel):
     )
 
 
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+class LoggingConfig(StrictModel):
+    """How `onnxmon serve` logs, read at start; `--log-format` / `--log-level` given on the command line win."""
+
+    format: Literal["text", "json"] = Field(
+        default="text",
+        description="text, or json: one JSON object per line with a check's fields at the top level"
+        " (ONNXMON_LOGGING__FORMAT=json where only the environment can be set).",
+    )
+    level: Literal["debug", "info", "warning", "error", "critical"] = Field(
+        default="info", description="The lowest level logged (debug also shows Alembic's migration lines)."
+    )
+
+    @field_validator("format", "level", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+
 class DaemonConfig(StrictModel):
     """How ``onnxmon serve`` runs checks and shares work with other replicas."""
 

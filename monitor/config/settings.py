@@ -34,6 +34,7 @@ from monitor.config.schema import (
     Duration,
     GenerateSpec,
     GraphOptLevel,
+    LoggingConfig,
     ModelChecks,
     ModelConfig,
     ModelTolerance,
@@ -63,6 +64,7 @@ __all__ = [
     "Duration",
     "GenerateSpec",
     "GraphOptLevel",
+    "LoggingConfig",
     "ModelChecks",
     "ModelConfig",
     "ModelTolerance",
@@ -90,6 +92,7 @@ class Settings(StrictModel):
     api: ApiConfig = ApiConfig()
     daemon: DaemonConfig = DaemonConfig()
     defaults: Defaults = Defaults()
+    logging: LoggingConfig = LoggingConfig()
     benchsets: list[BenchsetConfig] = Field(default=[], description="Declared benchmark sets.")
     models: list[ModelConfig] = Field(default=[], description="Models to monitor.")
     source: Path | None = Field(default=None, exclude=True)
