@@ -33,7 +33,7 @@ from pydantic import AfterValidator, BeforeValidator
 
 from monitor import __version__, jsonsafe
 from monitor.api import environments as envs
-from monitor.api import incidents, params, web
+from monitor.api import incidents, index, params, web
 from monitor.api import schemas as out
 from monitor.api.environments import HEX_PREFIX, NAME
 from monitor.api.guard import ErrorGuard, internal_error
@@ -98,6 +98,7 @@ def create_app(handle: DaemonHandle) -> FastAPI:
     _health_routes(app, handle)
     _read_routes(app, handle)
     _write_routes(app, handle)
+    index.mount(app)  # lists the routes at each request, whatever is mounted after it
     web.mount(app, handle)  # the status page (HTML) at / and beside the API
     return app
 

@@ -56,6 +56,19 @@ class Health(_Out):
     status: Literal["ok"] = "ok"
 
 
+class ApiRoute(_Out):
+    path: str
+    methods: list[str]
+    summary: str
+
+
+class ApiIndex(_Out):
+    name: Literal["onnxmon"] = "onnxmon"
+    version: str
+    openapi: str
+    routes: list[ApiRoute]
+
+
 class Readiness(_Out):
     ready: bool
     checks: dict[str, bool]
