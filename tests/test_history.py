@@ -157,3 +157,19 @@ def test_a_postgres_database_behind_head_is_reported_and_never_migrated_implicit
         assert code == 2 and f"is at schema revision 0001, this onnxmon needs {HEAD}" in err
         code, out, _ = run_cli(capsys, "db", "upgrade", "--url", url)
         assert code == 0 and f"0001 -> {HEAD}" in out and "postgres" in out
+
+
+def test_an_80_column_terminal_keeps_times_run_ids_and_verdicts_on_one_line(story: Store) -> None:
+    from rich.console import Console
+
+    from monitor.cli.history_cmd import _table
+
+    items = list(reversed(story.history("resnet", node="gpu-1")))
+    console = Console(width=80, record=True, color_system=None)
+    console.print(_table("resnet", items, width=80))
+    screen = console.export_text()
+    assert "when (UTC)" in screen, "the header is not folded in two"
+    for run in (i.run for i in items if i.run is not None):
+        stamp = run.started_at.astimezone(UTC).strftime("%m-%d %H:%M")
+        row = rf"^ {re.escape(stamp)}\s+{run.id}\s+{run.verdict.value}\s"
+        assert any(re.search(row, line) for line in screen.splitlines()), screen

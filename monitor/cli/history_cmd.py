@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import typer
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
@@ -52,7 +53,8 @@ def register(app: typer.Typer) -> None:
         if output.structured(chosen):
             common.print_json([_item_json(i) for i in items], chosen)
             return
-        output.print_table(_table(model, list(reversed(items)), wide=chosen == "wide"))
+        width = output.console().width if output.is_terminal() else None
+        output.print_table(_table(model, list(reversed(items)), wide=chosen == "wide", width=width))
 
 
 def _since(value: str | None) -> datetime | None:
@@ -68,43 +70,72 @@ def _since(value: str | None) -> datetime | None:
         return datetime.min.replace(tzinfo=UTC)
 
 
-def _table(model: str, items: list[HistoryItem], *, wide: bool = False) -> Table:
+NARROW = 110
+"""Terminal widths below this get the compact table: minutes without the year, 12-hex fingerprints."""
+
+
+def _table(model: str, items: list[HistoryItem], *, wide: bool = False, width: int | None = None) -> Table:
     """Oldest first; each run's id (what ``incident note``, ``diagnose --run`` and the run page take), and
-    its environment fingerprint last (16 hex, all 64 with ``wide``), which ``onnxmon env diff`` takes as it is."""
-    cut = 64 if wide else 16
-    table = common.PlainTable(title=Text(f"history of {model} (oldest first)"), title_justify="left")
-    # Short cells never wrap (an 80-column terminal folded "when (UTC)" and the timestamps in two);
-    # the long ones fold, so ids and fingerprints stay whole and pasteable.
-    for header, justify, wrap in (
-        ("when (UTC)", "left", False),
-        ("run", "right", False),
-        ("node", "left", True),
-        ("verdict", "left", False),
-        ("worst output", "left", True),
-        ("max |err|", "right", False),
-        (common.ERROR_RATIO_HEADER, "right", True),
-        ("why / what changed", "left", True),
-        ("environment", "left", True),
-    ):
-        table.add_column(header, justify=justify, overflow="fold", no_wrap=not wrap)  # type: ignore[arg-type]
+    its environment fingerprint last (16 hex, all 64 with ``wide``), which ``onnxmon env diff`` takes as it is.
+
+    ``width`` is the terminal's (None when piped: every cell whole). Below ``NARROW`` columns the times
+    lose the year and seconds and fingerprints are cut to 12 hex (``env diff`` takes 12), the node
+    column goes when no row has a node, and short cells never wrap: an 80-column terminal folded
+    "when (UTC)" and every timestamp in two.
+    """
+    narrow = width is not None and width < NARROW and not wide
+    cut = 64 if wide else 12 if narrow else 16
+    stamp = "%m-%d %H:%M" if narrow else "%Y-%m-%d %H:%M:%S"
+    nodes = {n for n in ((i.run.node if i.run else i.event.node if i.event else None) for i in items) if n}
+    with_node = not narrow or len(nodes) > 1  # compact: one node goes in the title, not in a column
+    table = common.PlainTable(
+        title=Text(f"history of {model}{f' on {next(iter(nodes))}' if not with_node and nodes else ''} (oldest first)"),
+        title_justify="left",
+        box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD,  # no vertical rules where width is short
+        pad_edge=not narrow,
+        collapse_padding=narrow,
+    )
+    # (header, compact header, justify, min width in compact mode or 0: never wraps)
+    columns: list[tuple[str, str, str, int]] = [
+        ("when (UTC)", "when (UTC)", "left", 0),
+        ("run", "run", "right", 0),
+        *([("node", "node", "left", 6)] if with_node else []),
+        ("verdict", "verdict", "left", 0),
+        ("worst output", "worst", "left", 6),
+        ("max |err|", "max err", "right", 0),
+        (common.ERROR_RATIO_HEADER, "err/tol", "right", 0),
+        ("why / what changed", "why / what changed", "left", 12),
+        ("environment", "env", "left", 12),
+    ]
+    for header, compact, justify, least in columns:
+        table.add_column(
+            compact if narrow else header,
+            justify=justify,  # type: ignore[arg-type]
+            overflow="fold",
+            no_wrap=narrow and not least,
+            min_width=least or None if narrow else None,
+        )
     for item in items:
-        when = item.at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+        when = item.at.astimezone(UTC).strftime(stamp)
         if item.run is not None:
-            fingerprint = item.run.environment_fingerprint or "-"
-            table.add_row(when, str(item.run.id), *_run_cells(item.run), fingerprint[:cut])
+            run = item.run
+            cells = _run_cells(run)
+            fingerprint = (run.environment_fingerprint or "-")[:cut]
+            table.add_row(when, str(run.id), *(cells if with_node else cells[1:]), fingerprint)
         elif item.event is not None:
             event = item.event
-            table.add_row(
-                Text(when, style="yellow"),
+            yellow = [
+                when,
                 "",
-                event.node or "",
-                Text(f"* {event.kind}", style="yellow"),
+                *([event.node or ""] if with_node else []),
+                "*",
                 "",
                 "",
                 "",
-                Text(describe(event), style="yellow"),
-                Text(_change(event, cut), style="yellow"),
-            )
+                f"{event.kind}: {describe(event)}",
+                _change(event, cut),
+            ]
+            table.add_row(*(Text(cell, style="yellow") for cell in yellow))
     return table
 
 

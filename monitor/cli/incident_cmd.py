@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
     @group.command("note")
     def note(
         run_id: int = typer.Argument(
-            ..., min=1, max=common.MAX_ID, help="The run the incident is about: the run column of onnxmon history, or the recorded: line of check."
+            ..., min=1, max=common.MAX_ID, help="The run it is about (the run column of onnxmon history)."
         ),
         cause: str = typer.Option(..., "--cause", help=f"A cause code: {', '.join(sorted(CAUSE_CODES))}."),
         text: str = typer.Option(..., "--text", help="What was found."),
