@@ -173,3 +173,34 @@ def test_an_80_column_terminal_keeps_times_run_ids_and_verdicts_on_one_line(stor
         stamp = run.started_at.astimezone(UTC).strftime("%m-%d %H:%M")
         row = rf"^ {re.escape(stamp)}\s+{run.id}\s+{run.verdict.value}\s"
         assert any(re.search(row, line) for line in screen.splitlines()), screen
+
+
+def test_a_promotion_is_dated_when_it_happened_with_who_and_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # issue 23: history dated a promotion at its baseline's capture time ("by baselines directory"),
+    # so a run that still used the old baseline was listed after it; promote could not say why
+    from tests import modelzoo
+    from tests.workspace import Workspace
+
+    ws = Workspace(tmp_path)
+    ws.add_model("clf", modelzoo.classifier(), count=2)
+    config = str(ws.write())
+    assert main(["baseline", "capture", "clf", "-q", "-c", config]) == 0  # the first one is active by itself
+    assert main(["baseline", "capture", "clf", "-q", "-c", config]) == 0
+    code, out, _ = run_cli(capsys, "baseline", "list", "clf", "-o", "json", "-c", config)
+    candidate = next(b["id"] for b in json.loads(out) if not b["active"])
+    assert main(["check", "clf", "-c", config]) == 0  # a run on the old baseline, after the capture
+    capsys.readouterr()
+    note = "ORT 1.20 GELU kernel; accuracy re-measured by the owner"
+    code, _, _ = run_cli(capsys, "baseline", "promote", candidate, "--note", note, "--by", "alice", "-c", config)
+    assert code == 0
+    code, out, _ = run_cli(capsys, "history", "clf", "-o", "json", "-c", config)
+    items = json.loads(out)  # newest first
+    promoted = next(i for i in items if i["kind"] == "baseline_promoted" and i["new"] == candidate)
+    run = next(i for i in items if i["kind"] == "run")
+    assert items.index(promoted) < items.index(run), "the promotion comes after the run that used the old baseline"
+    assert promoted["at"] > run["at"]
+    assert (promoted["detail"]["by"], promoted["detail"]["note"]) == ("alice", note)
+    code, out, _ = run_cli(capsys, "history", "clf", "-c", config)
+    assert f"by alice: {note}" in out
