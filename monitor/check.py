@@ -241,6 +241,7 @@ def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCaptur
         "model": identity.to_dict(),
         "benchset_version": bench.version,
         "env_diff": env_changes,
+        "baseline_source": baseline.meta.source,  # a reference is the framework's numbers, not ORT's
     }
     details.update({"input_casts": dict(session.input_casts)} if session.input_casts else {})
     details.update({"warm": kept} if (kept := models.note()) is not None else {})
@@ -305,6 +306,8 @@ def attribute(verdict: Verdict, reasons: list[Reason], env_changes: list[dict[st
         return "model_changed"
     if "benchset_changed" in codes:
         return "benchset_changed"
+    if "input_mismatch" in codes:  # the two sides were fed differently: no node or library explains it
+        return "input_mismatch"
     if "provider_fallback" in codes or any(c.get("stable") for c in env_changes):
         return "env_changed"
     return "numeric"
