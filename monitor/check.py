@@ -302,12 +302,9 @@ def attribute(verdict: Verdict, reasons: list[Reason], env_changes: list[dict[st
     if verdict is not Verdict.FAIL:
         return None
     codes = {r.code for r in reasons}
-    if "model_changed" in codes:
-        return "model_changed"
-    if "benchset_changed" in codes:
-        return "benchset_changed"
-    if "input_mismatch" in codes:  # the two sides were fed differently: no node or library explains it
-        return "input_mismatch"
+    for code in ("model_changed", "benchset_changed", "input_mismatch"):  # input_mismatch: fed differently
+        if code in codes:
+            return code
     if "provider_fallback" in codes or any(c.get("stable") for c in env_changes):
         return "env_changed"
     return "numeric"
