@@ -14,10 +14,12 @@ from rich.text import Text
 
 from monitor import jsonsafe
 from monitor.cli import common, output, recording
+from monitor.config import crosscheck
 from monitor.config.plan import CheckPlan, plan_for
 from monitor.config.settings import Settings
 from monitor.daemon import child, diagnosis
 from monitor.errors import MonitorError
+from monitor.files import signature
 from monitor.results import CheckResult, Verdict
 
 ERROR_RATIO_HEADER = common.ERROR_RATIO_HEADER
@@ -56,6 +58,8 @@ def register(app: typer.Typer) -> None:
         if not names:
             raise MonitorError(f"{settings.source}: no models configured")
         plans = [plan_for(settings, name) for name in names]  # an unknown name fails before anything runs
+        # a field naming an output the model lacks would never apply: refused as the config error it is
+        crosscheck.refuse_unknown_outputs(settings, names, signature.output_names)
         memory = settings.daemon.memory_limit_mb
         # Each check in its own child with the model's hard timeout, exactly as the daemon runs it.
         results = [child.run_isolated(plan, job=child.measure_only, memory_limit_mb=memory)[0] for plan in plans]
