@@ -11,11 +11,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from monitor import capture, jsonsafe
 from monitor.cli import common, output
+from monitor.config import crosscheck
 from monitor.config.plan import plan_for
 from monitor.config.settings import Settings, parse_duration
 from monitor.daemon import child
 from monitor.errors import MonitorError
-from monitor.files import baselines
+from monitor.files import baselines, signature
 
 if TYPE_CHECKING:
     from monitor.store import Store
@@ -48,6 +49,7 @@ def register(app: typer.Typer) -> None:
         chosen = output.chosen(fmt, as_json)
         settings = common.settings(config_file)
         plan = plan_for(settings, model)  # an unknown name fails before the progress bar shows
+        crosscheck.refuse_unknown_outputs(settings, [model], signature.output_names)  # a typo'd tolerance
         store = common.open_store(settings)  # an un-migrated store stops here, before a baseline is written
         limit = _duration("--timeout", timeout) if timeout else 3 * plan.timeout_s
         options = {

@@ -14,10 +14,12 @@ from rich.text import Text
 
 from monitor import jsonsafe
 from monitor.cli import common, output, recording
+from monitor.config import crosscheck
 from monitor.config.plan import CheckPlan, plan_for
 from monitor.config.settings import Settings
 from monitor.daemon import child, diagnosis
 from monitor.errors import MonitorError
+from monitor.files import signature
 from monitor.results import CheckResult, Verdict
 
 ERROR_RATIO_HEADER = common.ERROR_RATIO_HEADER
@@ -42,6 +44,12 @@ def register(app: typer.Typer) -> None:
         fmt: str | None = common.OutputOption,
         quiet: bool = common.QuietOption,
         store: bool = typer.Option(True, "--store/--no-store", help="Record the results in the store."),
+        diagnose: bool = typer.Option(
+            True,
+            "--diagnose/--no-diagnose",
+            help="On a fail, diagnose it as onnxmon diagnose does (replays within daemon.diagnose_budget) for the"
+            " likely cause; --no-diagnose: no replays, the cause ranked from the evidence alone, unweighed.",
+        ),
     ) -> None:
         """Replay each model's benchmark set and compare with its active baseline."""
         chosen = output.chosen(fmt, as_json)
@@ -50,12 +58,14 @@ def register(app: typer.Typer) -> None:
         if not names:
             raise MonitorError(f"{settings.source}: no models configured")
         plans = [plan_for(settings, name) for name in names]  # an unknown name fails before anything runs
+        # a field naming an output the model lacks would never apply: refused as the config error it is
+        crosscheck.refuse_unknown_outputs(settings, names, signature.output_names)
         if store:
             common.refuse_unready_store(settings)  # an un-migrated store or a missing driver: before measuring
         memory = settings.daemon.memory_limit_mb
         # Each check in its own child with the model's hard timeout, exactly as the daemon runs it.
         results = [child.run_isolated(plan, job=child.measure_only, memory_limit_mb=memory)[0] for plan in plans]
-        if settings.daemon.diagnose_on_fail:  # the full diagnosis, recorded with the run
+        if diagnose:  # the full diagnosis of each fail, recorded with the run: the line agrees with `diagnose`
             results = [_diagnosed(settings, plan, result, store) for plan, result in zip(plans, results, strict=True)]
         causes = likely_causes(settings, plans, results, store=store)
         recorded = recording.record(settings, results) if store else None
@@ -100,7 +110,7 @@ def likely_causes(
 
 
 def _diagnosed(settings: Settings, plan: CheckPlan, result: CheckResult, store: bool) -> CheckResult:
-    """``daemon.diagnose_on_fail`` in the CLI: the full diagnosis, recorded with the run."""
+    """A fail with the full diagnosis ``onnxmon diagnose`` makes, recorded with the run."""
     incidents = _incidents(settings) if store else []
     return diagnosis.with_diagnosis(plan, result, budget_s=settings.daemon.diagnose_budget, incidents=incidents)
 
