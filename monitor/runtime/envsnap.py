@@ -179,12 +179,7 @@ def change_order(field: str, stable: bool = True) -> tuple[bool, int, str]:
     ``onnxruntime.build_info`` (a ~300-character cmake string that changes with every release).
     Versions, then other fields, then build strings; by name within each.
     """
-    if field.endswith(".version") or field.endswith("_version"):
-        rank = 0
-    elif "build" in field:
-        rank = 2
-    else:
-        rank = 1
+    rank = 0 if field.endswith((".version", "_version")) else 2 if "build" in field else 1
     return (not stable, rank, field)
 
 
@@ -217,7 +212,13 @@ def summary(changes: Sequence[FieldChange], *, include_volatile: bool = False) -
     shown = [c for c in changes if c.stable or include_volatile]
     if not shown:
         return "no environment change"
-    return ", ".join(f"{_label(c.field)} {render(c.old)} → {render(c.new)}" for c in shown)
+    # a build string (onnxruntime.build_info: a few hundred characters of cmake flags) is named, not quoted
+    return ", ".join(
+        f"{c.field} changed"
+        if change_order(c.field)[1] == 2
+        else f"{_label(c.field)} {render(c.old)} → {render(c.new)}"
+        for c in shown
+    )
 
 
 _SECTIONS = {"numpy": "python", "onnx": "python", "onnxmon": "python", "nvml": "gpu", "k8s": "host"}
