@@ -207,6 +207,9 @@ class SessionConfig(StrictModel):
         default=False, description="SessionOptions.use_deterministic_compute (the attribute, not a config key)."
     )
     config_entries: dict[str, str] = Field(default={}, description="Session config entries (add_session_config_entry).")
+    run_config_entries: dict[str, str] = Field(
+        default={}, description="Run config entries (RunOptions.add_run_config_entry), set on every inference run."
+    )
 
 
 def _provider_list(value: Any) -> Any:
@@ -353,6 +356,25 @@ class DaemonConfig(StrictModel):
         description="TensorRT engine and timing caches (trt_engine_cache_path, trt_timing_cache_path) of every"
         " TensorrtExecutionProvider that sets none itself; default: provider-cache beside store.benchsets_dir"
         " (the chart's data volume). Relative to the config file.",
+    )
+    gpu_memory_limit: int | None = Field(
+        default=None,
+        ge=2**24,
+        le=2**50,
+        description="Bytes the CUDA provider's memory arena may hold, per session (one per warm worker): its"
+        " gpu_mem_limit, for every CUDAExecutionProvider that sets none itself. The CUDA context and the"
+        " cuDNN/cuBLAS workspaces come on top; a run that needs more fails with an out-of-memory error.",
+    )
+    gpu_arena_extend_strategy: Literal["kNextPowerOfTwo", "kSameAsRequested"] | None = Field(
+        default=None,
+        description="How the CUDA provider's arena grows (its arena_extend_strategy) where the provider sets none:"
+        " kSameAsRequested takes only what a run asks for, kNextPowerOfTwo (ONNX Runtime's default) doubles.",
+    )
+    gpu_arena_shrinkage: bool = Field(
+        default=False,
+        description="Give the CUDA arena's unused memory back after every inference run (run option"
+        " memory.enable_memory_arena_shrinkage for each CUDA device in use): between checks a warm worker"
+        " then keeps its session and weights but not its activations, at the cost of allocating them again.",
     )
     rehash_every: int = Field(
         default=100,

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from monitor import jsonsafe
+from monitor.runtime.compat import compat_entries
 from monitor.runtime.cpu import cpu_entries
 from monitor.runtime.gpu import Entries, JsonValue, NvmlLike, cuda_entries, default_nvml, describe, nvml_entries
 
@@ -293,6 +294,7 @@ def capture(
         entries.update(found)
         if kept is not None and part in PROCESS_CONSTANT_PARTS:
             kept[part] = dict(found)
+    entries.update(compat_entries(entries))  # ORT / CUDA / cuDNN / TensorRT outside the release's ranges
     fields = {name: Field(value, stable) for name, (value, stable) in entries.items()}
     # Quantized to the microseconds its RFC 3339 form keeps, so a snapshot read back equals the original.
     return EnvSnapshot(fields=fields, captured_at=jsonsafe.epoch(jsonsafe.timestamp(time.time())))
