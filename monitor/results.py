@@ -324,8 +324,7 @@ class CheckResult:
     @property
     def environment_fingerprint(self) -> str | None:
         """The fingerprint of the environment snapshot, as the store records it on the run."""
-        value = self.environment.get("fingerprint")
-        return str(value) if value else None
+        return fingerprint_of(self.environment)
 
     def all_reasons(self) -> tuple[Reason, ...]:
         """Check-level reasons followed by every output's reasons."""
@@ -376,6 +375,12 @@ class CheckResult:
             attribution=data.get("attribution"),
             details=dict(data.get("details", {})),
         )
+
+
+def fingerprint_of(snapshot: Mapping[str, Any] | None) -> str | None:
+    """The ``fingerprint`` of an environment snapshot dict (``EnvSnapshot.to_dict``), None when it has none."""
+    value = snapshot.get("fingerprint") if snapshot else None
+    return str(value) if value else None
 
 
 def error_result(model: str, code: str, detail: str, started_at: float, finished_at: float) -> CheckResult:

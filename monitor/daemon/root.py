@@ -24,6 +24,7 @@ from typing import Any
 
 from monitor.config import scope
 from monitor.config import settings as config
+from monitor.config.identity import identity
 from monitor.config.plan import CheckPlan, plan_for
 from monitor.daemon import child as worker
 from monitor.daemon import diagnosis, scheduler, warm
@@ -67,8 +68,9 @@ class Daemon:
         self.config_path = config_path or settings.source
         self.store = store if store is not None else Store.configured(settings.store)
         self.clock = clock
-        self.node = node if node is not None else (os.environ.get("ONNXMON_NODE_NAME") or os.environ.get("NODE_NAME"))
-        self.pod = pod if pod is not None else os.environ.get("POD_NAME")
+        here = identity()
+        self.node = node if node is not None else here.node
+        self.pod = pod if pod is not None else here.pod
         self.registry, self.metrics = _metrics(registry, self)
         self.database_sink = _database_sink(self)
         self.sinks: list[Sink] = _sinks(self)
