@@ -29,7 +29,7 @@ from monitor.config.plan import CheckPlan, plan_for
 from monitor.daemon import child as worker
 from monitor.daemon import diagnosis, scheduler, warm
 from monitor.errors import BusyError, MonitorError
-from monitor.files import baselines
+from monitor.files import baseline_meta, baselines
 from monitor.results import CheckResult, Verdict, error_result
 from monitor.runtime import envsnap
 from monitor.sinks import Sink
@@ -238,7 +238,7 @@ class Daemon:
 
     def _record_captured(self, meta: dict[str, Any]) -> None:
         try:
-            record = baselines.BaselineMeta.from_dict(meta, where=f"auto-captured baseline {meta.get('id')}")
+            record = baseline_meta.BaselineMeta.from_dict(meta, where=f"auto-captured baseline {meta.get('id')}")
             self.store.record_baseline(record.store_record(path=meta.get("path"), active=bool(meta.get("active"))))
             if meta.get("active"):
                 self.store.record_promotion(meta["model"], meta["id"], by="auto-capture (first baseline)")

@@ -22,7 +22,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from monitor.config.settings import ModelConfig, Settings
-from monitor.files.baselines import BaselineMeta
+from monitor.files.baseline_meta import BaselineMeta
 from monitor.results import CAUSE_CODES, AppliedTolerance, Verdict, fingerprint_of
 from monitor.sinks.prometheus import exposition
 from monitor.sinks.prometheus import labels as values

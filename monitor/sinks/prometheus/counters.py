@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from monitor import __version__
 from monitor.config.settings import ModelConfig, Settings
-from monitor.files import baselines, stamped
+from monitor.files import baseline_meta, baselines, stamped
 from monitor.results import CheckResult, Verdict
 from monitor.sinks.prometheus import labels as values
 from monitor.store import RunRecord, Store, pick_latest
@@ -112,7 +112,7 @@ class Metrics:
         self.changes = self.generation = 0
         self.model_changes: dict[str, int] = {}
         self._lock = threading.RLock()
-        self._baseline_meta: dict[str, baselines.BaselineMeta] = {}
+        self._baseline_meta: dict[str, baseline_meta.BaselineMeta] = {}
         self._active_ids: dict[tuple[str, str], tuple[stamped.Stamp | None, str | None]] = {}
         r = registry
         self.runs = Counter("onnxmon_runs", "Runs finished, any verdict.", ["model"], registry=r)
@@ -325,11 +325,11 @@ class Metrics:
         with self._lock:
             return {name: _copy(state) for name, state in self._states.items()}
 
-    def active_baseline(self, root: Path, model: str) -> baselines.BaselineMeta | None:
+    def active_baseline(self, root: Path, model: str) -> baseline_meta.BaselineMeta | None:
         """The active baseline's metadata (ACTIVE re-read each time; metadata cached, baselines are write-once)."""
         return self._active_baseline(root, model)
 
-    def _active_baseline(self, root: Path, model: str) -> baselines.BaselineMeta | None:
+    def _active_baseline(self, root: Path, model: str) -> baseline_meta.BaselineMeta | None:
         try:
             baseline_id = self._active_id(root, model)
             if baseline_id is None:
