@@ -21,7 +21,8 @@ The rules, written down once:
   of a pair), ``floor = FLOOR_SCALE * RMS(b)`` over the finite elements of all samples of the output,
   at least ``FLOOR_MIN``. The same non-finite value at the same place is error 0; a non-finite value
   anywhere else is error ``inf``. ``p99`` is the 99th percentile (``higher``: an observed value) over
-  all elements of all samples.
+  all elements of all samples. Beside them, ``rms_rel = ||a - b|| / ||b||`` over the finite elements
+  of all samples: one number for the whole output that no near-zero element can inflate.
 - *decisions*: a float output of rank >= 2 whose last dim is >= 2 decides by argmax over the last
   axis (one decision per row); integer, bool and string outputs decide by equality (one per element);
   any other output decides nothing (``n/a``).
@@ -88,6 +89,19 @@ def relative_errors(candidate: np.ndarray, reference: np.ndarray, floor: float) 
     return np.where(finite, errors, np.where(same_nonfinite, 0.0, np.inf))
 
 
+def rms_relative_error(candidate: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> float:
+    """``||a - b|| / ||b||`` over the elements finite in both, all samples together (0/0 is 0)."""
+    diff = ref = 0.0
+    for c, r in zip(candidate, reference, strict=True):
+        a, b = np.asarray(c, dtype=np.float64).ravel(), np.asarray(r, dtype=np.float64).ravel()
+        keep = np.isfinite(a) & np.isfinite(b)
+        diff += float(np.sum((a[keep] - b[keep]) ** 2))
+        ref += float(np.sum(b[keep] ** 2))
+    if ref == 0.0:
+        return 0.0 if diff == 0.0 else float("inf")
+    return float(np.sqrt(diff / ref))
+
+
 def decision_kind(example: np.ndarray) -> str:
     """``argmax`` (float, rank >= 2, last dim >= 2), ``equal`` (integer, bool, string) or ``n/a``."""
     if example.dtype.kind == "f":
@@ -125,6 +139,7 @@ class OutputDrift:
     decisions_total: int = 0
     decisions_flipped: int = 0
     note: str = ""
+    rms_rel: float | None = None
 
     @property
     def flip_ratio(self) -> float | None:
@@ -153,8 +168,9 @@ def compare_output(name: str, candidate: Sequence[np.ndarray], reference: Sequen
     dtype_note = (
         "" if candidate[0].dtype == reference[0].dtype else f"dtype {reference[0].dtype} -> {candidate[0].dtype}"
     )
-    max_rel = p99_rel = None
+    max_rel = p99_rel = rms_rel = None
     if reference[0].dtype.kind not in "US":
+        rms_rel = rms_relative_error(candidate, reference)
         floor = relative_floor(reference)
         errors = np.concatenate(
             [relative_errors(c, r, floor).ravel() for c, r in zip(candidate, reference, strict=True)]
@@ -168,7 +184,7 @@ def compare_output(name: str, candidate: Sequence[np.ndarray], reference: Sequen
             now, then = decisions(c, kind), decisions(r, kind)
             total += then.size
             flipped += int(np.count_nonzero(now != then))
-    return OutputDrift(name, exact, max_rel, p99_rel, kind, total, flipped, dtype_note)
+    return OutputDrift(name, exact, max_rel, p99_rel, kind, total, flipped, dtype_note, rms_rel)
 
 
 @dataclass(frozen=True)
@@ -196,6 +212,11 @@ class ModelDrift:
     @property
     def p99_rel(self) -> float | None:
         values = [o.p99_rel for o in self.outputs if o.p99_rel is not None]
+        return max(values) if values else None
+
+    @property
+    def rms_rel(self) -> float | None:
+        values = [o.rms_rel for o in self.outputs if o.rms_rel is not None]
         return max(values) if values else None
 
     @property
