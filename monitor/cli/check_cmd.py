@@ -159,7 +159,13 @@ def render(results: list[CheckResult], *, wide: bool = False) -> Table:
             table.add_row(*blank, f"attribution: {result.attribution}", *([""] if wide else []))
         for hazard in _lint_lines(result):
             table.add_row(*[""] * 9, hazard, *([""] if wide else []))
+    if common.narrow_terminal() and not wide:  # 80 columns: reasons keep room; -o wide and JSON have all
+        table.columns = [c for c in table.columns if c.header not in NARROW_DROPS]
     return table
+
+
+NARROW_DROPS = ("max rel", "SNR dB")
+"""Columns a narrow terminal's check table leaves out: max abs, error ÷ tolerance and cosine say as much."""
 
 
 def _lint_lines(result: CheckResult, most: int = 5) -> list[str]:
