@@ -17,6 +17,8 @@ from monitor.config import cron
 from monitor.config.benchset_schema import BENCHSET_SOURCES as BENCHSET_SOURCES
 from monitor.config.benchset_schema import BenchsetConfig as BenchsetConfig
 from monitor.config.benchset_schema import GenerateSpec as GenerateSpec
+from monitor.config.decisions import Decision as Decision
+from monitor.config.decisions import warn_without_decisions
 from monitor.config.fields import DAY as DAY
 from monitor.config.fields import MAX_BACKOFF as MAX_BACKOFF
 from monitor.config.fields import MAX_INTERVAL as MAX_INTERVAL
@@ -58,6 +60,18 @@ class Tolerance(StrictModel):
         default=None, ge=0.0, le=1.0, description="Fraction of elements allowed outside atol/rtol (default 0)."
     )
     topk: TopK | None = Field(default=None, description="Top-k agreement along the last axis (classifiers).")
+    max_decision_flip_ratio: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Fraction of an output's decisions (models[].decisions) allowed to differ from the baseline's"
+        " (default 0); more is reason decision_changed.",
+    )
+    numeric: Literal["fail", "warn"] | None = Field(
+        default=None,
+        description="fail (default): numeric drift fails. warn: on a model with decisions, a numeric drift that"
+        " flips no decision is a warning (verdict pass, outputs[].warnings) and a decision change fails.",
+    )
 
     def over(self, base: Tolerance) -> Tolerance:
         """This tolerance with every unset field taken from ``base``."""
@@ -74,6 +88,8 @@ class Tolerance(StrictModel):
             max_mismatch_ratio=0.0 if self.max_mismatch_ratio is None else self.max_mismatch_ratio,
             topk_k=self.topk.k if self.topk else None,
             topk_min_agreement=self.topk.min_agreement if self.topk else None,
+            max_decision_flip_ratio=self.max_decision_flip_ratio or 0.0,
+            numeric=self.numeric or "fail",
         )
 
 
@@ -252,6 +268,11 @@ class ModelConfig(StrictModel):
     localize_on_fail: bool = Field(
         default=False, description="On a fail, localize the first divergent node (within half the timeout)."
     )
+    decisions: dict[str, Decision] = Field(
+        default={},
+        description="What outputs decide, by output name ({kind: argmax, axis: -1}, {kind: threshold, value: 0.5},"
+        " {kind: equal}); each check counts the decisions that differ from the baseline's.",
+    )
 
     @field_validator("providers")
     @classmethod
@@ -262,6 +283,18 @@ class ModelConfig(StrictModel):
         if len(set(names)) != len(names):
             raise ValueError(f"a provider is listed twice: {names}")
         return providers
+
+    @model_validator(mode="after")
+    def _warn_needs_decisions(self) -> ModelConfig:
+        tolerances = {
+            "default": self.tolerance.default,
+            **{f"outputs.{k}": v for k, v in self.tolerance.outputs.items()},
+        }
+        warn = [f"tolerance.{where}.numeric" for where, t in tolerances.items() if t.numeric == "warn"]
+        problem = warn_without_decisions(warn, self.decisions)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
 
 class ApiConfig(StrictModel):
