@@ -53,6 +53,7 @@ DRIFT_REASONS = frozenset(
         "provider_fallback",
         "model_changed",
         "benchset_changed",
+        "decision_changed",
     }
 )
 

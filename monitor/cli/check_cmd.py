@@ -138,7 +138,8 @@ def render(results: list[CheckResult], *, wide: bool = False) -> Table:
             continue
         for i, out in enumerate(result.outputs):
             m = out.metrics
-            reasons = "; ".join(r.code for r in out.reasons)
+            decided = [f"{d.kind} decisions {d.flipped}/{d.total} flipped"] if (d := out.decisions) is not None else []
+            reasons = "; ".join([r.code for r in out.reasons] + [f"warning {w.code}" for w in out.warnings] + decided)
             if i == 0 and check_reasons:
                 reasons = "; ".join(x for x in (check_reasons, reasons) if x)
             table.add_row(
