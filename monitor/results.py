@@ -175,7 +175,7 @@ class AppliedTolerance:
 @dataclass(frozen=True)
 class DecisionStats:
     """An output's decisions (``models[].decisions``) counted against the baseline's; ``flips``: the first
-    flipped (sample, row), a row indexing the sample's raveled decisions (docs/decisions.md)."""
+    flipped (sample, row), a row indexing the sample's raveled decisions (docs/concepts.md)."""
 
     kind: str
     total: int = 0
