@@ -181,10 +181,13 @@ def _read_routes(app: FastAPI, handle: DaemonHandle) -> None:
         limit: Limit = 50,
         since: Since = None,
         node: Annotated[str | None, Query(max_length=253)] = None,
+        candidates: Annotated[
+            bool, Query(description="the rehearsals' candidate runs (onnxmon rehearse) instead of production's")
+        ] = False,
     ) -> list[out.RunSummary]:
         """Runs of a model, newest first (without outputs; ``/api/v1/runs/{id}`` has them)."""
         _known_model(handle, name)
-        found = handle.store.runs(name, since=_utc(since), node=node, limit=limit)
+        found = handle.store.runs(name, since=_utc(since), node=node, limit=limit, candidates=candidates)
         return [out.RunSummary.of(r) for r in found]
 
     @app.get("/api/v1/runs/{run_id}", responses=_NOT_FOUND, tags=["history"])

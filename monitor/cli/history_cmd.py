@@ -143,6 +143,8 @@ def _run_cells(run: RunRecord) -> tuple[Any, ...]:
     why = "; ".join(str(r) for r in run.reasons)
     if run.attribution:
         why = f"{why} -> {run.attribution}" if why else run.attribution
+    if run.candidate:  # a rehearsal's run on another stack: shown, never production's
+        why = f"candidate (rehearsal); {why}" if why else "candidate (rehearsal)"
     return (
         run.node or "",
         Text(run.verdict.value, style=_VERDICT_STYLE.get(run.verdict.value, "")),

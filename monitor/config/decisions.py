@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -99,11 +99,33 @@ def problems(
     return found
 
 
-def warn_without_decisions(numeric_warn: list[str], decisions: Mapping[str, Decision]) -> str | None:
-    """The problem of ``tolerance.numeric: warn`` (set at ``numeric_warn`` paths) on a model that decides nothing."""
-    if not numeric_warn or decisions:
+def numeric_warn_problem(default: Any, outputs: Mapping[str, Any], decisions: Mapping[str, Decision]) -> str | None:
+    """The problem of ``tolerance.numeric: warn`` (model default or an output) on a model that decides nothing."""
+    tolerances = {"default": default, **{f"outputs.{name}": t for name, t in outputs.items()}}
+    warn = [f"tolerance.{where}.numeric" for where, t in tolerances.items() if t.numeric == "warn"]
+    if not warn or decisions:
         return None
     return (
-        f"{', '.join(numeric_warn)}: numeric: warn makes a drift that flips no decision a warning, but the model"
+        f"{', '.join(warn)}: numeric: warn makes a drift that flips no decision a warning, but the model"
         " has no `decisions:`, so no drift would ever fail; declare what its outputs decide"
     )
+
+
+# The schema's fields that belong to decisions, declared here so ``schema.py`` only names them.
+FLIP_RATIO_FIELD: Any = Field(
+    default=None,
+    ge=0.0,
+    le=1.0,
+    description="Fraction of an output's decisions (models[].decisions) allowed to differ from the baseline's"
+    " (default 0); more is reason decision_changed.",
+)
+NUMERIC_FIELD: Any = Field(
+    default=None,
+    description="fail (default): numeric drift fails. warn: on a model with decisions, a numeric drift that"
+    " flips no decision is a warning (verdict pass, outputs[].warnings) and a decision change fails.",
+)
+DECISIONS_FIELD: Any = Field(
+    default={},
+    description="What outputs decide, by output name ({kind: argmax, axis: -1}, {kind: threshold, value: 0.5},"
+    " {kind: equal}); each check counts the decisions that differ from the baseline's.",
+)

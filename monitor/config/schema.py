@@ -17,8 +17,8 @@ from monitor.config import cron
 from monitor.config.benchset_schema import BENCHSET_SOURCES as BENCHSET_SOURCES
 from monitor.config.benchset_schema import BenchsetConfig as BenchsetConfig
 from monitor.config.benchset_schema import GenerateSpec as GenerateSpec
+from monitor.config.decisions import DECISIONS_FIELD, FLIP_RATIO_FIELD, NUMERIC_FIELD, numeric_warn_problem
 from monitor.config.decisions import Decision as Decision
-from monitor.config.decisions import warn_without_decisions
 from monitor.config.fields import DAY as DAY
 from monitor.config.fields import MAX_BACKOFF as MAX_BACKOFF
 from monitor.config.fields import MAX_INTERVAL as MAX_INTERVAL
@@ -60,18 +60,8 @@ class Tolerance(StrictModel):
         default=None, ge=0.0, le=1.0, description="Fraction of elements allowed outside atol/rtol (default 0)."
     )
     topk: TopK | None = Field(default=None, description="Top-k agreement along the last axis (classifiers).")
-    max_decision_flip_ratio: float | None = Field(
-        default=None,
-        ge=0.0,
-        le=1.0,
-        description="Fraction of an output's decisions (models[].decisions) allowed to differ from the baseline's"
-        " (default 0); more is reason decision_changed.",
-    )
-    numeric: Literal["fail", "warn"] | None = Field(
-        default=None,
-        description="fail (default): numeric drift fails. warn: on a model with decisions, a numeric drift that"
-        " flips no decision is a warning (verdict pass, outputs[].warnings) and a decision change fails.",
-    )
+    max_decision_flip_ratio: float | None = FLIP_RATIO_FIELD
+    numeric: Literal["fail", "warn"] | None = NUMERIC_FIELD
 
     def over(self, base: Tolerance) -> Tolerance:
         """This tolerance with every unset field taken from ``base``."""
@@ -223,6 +213,9 @@ class SessionConfig(StrictModel):
         default=False, description="SessionOptions.use_deterministic_compute (the attribute, not a config key)."
     )
     config_entries: dict[str, str] = Field(default={}, description="Session config entries (add_session_config_entry).")
+    run_config_entries: dict[str, str] = Field(
+        default={}, description="Run config entries (RunOptions.add_run_config_entry), set on every inference run."
+    )
 
 
 def _provider_list(value: Any) -> Any:
@@ -268,11 +261,7 @@ class ModelConfig(StrictModel):
     localize_on_fail: bool = Field(
         default=False, description="On a fail, localize the first divergent node (within half the timeout)."
     )
-    decisions: dict[str, Decision] = Field(
-        default={},
-        description="What outputs decide, by output name ({kind: argmax, axis: -1}, {kind: threshold, value: 0.5},"
-        " {kind: equal}); each check counts the decisions that differ from the baseline's.",
-    )
+    decisions: dict[str, Decision] = DECISIONS_FIELD
 
     @field_validator("providers")
     @classmethod
@@ -286,12 +275,7 @@ class ModelConfig(StrictModel):
 
     @model_validator(mode="after")
     def _warn_needs_decisions(self) -> ModelConfig:
-        tolerances = {
-            "default": self.tolerance.default,
-            **{f"outputs.{k}": v for k, v in self.tolerance.outputs.items()},
-        }
-        warn = [f"tolerance.{where}.numeric" for where, t in tolerances.items() if t.numeric == "warn"]
-        problem = warn_without_decisions(warn, self.decisions)
+        problem = numeric_warn_problem(self.tolerance.default, self.tolerance.outputs, self.decisions)
         if problem is not None:
             raise ValueError(problem)
         return self
@@ -386,6 +370,25 @@ class DaemonConfig(StrictModel):
         description="TensorRT engine and timing caches (trt_engine_cache_path, trt_timing_cache_path) of every"
         " TensorrtExecutionProvider that sets none itself; default: provider-cache beside store.benchsets_dir"
         " (the chart's data volume). Relative to the config file.",
+    )
+    gpu_memory_limit: int | None = Field(
+        default=None,
+        ge=2**24,
+        le=2**50,
+        description="Bytes the CUDA provider's memory arena may hold, per session (one per warm worker): its"
+        " gpu_mem_limit, for every CUDAExecutionProvider that sets none itself. The CUDA context and the"
+        " cuDNN/cuBLAS workspaces come on top; a run that needs more fails with an out-of-memory error.",
+    )
+    gpu_arena_extend_strategy: Literal["kNextPowerOfTwo", "kSameAsRequested"] | None = Field(
+        default=None,
+        description="How the CUDA provider's arena grows (its arena_extend_strategy) where the provider sets none:"
+        " kSameAsRequested takes only what a run asks for, kNextPowerOfTwo (ONNX Runtime's default) doubles.",
+    )
+    gpu_arena_shrinkage: bool = Field(
+        default=False,
+        description="Give the CUDA arena's unused memory back after every inference run (run option"
+        " memory.enable_memory_arena_shrinkage for each CUDA device in use): between checks a warm worker"
+        " then keeps its session and weights but not its activations, at the cost of allocating them again.",
     )
     rehash_every: int = Field(
         default=100,

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from monitor import jsonsafe
+from monitor.runtime.compat import compat_entries
 from monitor.runtime.cpu import cpu_entries
 from monitor.runtime.gpu import Entries, JsonValue, NvmlLike, cuda_entries, default_nvml, describe, nvml_entries
 
@@ -179,12 +180,7 @@ def change_order(field: str, stable: bool = True) -> tuple[bool, int, str]:
     ``onnxruntime.build_info`` (a ~300-character cmake string that changes with every release).
     Versions, then other fields, then build strings; by name within each.
     """
-    if field.endswith(".version") or field.endswith("_version"):
-        rank = 0
-    elif "build" in field:
-        rank = 2
-    else:
-        rank = 1
+    rank = 0 if field.endswith((".version", "_version")) else 2 if "build" in field else 1
     return (not stable, rank, field)
 
 
@@ -217,7 +213,13 @@ def summary(changes: Sequence[FieldChange], *, include_volatile: bool = False) -
     shown = [c for c in changes if c.stable or include_volatile]
     if not shown:
         return "no environment change"
-    return ", ".join(f"{_label(c.field)} {render(c.old)} → {render(c.new)}" for c in shown)
+    # a build string (onnxruntime.build_info: a few hundred characters of cmake flags) is named, not quoted
+    return ", ".join(
+        f"{c.field} changed"
+        if change_order(c.field)[1] == 2
+        else f"{_label(c.field)} {render(c.old)} → {render(c.new)}"
+        for c in shown
+    )
 
 
 _SECTIONS = {"numpy": "python", "onnx": "python", "onnxmon": "python", "nvml": "gpu", "k8s": "host"}
@@ -292,6 +294,7 @@ def capture(
         entries.update(found)
         if kept is not None and part in PROCESS_CONSTANT_PARTS:
             kept[part] = dict(found)
+    entries.update(compat_entries(entries))  # ORT / CUDA / cuDNN / TensorRT outside the release's ranges
     fields = {name: Field(value, stable) for name, (value, stable) in entries.items()}
     # Quantized to the microseconds its RFC 3339 form keeps, so a snapshot read back equals the original.
     return EnvSnapshot(fields=fields, captured_at=jsonsafe.epoch(jsonsafe.timestamp(time.time())))

@@ -147,11 +147,15 @@ class Store:
 
     # --- writes -------------------------------------------------------------------------------
 
-    def record_run(self, result: CheckResult, *, node: str | None = None, pod: str | None = None) -> int:
+    def record_run(
+        self, result: CheckResult, *, node: str | None = None, pod: str | None = None, candidate: bool = False
+    ) -> int:
         """Store one check result; upsert its model and environment; write events for state changes.
 
         State changes compare with the previous run of the same model on the same node; the node
         and pod come from the arguments or else from the environment snapshot (``k8s.node``).
+        A ``candidate`` run (a rehearsal on another stack) is stored and shown, but is never the
+        model's latest run and makes no events: production's history, alerts and metrics ignore it.
         """
         node = node or _lookup(result.environment, "node")
         pod = pod or _lookup(result.environment, "pod")
@@ -163,9 +167,12 @@ class Store:
                 writes.touch_environment(session, current.environment_fingerprint, result.environment, at)
             previous = writes.previous_state(session, model_id, node or "")
             run = convert.run_row(result, model_id, node, pod)
+            run.candidate = candidate
             session.add(run)
             session.flush()
             session.add_all(convert.output_row(o, run.id) for o in result.outputs)
+            if candidate:
+                return run.id
             for draft in transitions.changes(previous, current, result):
                 session.add(
                     s.Event(
@@ -316,10 +323,11 @@ class Store:
         until: datetime | None = None,
         node: str | None = None,
         limit: int = 200,
+        candidates: bool | None = False,
     ) -> list[RunRecord]:
-        """Runs of ``model``, newest first, without their outputs."""
+        """Runs of ``model``, newest first, without their outputs (production's; ``candidates``: see queries)."""
         with self._session() as session:
-            return queries.runs(session, model, since=since, until=until, node=node, limit=limit)
+            return queries.runs(session, model, since=since, until=until, node=node, limit=limit, candidates=candidates)
 
     def run(self, run_id: int) -> RunRecord | None:
         """One run with every output's metrics."""

@@ -36,6 +36,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -187,6 +188,8 @@ class Run(Base):
     worst_output: Mapped[str | None] = mapped_column(String(200))
     worst_max_abs_error: Mapped[float | None]
     worst_atol_ratio: Mapped[float | None]
+    candidate: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    """A rehearsal's run on a candidate stack (``onnxmon rehearse``): shown, never production's state."""
 
 
 class OutputResult(Base):

@@ -94,10 +94,17 @@ component, when that has a "." or ":" or is "localhost", Docker's rule) and keep
 ghcr.io/onnxmon/onnxmon becomes mirror.example/onnxmon/onnxmon. Neither set: the repository as
 it is. */}}
 {{- define "onnxmon.image" -}}
-{{- $tag := default .Chart.AppVersion .Values.image.tag }}
-{{- $global := default dict .Values.global }}
-{{- $registry := default .Values.image.registry (get $global "imageRegistry") | trimSuffix "/" }}
-{{- $repository := .Values.image.repository }}
+{{- include "onnxmon.imageOf" (list . .Values.image) }}
+{{- end }}
+
+{{/* The reference of an image given as (list $ {registry, repository, tag, digest}); global.imageRegistry wins. */}}
+{{- define "onnxmon.imageOf" -}}
+{{- $root := index . 0 }}
+{{- $image := index . 1 }}
+{{- $tag := default $root.Chart.AppVersion $image.tag }}
+{{- $global := default dict $root.Values.global }}
+{{- $registry := default $image.registry (get $global "imageRegistry") | trimSuffix "/" }}
+{{- $repository := $image.repository }}
 {{- if $registry }}
 {{- $parts := splitList "/" $repository }}
 {{- $host := first $parts }}
@@ -106,8 +113,8 @@ it is. */}}
 {{- end }}
 {{- $repository = printf "%s/%s" $registry $repository }}
 {{- end }}
-{{- if .Values.image.digest }}
-{{- printf "%s@%s" $repository .Values.image.digest }}
+{{- if $image.digest }}
+{{- printf "%s@%s" $repository $image.digest }}
 {{- else }}
 {{- printf "%s:%s" $repository $tag }}
 {{- end }}
