@@ -8,6 +8,7 @@ rank for the kind) and the two-tier rule (``tolerance.numeric: warn``).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -282,3 +283,20 @@ def test_decisions_and_warnings_round_trip_through_the_store_row() -> None:
     assert logits.decisions is not None and logits.warnings
     row = convert.output_row(logits, run_id=1)
     assert convert.output_stats(row) == logits
+
+
+def test_check_json_prints_each_outputs_decisions_and_exits_1_on_a_decision_change(tmp_path: Path) -> None:
+    from tests.test_cli_scripting import invoke
+
+    model = modelzoo.labelled_classifier()
+    ws = captured(tmp_path, model, decisions={"label": {"kind": "equal"}, "probabilities": ARGMAX})
+    ws.replace_model("m", modelzoo.labelled_classifier(scale=1.6))
+    done = invoke("check", "m", "-o", "json", "--no-store", "-c", str(ws.config_file))
+    assert done.exit_code == 1, done.output
+    (printed,) = json.loads(done.stdout)  # one record per model
+    outputs = {o["name"]: o for o in printed["outputs"]}
+    assert set(outputs["label"]["decisions"]) == {"kind", "total", "flipped", "ratio", "flips"}
+    assert outputs["label"]["decisions"]["kind"] == "equal" and outputs["label"]["decisions"]["flipped"] > 0
+    assert (
+        outputs["probabilities"]["decisions"]["kind"] == "argmax" and outputs["probabilities:keys"]["decisions"] is None
+    )
