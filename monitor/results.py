@@ -38,8 +38,7 @@ class Verdict(enum.StrEnum):
 _SEVERITY = {Verdict.PASS: 0, Verdict.FAIL: 1, Verdict.ERROR: 2}
 
 
-# Machine-readable reason codes. The set is closed so that Prometheus labels stay bounded;
-# the human detail travels next to the code in ``Reason.detail``.
+# Machine-readable reason codes, a closed set (bounded Prometheus labels); the human detail is ``Reason.detail``.
 REASON_CODES: frozenset[str] = frozenset(
     {
         # drift (verdict fail)
@@ -187,8 +186,7 @@ class DecisionStats:
         return self.flipped / self.total if self.total else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        flips = [list(f) for f in self.flips]
-        return {"kind": self.kind, "total": self.total, "flipped": self.flipped, "ratio": self.ratio, "flips": flips}
+        return dataclasses.asdict(self) | {"flips": [list(f) for f in self.flips], "ratio": self.ratio}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DecisionStats:
@@ -198,11 +196,7 @@ class DecisionStats:
 
 @dataclass(frozen=True)
 class OutputStats:
-    """Comparison of one named output with its baseline; truthy when within tolerance.
-
-    The same value whether it comes fresh from a check or back from the store (``Store.run``,
-    ``Store.latest_per_model``), so every consumer reads one type.
-    """
+    """One output against its baseline, truthy when within tolerance; the same value fresh or from the store."""
 
     name: str
     verdict: Verdict
@@ -340,8 +334,7 @@ class CheckResult:
     @property
     def environment_fingerprint(self) -> str | None:
         """The fingerprint of the environment snapshot, as the store records it on the run."""
-        value = self.environment.get("fingerprint")
-        return str(value) if value else None
+        return fingerprint_of(self.environment)
 
     def all_reasons(self) -> tuple[Reason, ...]:
         """Check-level reasons followed by every output's reasons."""
@@ -392,6 +385,12 @@ class CheckResult:
             attribution=data.get("attribution"),
             details=dict(data.get("details", {})),
         )
+
+
+def fingerprint_of(snapshot: Mapping[str, Any] | None) -> str | None:
+    """The ``fingerprint`` of an environment snapshot dict (``EnvSnapshot.to_dict``), None when it has none."""
+    value = snapshot.get("fingerprint") if snapshot else None
+    return str(value) if value else None
 
 
 def error_result(model: str, code: str, detail: str, started_at: float, finished_at: float) -> CheckResult:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -97,8 +96,10 @@ def refuse_unready_store(settings: config.Settings) -> None:
 
 def node_identity() -> tuple[str | None, str | None]:
     """Node and pod from the Kubernetes downward API env (the Helm chart sets them)."""
-    node = os.environ.get("ONNXMON_NODE_NAME") or os.environ.get("NODE_NAME")
-    return node, os.environ.get("POD_NAME")
+    from monitor.config.identity import identity
+
+    here = identity()
+    return here.node, here.pod
 
 
 def print_json(data: Any, fmt: str = "json") -> None:

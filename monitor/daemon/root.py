@@ -24,11 +24,12 @@ from typing import Any
 
 from monitor.config import scope
 from monitor.config import settings as config
+from monitor.config.identity import identity
 from monitor.config.plan import CheckPlan, plan_for
 from monitor.daemon import child as worker
 from monitor.daemon import diagnosis, scheduler, warm
 from monitor.errors import BusyError, MonitorError
-from monitor.files import baselines
+from monitor.files import baseline_meta, baselines
 from monitor.results import CheckResult, Verdict, error_result
 from monitor.runtime import envsnap
 from monitor.sinks import Sink
@@ -67,8 +68,9 @@ class Daemon:
         self.config_path = config_path or settings.source
         self.store = store if store is not None else Store.configured(settings.store)
         self.clock = clock
-        self.node = node if node is not None else (os.environ.get("ONNXMON_NODE_NAME") or os.environ.get("NODE_NAME"))
-        self.pod = pod if pod is not None else os.environ.get("POD_NAME")
+        here = identity()
+        self.node = node if node is not None else here.node
+        self.pod = pod if pod is not None else here.pod
         self.registry, self.metrics = _metrics(registry, self)
         self.database_sink = _database_sink(self)
         self.sinks: list[Sink] = _sinks(self)
@@ -236,7 +238,7 @@ class Daemon:
 
     def _record_captured(self, meta: dict[str, Any]) -> None:
         try:
-            record = baselines.BaselineMeta.from_dict(meta, where=f"auto-captured baseline {meta.get('id')}")
+            record = baseline_meta.BaselineMeta.from_dict(meta, where=f"auto-captured baseline {meta.get('id')}")
             self.store.record_baseline(record.store_record(path=meta.get("path"), active=bool(meta.get("active"))))
             if meta.get("active"):
                 self.store.record_promotion(meta["model"], meta["id"], by="auto-capture (first baseline)")

@@ -22,8 +22,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from monitor.config.settings import ModelConfig, Settings
-from monitor.files.baselines import BaselineMeta
-from monitor.results import CAUSE_CODES, AppliedTolerance, Verdict
+from monitor.files.baseline_meta import BaselineMeta
+from monitor.results import CAUSE_CODES, AppliedTolerance, Verdict, fingerprint_of
 from monitor.sinks.prometheus import exposition
 from monitor.sinks.prometheus import labels as values
 from monitor.sinks.prometheus.counters import VERDICTS, Clock, Metrics, ModelState
@@ -70,7 +70,7 @@ class StoreCollector(Collector):
         settings = self.metrics.settings
         if settings is not None:
             states = self.metrics.states()
-            env_fingerprint = values.fingerprint_of(self.metrics.environment)
+            env_fingerprint = fingerprint_of(self.metrics.environment)
             runtime = values.runtime_labels(self.metrics.environment)
             families.runtime_info.add_metric([runtime[k] for k in values.RUNTIME_LABELS], 1.0)
             for model in settings.models:
