@@ -197,6 +197,7 @@ def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCaptur
         tolerances,
         samples=baseline.meta.sample_count,
         elements=baseline.element_counts(files=files),
+        decisions=model.decisions,  # counted per sample beside the metrics (compare/decisions.py)
     )
 
     def feed(index: int, produced: Mapping[str, np.ndarray]) -> None:
@@ -363,28 +364,13 @@ def _with_repeat_spread(stats: OutputStats, spread: float | None) -> OutputStats
     """Attach run-to-run spread; a spread above the output's atol fails it as nondeterministic."""
     if spread is None:
         return stats
-    metrics = stats.metrics.__class__(**(stats.metrics.to_dict() | {"nondeterminism_max_abs": spread}))
-    reasons = stats.reasons
-    verdict = stats.verdict
-    if spread > stats.tolerance.atol:
-        reasons = (
-            *reasons,
-            Reason(
-                "nondeterministic",
-                f"repeats differ by up to {spread:.3g} (> atol {stats.tolerance.atol:g})",
-                stats.name,
-            ),
-        )
-        verdict = Verdict.worst([verdict, Verdict.FAIL])
-    return OutputStats(
-        name=stats.name,
-        verdict=verdict,
-        metrics=metrics,
-        tolerance=stats.tolerance,
-        reasons=reasons,
-        dtype=stats.dtype,
-        shape=stats.shape,
-    )
+    metrics = dataclasses.replace(stats.metrics, nondeterminism_max_abs=spread)
+    if spread <= stats.tolerance.atol:
+        return dataclasses.replace(stats, metrics=metrics)
+    detail = f"repeats differ by up to {spread:.3g} (> atol {stats.tolerance.atol:g})"
+    reasons = (*stats.reasons, Reason("nondeterministic", detail, stats.name))
+    verdict = Verdict.worst([stats.verdict, Verdict.FAIL])
+    return dataclasses.replace(stats, metrics=metrics, reasons=reasons, verdict=verdict)
 
 
 def _env_changes(baseline_env: Mapping[str, Any], snapshot: envsnap.EnvSnapshot) -> list[dict[str, Any]]:

@@ -190,6 +190,12 @@ class StoreCollector(Collector):
             f.mismatch.add_metric(labels, m.mismatch_ratio)
             f.nondeterministic.add_metric(labels, 1.0 if stats.is_nondeterministic else 0.0)
             f.error_ratio.add_metric(labels, stats.error_ratio)
+        for output in model.decisions:  # only what the config says is decided: bounded, and NaN until measured
+            stats = measured.get(output)
+            decided = stats.decisions if stats is not None else None
+            f.decisions_flipped.add_metric([name, output], decided.ratio if decided is not None else math.nan)
+            warned = 1.0 if stats is not None and stats.warnings else 0.0 if stats is not None else math.nan
+            f.numeric_warning.add_metric([name, output], warned)
 
     def _recent(self, model: str, last: RunRecord | None) -> RecentState | None:
         """The store's count of the model's last runs (on the last run's node); None when it cannot answer.
@@ -298,6 +304,16 @@ class _Families:
         self.mismatch = gauge("onnxmon_output_mismatch_ratio", "Share of elements breaking the rule.", output)
         self.nondeterministic = gauge("onnxmon_output_nondeterministic", "1 when repeats disagreed.", output)
         self.error_ratio = gauge("onnxmon_output_error_ratio", "Worst error / tolerance; 1.0 is the line.", output)
+        self.decisions_flipped = gauge(
+            "onnxmon_output_decisions_flipped_ratio",
+            "Share of the output's decisions (models[].decisions) that differ from the baseline's.",
+            output,
+        )
+        self.numeric_warning = gauge(
+            "onnxmon_output_numeric_warning",
+            "1 when the last run's numeric drift of a decided output flipped no decision (tolerance.numeric: warn).",
+            output,
+        )
         self.atol = gauge("onnxmon_output_tolerance_atol", "Applied atol.", output)
         self.rtol = gauge("onnxmon_output_tolerance_rtol", "Applied rtol.", output)
         self.max_mismatch = gauge("onnxmon_output_tolerance_max_mismatch_ratio", "Applied max_mismatch_ratio.", output)
