@@ -170,7 +170,7 @@ class WarmPool:
             return self._lost(worker, "crash", time.monotonic() - began)
         message = isolate.receive(worker.process, worker.conn, began + timeout_s)
         elapsed = time.monotonic() - began
-        if message == "timeout":
+        if message == "timeout" or message == "cancelled":  # (no cancel is passed: a check is never cut early)
             self._discard(worker)
             return isolate.Outcome("timeout", None, isolate.timeout_detail(timeout_s), timeout_s)
         if message is None:
