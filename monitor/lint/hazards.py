@@ -39,6 +39,7 @@ HAZARD_CODES: dict[str, Severity] = {
     "fp16_subnormal": "warning",  # fp16 weights below 6.1e-5: flushed to 0 by FTZ hardware
     "qdq_unfused": "warning",  # a float weight quantized at run time, or a Q/DQ pair no kernel fuses
     "qdq_per_tensor": "info",  # per-tensor weight scale where the consuming op takes per-channel
+    "model_invalid": "error",  # ONNX Runtime refuses the model: a tensor short of its dims, a cycle, a shape
     "lint_error": "warning",  # one rule could not run on this model (the rest still did)
 }
 
