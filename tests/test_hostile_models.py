@@ -152,3 +152,50 @@ def test_lint_reports_a_model_onnx_runtime_refuses_as_an_error(
     code, out = cli(capsys, "lint", str(path))
     assert code == 1 and "Traceback" not in out, out
     assert "model_invalid" in out and said in out and "no export hazards" not in out, out
+
+
+# --- B6: a reference that shares nothing with the model is no all-clear ---------------------------
+
+
+def _renamed(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with every node output renamed: the same numbers under names the model never uses."""
+    other = onnx.ModelProto()
+    other.CopyFrom(model)
+    names = {out: f"other_{out}" for node in other.graph.node for out in node.output}
+    for node in other.graph.node:
+        node.input[:] = [names.get(n, n) for n in node.input]
+        node.output[:] = [names[n] for n in node.output]
+    for output in other.graph.output:
+        output.name = names.get(output.name, output.name)
+    return other
+
+
+@pytest.mark.parametrize("reference", ["empty", "renamed"])
+def test_localize_against_a_reference_that_shares_nothing_exits_with_the_reason(
+    reference: str, ws: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ws.replace_model("clf", modelzoo.classifier())
+    path = ws.root / f"{reference}.onnx"
+    if reference == "empty":
+        path.write_bytes(b"")
+    else:
+        onnx.save(_renamed(modelzoo.classifier()), str(path))
+    code, out = cli(
+        capsys, "localize", "clf", "-c", str(ws.config_file), "--against", "model", "--reference", str(path)
+    )
+    assert code in (2, 3) and "Traceback" not in out, out[-2000:]
+    assert "first changed none" not in out and path.name in out, out[-2000:]
+    assert ("no graph" if reference == "empty" else "shares no tensor") in out, out[-2000:]
+
+
+def test_sqnr_against_an_empty_float_model_exits_with_the_reason(
+    ws: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ws.replace_model("clf", modelzoo.classifier())
+    empty = ws.root / "empty.onnx"
+    empty.write_bytes(b"")
+    code, out = cli(capsys, "sqnr", "clf", "-c", str(ws.config_file), "--float", str(empty))
+    assert code in (2, 3) and "Traceback" not in out and "no graph" in out, out[-2000:]
+    onnx.save(_renamed(modelzoo.classifier()), str(ws.root / "renamed.onnx"))
+    code, out = cli(capsys, "sqnr", "clf", "-c", str(ws.config_file), "--float", str(ws.root / "renamed.onnx"))
+    assert code in (2, 3) and "shares no tensor" in out, out[-2000:]
