@@ -37,7 +37,7 @@ from monitor.errors import BaselineError, BenchsetError, ConfigError, ModelError
 from monitor.files import baselines, modelfile
 from monitor.files import benchsets as benchset
 from monitor.results import CheckResult, OutputStats, Reason, Verdict, error_result
-from monitor.runtime import envsnap
+from monitor.runtime import envsnap, footprint
 from monitor.runtime.kept import FreshModels, ModelSource
 from monitor.runtime.session import Deadline, RunTimeout, Session
 
@@ -168,7 +168,7 @@ def _run_check(plan: CheckPlan, *, clock: Clock, capture_env: EnvCapture | None,
         return error_result(model_name, code, str(exc), started, clock())
     except Exception as exc:  # a bug or an ORT failure: still a verdict, never a crash
         where = traceback.extract_tb(exc.__traceback__)[-1]
-        detail = f"{type(exc).__name__}: {exc} (at {where.filename}:{where.lineno})"
+        detail = f"{type(exc).__name__}: {exc} (at {where.filename}:{where.lineno}){footprint.cap_note(exc)}"
         code = "run_error" if "onnxruntime" in type(exc).__module__ else "internal_error"
         return error_result(model_name, code, detail, started, clock())
 

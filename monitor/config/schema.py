@@ -345,7 +345,8 @@ class DaemonConfig(StrictModel):
     diagnose_on_fail: bool = Field(
         default=False,
         description="On a fail, diagnose it (replay the failing samples one knob at a time, rank the causes)"
-        " and store the diagnosis with the run.",
+        " once the fail is recorded, and attach the diagnosis to the stored run; SIGTERM cuts a running"
+        " diagnosis within 5 s.",
     )
     diagnose_budget: Duration = Field(
         default=120.0, gt=0, le=MAX_SHORT, description="Longest time one diagnosis may take, all experiments together."

@@ -27,7 +27,7 @@ from monitor.results import CAUSE_CODES, AppliedTolerance, Verdict, fingerprint_
 from monitor.sinks.prometheus import exposition
 from monitor.sinks.prometheus import labels as values
 from monitor.sinks.prometheus.counters import VERDICTS, Clock, Metrics, ModelState
-from monitor.store import RECENT_RUNS, RecentState, RunRecord, Store, pick_latest
+from monitor.store import RECENT_RUNS, RecentState, RunRecord, Store, knowledge, pick_latest
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,8 @@ class StoreCollector(Collector):
             latest = None
             families.store_up.add_metric([], 0.0)
         models: list[tuple[tuple[object, ...], Callable[[], _Families]]] = []
-        settings = self.metrics.settings
+        settings, declared = self.metrics.declared  # one read: the config and its declare count agree
+        causes = self._causes(latest)
         if settings is not None:
             states = self.metrics.states()
             env_fingerprint = fingerprint_of(self.metrics.environment)
@@ -76,21 +77,40 @@ class StoreCollector(Collector):
             for model in settings.models:
                 state = states.get(model.name)
                 if state is not None:
-                    models.append(self._block(settings, model, state, latest, env_fingerprint))
+                    last = latest.get(model.name) if latest is not None else None
+                    cause = diagnosed_cause(last, causes)
+                    models.append(self._block((settings, declared), model, state, latest, env_fingerprint, cause))
         return Frame(families, models)
+
+    def _causes(self, latest: dict[str, RunRecord] | None) -> dict[int, str] | None:
+        """The stored diagnoses' causes of the last runs that did not pass (one query, none when all pass).
+
+        A diagnosis lands after its run (``daemon/attach.py``): read at every scrape, it is in the
+        block's key, so the block is rebuilt when it lands. None when the store cannot say.
+        """
+        failing = [r.id for r in (latest or {}).values() if r.verdict is not Verdict.PASS]
+        if not failing:
+            return {}
+        try:
+            return knowledge.causes(self.store, failing)
+        except Exception as exc:  # the run's own details still answer; the scrape goes on
+            log.warning("store unreachable reading the diagnoses: %s", exc)
+            return None
 
     def _block(
         self,
-        settings: Settings,
+        declared: tuple[Settings, int],
         model: ModelConfig,
         state: ModelState,
         latest: dict[str, RunRecord] | None,
         env_fingerprint: str | None,
+        cause: str,
     ) -> tuple[tuple[object, ...], Callable[[], _Families]]:
+        settings, generation = declared
         meta = self.metrics.active_baseline(settings.store.baselines_dir, model.name)
         last = latest.get(model.name) if latest is not None else None
         key = (
-            id(settings),
+            generation,  # which declared config: id(settings) could be a new config's at a freed address
             model.name,
             state.facts.sha256,
             state.facts.opset,
@@ -101,12 +121,13 @@ class StoreCollector(Collector):
             None if meta is None else (meta.id, meta.source, meta.environment_fingerprint),
             latest is None,
             None if last is None else last.id,
+            cause,
             env_fingerprint,
         )
 
         def build() -> _Families:
             families = _Families()
-            self._model(families, settings, model, state, latest, env_fingerprint, meta)
+            self._model(families, settings, model, state, latest, env_fingerprint, meta, cause)
             return families
 
         return key, build
@@ -130,6 +151,7 @@ class StoreCollector(Collector):
         latest: dict[str, RunRecord] | None,
         env_fingerprint: str | None,
         meta: BaselineMeta | None,
+        cause: str,
     ) -> None:
         name = model.name
         f.model_info.add_metric([name, state.facts.sha256, state.facts.opset], 1.0)
@@ -162,7 +184,7 @@ class StoreCollector(Collector):
             else None
         )
         f.fallback.add_metric([name], state.fallback if fallback is None else fallback)
-        f.diagnosis.add_metric([name, diagnosed_cause(last)], 1.0)
+        f.diagnosis.add_metric([name, cause], 1.0)
         run_fingerprint = (last.environment_fingerprint if last is not None else None) or env_fingerprint
         matches = meta is not None and run_fingerprint is not None and run_fingerprint == meta.environment_fingerprint
         f.env_matches.add_metric([name], 1.0 if matches else 0.0)
@@ -215,13 +237,17 @@ def _timestamp(when: datetime | None) -> float:
     return when.timestamp() if when is not None else 0.0
 
 
-def diagnosed_cause(last: RunRecord | None) -> str:
-    """The first hypothesis of the last run's stored diagnosis: a ``CAUSE_CODES`` value, else ``none``.
+def diagnosed_cause(last: RunRecord | None, causes: Mapping[int, str] | None = None) -> str:
+    """The first hypothesis of the last run's newest stored diagnosis: a ``CAUSE_CODES`` value, else ``none``.
 
-    The label stays within the closed set plus ``none``, whatever a stored document holds.
+    From the ``diagnoses`` rows (``causes``, by run id); when the store could not say (None), from
+    a diagnosis the run's own details carry. The label stays within the closed set plus ``none``.
     """
     if last is None or last.verdict is Verdict.PASS:
         return "none"
+    if causes is not None:
+        cause = causes.get(last.id)
+        return cause if cause in CAUSE_CODES else "none"
     document = last.details.get("diagnosis")
     hypotheses = document.get("hypotheses") if isinstance(document, dict) else None
     cause = (

@@ -105,6 +105,7 @@ class Metrics:
         self.clock = clock
         self.started_at = clock()
         self.settings: Settings | None = None
+        self.declared: tuple[Settings | None, int] = (None, 0)  # with how many declares: a cache key, never id()
         self.environment: Mapping[str, Any] = dict(startup_environment or {})
         self._states: dict[str, ModelState] = {}
         # what exposition.py re-reads by (methods marked @_mutates): any change, a change of every
@@ -180,7 +181,7 @@ class Metrics:
                 self._declare_model(settings, model, latest.get(model.name), first)
             for gone in set(self._states) - {m.name for m in settings.models}:
                 self._forget(gone)
-            self.settings = settings
+            self.settings, self.declared = settings, (settings, self.declared[1] + 1)
 
     def _declare_model(self, settings: Settings, model: ModelConfig, last: RunRecord | None, first: bool) -> None:
         state = self._states.get(model.name)
