@@ -137,9 +137,8 @@ class StoreConfig(StrictModel):
     )
     migrate: Literal["off", "auto"] = Field(
         default="off",
-        description="`auto`: bring a server database (PostgreSQL) to the newest schema when a command or the"
-        " daemon opens it. `off` (default): only `onnxmon db upgrade` migrates it, and a command against one"
-        " that is behind stops in one line, writing nothing. A SQLite file is always migrated on first use.",
+        description="`auto`: migrate a server database (PostgreSQL) to the newest schema when opened; `off`: only"
+        " `onnxmon db upgrade` does, and a command against one behind stops in one line, writing nothing. SQLite: always.",
     )
     baselines_dir: Path = Field(default=Path("baselines"), description="Directory of baselines (tensors + metadata).")
     benchsets_dir: Path = Field(default=Path("benchsets"), description="Directory of materialized benchmark sets.")
