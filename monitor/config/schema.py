@@ -138,7 +138,7 @@ class StoreConfig(StrictModel):
     migrate: Literal["off", "auto"] = Field(
         default="off",
         description="`auto`: migrate a server database (PostgreSQL) to the newest schema when opened; `off`: only"
-        " `onnxmon db upgrade` does, and a command against one behind stops in one line, writing nothing. SQLite: always.",
+        " `onnxmon db upgrade` does, and a command on one behind stops in one line, writing nothing (SQLite: auto).",
     )
     baselines_dir: Path = Field(default=Path("baselines"), description="Directory of baselines (tensors + metadata).")
     benchsets_dir: Path = Field(default=Path("benchsets"), description="Directory of materialized benchmark sets.")
