@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import HTTPException
 
-from monitor.api import schemas as out
+from monitor.api import schemas
 from monitor.errors import MonitorError
 from monitor.files import baselines
 from monitor.runtime import envsnap
@@ -62,23 +62,27 @@ def resolve_environment(handle: DaemonHandle, ref: str) -> tuple[str | None, dic
 
 def diff(
     fp_a: str | None, snap_a: dict[str, Any] | None, fp_b: str | None, snap_b: dict[str, Any] | None
-) -> out.EnvDiff:
+) -> schemas.EnvDiff:
     if not snap_a or not snap_b:
         missing = "a" if not snap_a else "b"
-        return out.EnvDiff(a=fp_a, b=fp_b, summary="unknown", changes=[], note=f"no snapshot recorded for {missing}")
+        return schemas.EnvDiff(
+            a=fp_a, b=fp_b, summary="unknown", changes=[], note=f"no snapshot recorded for {missing}"
+        )
     try:
         changes = envsnap.diff(envsnap.EnvSnapshot.from_dict(snap_a), envsnap.EnvSnapshot.from_dict(snap_b))
     except (KeyError, TypeError, ValueError, AttributeError):
-        return out.EnvDiff(a=fp_a, b=fp_b, summary="unknown", changes=[], note="a snapshot is not in a comparable form")
-    return out.EnvDiff(
+        return schemas.EnvDiff(
+            a=fp_a, b=fp_b, summary="unknown", changes=[], note="a snapshot is not in a comparable form"
+        )
+    return schemas.EnvDiff(
         a=fp_a,
         b=fp_b,
         summary=envsnap.summary(changes),
-        changes=[out.FieldChangeOut(**out.json_safe(c.to_dict())) for c in changes],
+        changes=[schemas.FieldChangeOut(**schemas.json_safe(c.to_dict())) for c in changes],
     )
 
 
-def run_env_diff(handle: DaemonHandle, run: RunRecord) -> out.EnvDiff:
+def run_env_diff(handle: DaemonHandle, run: RunRecord) -> schemas.EnvDiff:
     """The run's environment against its baseline's: from the store's snapshots, else the check's own diff."""
     base_fp, base_snap = None, None
     if run.baseline_id:
@@ -94,12 +98,14 @@ def run_env_diff(handle: DaemonHandle, run: RunRecord) -> out.EnvDiff:
     run_snap = handle.store.environment(run.environment_fingerprint) if run.environment_fingerprint else None
     found = diff(base_fp, base_snap, run.environment_fingerprint, run_snap)
     if found.note and isinstance(run.details.get("env_diff"), list):
-        changes = [out.FieldChangeOut(**out.json_safe(c)) for c in run.details["env_diff"] if isinstance(c, dict)]
+        changes = [
+            schemas.FieldChangeOut(**schemas.json_safe(c)) for c in run.details["env_diff"] if isinstance(c, dict)
+        ]
         summary = envsnap.summary([envsnap.FieldChange(c.field, c.old, c.new, c.stable) for c in changes])
         note = "from the check's own comparison (snapshots not in the store)"
-        return out.EnvDiff(a=base_fp, b=run.environment_fingerprint, summary=summary, changes=changes, note=note)
+        return schemas.EnvDiff(a=base_fp, b=run.environment_fingerprint, summary=summary, changes=changes, note=note)
     if not run.baseline_id:
-        return out.EnvDiff(
+        return schemas.EnvDiff(
             a=None, b=run.environment_fingerprint, summary="unknown", changes=[], note="run has no baseline"
         )
     return found

@@ -12,7 +12,7 @@ from fastapi.responses import RedirectResponse
 from fastapi.routing import APIRoute
 
 from monitor import __version__
-from monitor.api import schemas as out
+from monitor.api import schemas
 
 PREFIX = "/api/v1"
 
@@ -21,14 +21,16 @@ def mount(app: FastAPI) -> None:
     """Add the index at ``/api/v1/``; ``/api`` and ``/api/v1`` redirect to it."""
 
     @app.get(f"{PREFIX}/", tags=["index"])
-    def index() -> out.ApiIndex:
+    def index() -> schemas.ApiIndex:
         """The API's routes (path, methods, summary) and where the OpenAPI document is."""
         routes = [
-            out.ApiRoute(path=route.path, methods=sorted(route.methods or ()), summary=route.summary or _first(route))
+            schemas.ApiRoute(
+                path=route.path, methods=sorted(route.methods or ()), summary=route.summary or _first(route)
+            )
             for route in app.routes
             if isinstance(route, APIRoute) and route.path.startswith(f"{PREFIX}/") and route.path != f"{PREFIX}/"
         ]
-        return out.ApiIndex(version=__version__, openapi="/openapi.json", routes=routes)
+        return schemas.ApiIndex(version=__version__, openapi="/openapi.json", routes=routes)
 
     for bare in ("/api", PREFIX):
 

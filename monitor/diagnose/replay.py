@@ -27,8 +27,7 @@ from monitor.compare import outputs as compare
 from monitor.config.plan import CheckPlan
 from monitor.diagnose.knobs import Variation
 from monitor.errors import MonitorError
-from monitor.files import baselines
-from monitor.files import benchsets as benchset
+from monitor.files import baselines, benchsets
 from monitor.results import OutputStats
 from monitor.runtime.session import Session
 
@@ -43,7 +42,7 @@ def measure(
         baseline = baselines.active(plan.baselines_dir, plan.name)
         if baseline is None:
             return {"error": f"no active baseline for {plan.name!r}"}
-        bench = benchset.open_benchset(plan.benchsets_dir, baseline.meta.benchset, baseline.meta.benchset_version)
+        bench = benchsets.open_benchset(plan.benchsets_dir, baseline.meta.benchset, baseline.meta.benchset_version)
         session = Session(plan.model.path, variation.providers, variation.session)
         tolerances = plan.tolerances(session.output_names)
         count = min(len(bench), baseline.meta.sample_count)

@@ -16,8 +16,7 @@ from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
 from monitor.results import OutputStats, run_error_ratio
-from monitor.store import convert
-from monitor.store import schema as s
+from monitor.store import convert, schema
 from monitor.store.records import BaselineRecord, EnvironmentRecord, EventRecord, HistoryItem, RunRecord
 
 
@@ -35,20 +34,20 @@ def history_runs_query(
     ``candidates``: False production's runs only (the default: alerts, metrics, states), True a
     rehearsal's runs only, None both (history shows both, candidates marked).
     """
-    stmt = select(s.Run).where(s.Run.model_id == model_id)
+    stmt = select(schema.Run).where(schema.Run.model_id == model_id)
     if candidates is not None:
-        stmt = stmt.where(s.Run.candidate.is_(candidates))
+        stmt = stmt.where(schema.Run.candidate.is_(candidates))
     if node is not None:
-        stmt = stmt.where(s.Run.node == node)
+        stmt = stmt.where(schema.Run.node == node)
     if since is not None:
-        stmt = stmt.where(s.Run.started_at >= since)
+        stmt = stmt.where(schema.Run.started_at >= since)
     if until is not None:
-        stmt = stmt.where(s.Run.started_at <= until)
-    return stmt.order_by(s.Run.started_at.desc(), s.Run.id.desc()).limit(limit)
+        stmt = stmt.where(schema.Run.started_at <= until)
+    return stmt.order_by(schema.Run.started_at.desc(), schema.Run.id.desc()).limit(limit)
 
 
 def model_id(session: Session, model: str) -> int | None:
-    return session.scalar(select(s.Model.id).where(s.Model.name == model))
+    return session.scalar(select(schema.Model.id).where(schema.Model.name == model))
 
 
 def runs(
@@ -82,8 +81,8 @@ def error_ratios(session: Session, run_ids: list[int]) -> dict[int, float | None
     for start in range(0, len(run_ids), 500):  # bounded IN lists
         chunk = run_ids[start : start + 500]
         rows = session.execute(
-            select(s.OutputResult.id, s.OutputResult.run_id, s.OutputResult.error_ratio).where(
-                s.OutputResult.run_id.in_(chunk)
+            select(schema.OutputResult.id, schema.OutputResult.run_id, schema.OutputResult.error_ratio).where(
+                schema.OutputResult.run_id.in_(chunk)
             )
         )
         for output_id, run_id, ratio in rows:
@@ -92,7 +91,9 @@ def error_ratios(session: Session, run_ids: list[int]) -> dict[int, float | None
             else:
                 per_run.setdefault(run_id, []).append(ratio)
     for start in range(0, len(missing), 500):
-        for row in session.scalars(select(s.OutputResult).where(s.OutputResult.id.in_(missing[start : start + 500]))):
+        for row in session.scalars(
+            select(schema.OutputResult).where(schema.OutputResult.id.in_(missing[start : start + 500]))
+        ):
             per_run.setdefault(row.run_id, []).append(convert.output_stats(row).error_ratio)
     return {run_id: run_error_ratio(ratios) for run_id, ratios in per_run.items()}
 
@@ -107,12 +108,12 @@ def history(
     run_rows = list(session.scalars(history_runs_query(found, since=since, node=node, limit=limit, candidates=None)))
     # Events of the period the runs cover (all of it when fewer than ``limit`` runs came back).
     start = run_rows[-1].started_at if len(run_rows) == limit else since
-    stmt = select(s.Event).where(s.Event.model_id == found)
+    stmt = select(schema.Event).where(schema.Event.model_id == found)
     if start is not None:
-        stmt = stmt.where(s.Event.at >= start)
+        stmt = stmt.where(schema.Event.at >= start)
     if node is not None:
-        stmt = stmt.where(s.Event.node.in_((node, "")))
-    event_rows = session.scalars(stmt.order_by(s.Event.at.desc(), s.Event.id.desc()).limit(limit))
+        stmt = stmt.where(schema.Event.node.in_((node, "")))
+    event_rows = session.scalars(stmt.order_by(schema.Event.at.desc(), schema.Event.id.desc()).limit(limit))
     ratios = error_ratios(session, [r.id for r in run_rows])
     keyed: list[tuple[tuple[datetime, int, int], HistoryItem]] = [
         (
@@ -128,11 +129,15 @@ def history(
 
 def run(session: Session, run_id: int) -> RunRecord | None:
     row = session.execute(
-        select(s.Run, s.Model.name).join(s.Model, s.Model.id == s.Run.model_id).where(s.Run.id == run_id)
+        select(schema.Run, schema.Model.name)
+        .join(schema.Model, schema.Model.id == schema.Run.model_id)
+        .where(schema.Run.id == run_id)
     ).first()
     if row is None:
         return None
-    outputs = session.scalars(select(s.OutputResult).where(s.OutputResult.run_id == run_id).order_by(s.OutputResult.id))
+    outputs = session.scalars(
+        select(schema.OutputResult).where(schema.OutputResult.run_id == run_id).order_by(schema.OutputResult.id)
+    )
     return convert.run_record(row[0], row[1], tuple(convert.output_stats(o) for o in outputs))
 
 
@@ -144,21 +149,21 @@ def latest_per_model(session: Session, known: Mapping[int, RunRecord] | None = N
     """
     known = known or {}
     pointers = session.execute(
-        select(s.LatestRun.run_id, s.Model.name, s.LatestRun.node)
-        .join(s.Model, s.Model.id == s.LatestRun.model_id)
-        .order_by(s.Model.name, s.LatestRun.node)
+        select(schema.LatestRun.run_id, schema.Model.name, schema.LatestRun.node)
+        .join(schema.Model, schema.Model.id == schema.LatestRun.model_id)
+        .order_by(schema.Model.name, schema.LatestRun.node)
     ).all()
     missing = [run_id for run_id, _, _ in pointers if run_id not in known]
     loaded: dict[int, RunRecord] = {}
     if missing:
         rows = session.execute(
-            select(s.Run, s.Model.name, s.OutputResult)
-            .join(s.Model, s.Model.id == s.Run.model_id)
-            .outerjoin(s.OutputResult, s.OutputResult.run_id == s.Run.id)
-            .where(s.Run.id.in_(missing))
-            .order_by(s.Run.id, s.OutputResult.id)
+            select(schema.Run, schema.Model.name, schema.OutputResult)
+            .join(schema.Model, schema.Model.id == schema.Run.model_id)
+            .outerjoin(schema.OutputResult, schema.OutputResult.run_id == schema.Run.id)
+            .where(schema.Run.id.in_(missing))
+            .order_by(schema.Run.id, schema.OutputResult.id)
         ).all()
-        grouped: dict[int, tuple[s.Run, str, list[OutputStats]]] = {}
+        grouped: dict[int, tuple[schema.Run, str, list[OutputStats]]] = {}
         for run_row, name, output in rows:
             entry = grouped.setdefault(run_row.id, (run_row, name, []))
             if output is not None:
@@ -181,32 +186,32 @@ def events(
     node: str | None = None,
     limit: int = 500,
 ) -> list[EventRecord]:
-    stmt = select(s.Event, s.Model.name).join(s.Model, s.Model.id == s.Event.model_id)
+    stmt = select(schema.Event, schema.Model.name).join(schema.Model, schema.Model.id == schema.Event.model_id)
     if model is not None:
-        stmt = stmt.where(s.Model.name == model)
+        stmt = stmt.where(schema.Model.name == model)
     if node is not None:
-        stmt = stmt.where(s.Event.node == node)
+        stmt = stmt.where(schema.Event.node == node)
     if since is not None:
-        stmt = stmt.where(s.Event.at >= since)
+        stmt = stmt.where(schema.Event.at >= since)
     if kind is not None:
-        stmt = stmt.where(s.Event.kind == kind)
-    rows = session.execute(stmt.order_by(s.Event.at.desc(), s.Event.id.desc()).limit(limit))
+        stmt = stmt.where(schema.Event.kind == kind)
+    rows = session.execute(stmt.order_by(schema.Event.at.desc(), schema.Event.id.desc()).limit(limit))
     return [convert.event_record(e, name) for e, name in rows]
 
 
 def baseline_history(session: Session, model: str) -> list[BaselineRecord]:
     rows = session.execute(
-        select(s.Baseline, s.Benchset)
-        .join(s.Model, s.Model.id == s.Baseline.model_id)
-        .outerjoin(s.Benchset, s.Benchset.id == s.Baseline.benchset_id)
-        .where(s.Model.name == model)
-        .order_by(s.Baseline.created_at, s.Baseline.id)
+        select(schema.Baseline, schema.Benchset)
+        .join(schema.Model, schema.Model.id == schema.Baseline.model_id)
+        .outerjoin(schema.Benchset, schema.Benchset.id == schema.Baseline.benchset_id)
+        .where(schema.Model.name == model)
+        .order_by(schema.Baseline.created_at, schema.Baseline.id)
     ).all()
     promotions = session.execute(
-        select(s.Event.at, s.Event.new)
-        .join(s.Model, s.Model.id == s.Event.model_id)
-        .where(s.Model.name == model, s.Event.kind == "baseline_promoted")
-        .order_by(s.Event.at, s.Event.id)
+        select(schema.Event.at, schema.Event.new)
+        .join(schema.Model, schema.Model.id == schema.Event.model_id)
+        .where(schema.Model.name == model, schema.Event.kind == "baseline_promoted")
+        .order_by(schema.Event.at, schema.Event.id)
     ).all()
     periods: dict[str, list[tuple[datetime, datetime | None]]] = {}
     current: str | None = None
@@ -231,9 +236,9 @@ def baseline_history(session: Session, model: str) -> list[BaselineRecord]:
 def find_environments(session: Session, prefix: str, *, limit: int = 20) -> list[EnvironmentRecord]:
     escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     rows = session.scalars(
-        select(s.Environment)
-        .where(s.Environment.fingerprint.like(f"{escaped}%", escape="\\"))
-        .order_by(s.Environment.last_seen.desc())
+        select(schema.Environment)
+        .where(schema.Environment.fingerprint.like(f"{escaped}%", escape="\\"))
+        .order_by(schema.Environment.last_seen.desc())
         .limit(limit)
     )
     return [EnvironmentRecord(r.fingerprint, dict(r.snapshot), r.first_seen, r.last_seen) for r in rows]

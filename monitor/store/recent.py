@@ -25,8 +25,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from monitor.results import Verdict
-from monitor.store import events as transitions
-from monitor.store import schema as s
+from monitor.store import events, schema
 from monitor.store.queries import history_runs_query, model_id
 
 RECENT_RUNS = 4
@@ -54,32 +53,32 @@ def recent_state(session: Session, model: str, node: str | None, window: int = R
         return RecentState()
     node = node or ""
     rows = session.execute(
-        history_runs_query(found, node=node, limit=window).with_only_columns(s.Run.id, s.Run.verdict)
+        history_runs_query(found, node=node, limit=window).with_only_columns(schema.Run.id, schema.Run.verdict)
     ).all()
     run_ids = [run_id for run_id, _ in rows]
     failing: dict[str, int] = {}
     if run_ids:
         outputs = session.execute(
-            select(s.OutputResult.name, func.count())
-            .where(s.OutputResult.run_id.in_(run_ids), s.OutputResult.verdict == Verdict.FAIL.value)
-            .group_by(s.OutputResult.name)
+            select(schema.OutputResult.name, func.count())
+            .where(schema.OutputResult.run_id.in_(run_ids), schema.OutputResult.verdict == Verdict.FAIL.value)
+            .group_by(schema.OutputResult.name)
         )
         failing = {name: int(count) for name, count in outputs}
     changed = dict(
         session.execute(
-            select(s.Event.kind, func.max(s.Event.at))
+            select(schema.Event.kind, func.max(schema.Event.at))
             .where(
-                s.Event.model_id == found,
-                s.Event.kind.in_((transitions.ENVIRONMENT_CHANGED, transitions.BASELINE_PROMOTED)),
-                s.Event.node.in_((node, "")),
+                schema.Event.model_id == found,
+                schema.Event.kind.in_((events.ENVIRONMENT_CHANGED, events.BASELINE_PROMOTED)),
+                schema.Event.node.in_((node, "")),
             )
-            .group_by(s.Event.kind)
+            .group_by(schema.Event.kind)
         ).all()
     )
     return RecentState(
         runs=len(rows),
         errors=sum(1 for _, verdict in rows if verdict == Verdict.ERROR.value),
         failing=failing,
-        environment_changed_at=changed.get(transitions.ENVIRONMENT_CHANGED),
-        baseline_promoted_at=changed.get(transitions.BASELINE_PROMOTED),
+        environment_changed_at=changed.get(events.ENVIRONMENT_CHANGED),
+        baseline_promoted_at=changed.get(events.BASELINE_PROMOTED),
     )

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from monitor.store import schema as s
+from monitor.store import schema
 from monitor.store.records import PruneStats
 
 
@@ -28,21 +28,25 @@ def prune(
 ) -> PruneStats:
     """Delete what retention allows inside the caller's transaction; return the counts."""
     aged = or_(
-        and_(s.Run.verdict == "pass", s.Run.started_at < now - passing_older_than),
-        and_(s.Run.verdict != "pass", s.Run.started_at < now - failures_older_than),
+        and_(schema.Run.verdict == "pass", schema.Run.started_at < now - passing_older_than),
+        and_(schema.Run.verdict != "pass", schema.Run.started_at < now - failures_older_than),
     )
-    provenance = select(s.Baseline.run_id).where(s.Baseline.run_id.is_not(None))
-    kept = session.scalar(select(func.count()).select_from(s.Run).where(aged, s.Run.id.in_(provenance))) or 0
-    doomed: ColumnElement[bool] = and_(aged, s.Run.id.not_in(provenance), s.Run.id.not_in(select(s.LatestRun.run_id)))
-    doomed_ids = select(s.Run.id).where(doomed)
-    outputs = _count(session.execute(delete(s.OutputResult).where(s.OutputResult.run_id.in_(doomed_ids))))
-    session.execute(update(s.Event).where(s.Event.run_id.in_(doomed_ids)).values(run_id=None))
-    session.execute(delete(s.Diagnosis).where(s.Diagnosis.run_id.in_(doomed_ids)))
-    session.execute(update(s.Incident).where(s.Incident.run_id.in_(doomed_ids)).values(run_id=None))  # knowledge stays
-    runs = _count(session.execute(delete(s.Run).where(doomed)))
+    provenance = select(schema.Baseline.run_id).where(schema.Baseline.run_id.is_not(None))
+    kept = session.scalar(select(func.count()).select_from(schema.Run).where(aged, schema.Run.id.in_(provenance))) or 0
+    doomed: ColumnElement[bool] = and_(
+        aged, schema.Run.id.not_in(provenance), schema.Run.id.not_in(select(schema.LatestRun.run_id))
+    )
+    doomed_ids = select(schema.Run.id).where(doomed)
+    outputs = _count(session.execute(delete(schema.OutputResult).where(schema.OutputResult.run_id.in_(doomed_ids))))
+    session.execute(update(schema.Event).where(schema.Event.run_id.in_(doomed_ids)).values(run_id=None))
+    session.execute(delete(schema.Diagnosis).where(schema.Diagnosis.run_id.in_(doomed_ids)))
+    session.execute(
+        update(schema.Incident).where(schema.Incident.run_id.in_(doomed_ids)).values(run_id=None)
+    )  # knowledge stays
+    runs = _count(session.execute(delete(schema.Run).where(doomed)))
     events = 0
     if events_older_than is not None:
-        events = _count(session.execute(delete(s.Event).where(s.Event.at < now - events_older_than)))
+        events = _count(session.execute(delete(schema.Event).where(schema.Event.at < now - events_older_than)))
     return PruneStats(runs_deleted=runs, outputs_deleted=outputs, events_deleted=events, runs_kept_for_baselines=kept)
 
 

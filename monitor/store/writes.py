@@ -17,7 +17,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from monitor.results import CAUSE_CODES
-from monitor.store import events as transitions
+from monitor.store import events
 from monitor.store import schema as s
 
 
@@ -51,7 +51,7 @@ def benchset_id(session: Session, name: str, sha256: str, version: Any, at: date
     return found
 
 
-def previous_state(session: Session, model_id: int, node: str) -> transitions.RunState | None:
+def previous_state(session: Session, model_id: int, node: str) -> events.RunState | None:
     row = session.execute(
         select(s.Run, s.Environment.snapshot)
         .join(s.LatestRun, s.LatestRun.run_id == s.Run.id)
@@ -63,7 +63,7 @@ def previous_state(session: Session, model_id: int, node: str) -> transitions.Ru
     run, snapshot = row
     # provider fallback is a check-level reason (a session, not an output, falls back)
     fallback = any(r.get("code") == "provider_fallback" for r in run.reasons)
-    return transitions.RunState(
+    return events.RunState(
         verdict=run.verdict,
         environment_fingerprint=run.environment_fingerprint,
         model_sha256=run.model_sha256,
@@ -90,7 +90,7 @@ def promote(session: Session, row: s.Baseline, by: str, at: datetime, note: str 
         s.Event(
             model_id=row.model_id,
             node="",
-            kind=transitions.BASELINE_PROMOTED,
+            kind=events.BASELINE_PROMOTED,
             at=at,
             old=previous,
             new=row.baseline_id,
