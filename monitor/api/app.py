@@ -20,7 +20,6 @@ import errno
 import hmac
 import logging
 import re
-import stat
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -31,7 +30,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BeforeValidator
 
-from monitor import __version__, jsonsafe
+from monitor import __version__, bounded, jsonsafe
 from monitor.api import environments as envs
 from monitor.api import incidents, params, web
 from monitor.api import schemas as out
@@ -45,6 +44,7 @@ from monitor.sinks.prometheus import exposition
 from monitor.store import pick_latest
 
 log = logging.getLogger(__name__)
+_MAX_TOKEN_FILE = 64 * 1024  # a bearer token is one short line; a longer file is a mistake, never cut to a prefix
 
 ModelName = Annotated[str, PathParam(pattern=NAME, max_length=200, description="a model name from the config")]
 Limit = Annotated[int, Query(ge=1, le=1000, description="newest first, at most this many")]
@@ -315,13 +315,18 @@ def _configured_token(settings: Settings) -> str | None:
     if settings.api.token_file is not None:
         path = Path(settings.api.token_file)
         try:
-            # A FIFO (or a device) would block this request's thread on open: only a regular file is read.
-            if not stat.S_ISREG(path.stat().st_mode):
-                raise OSError(errno.EINVAL, "not a regular file")
-            with path.open("rb") as handle:
-                token = handle.read(64 * 1024).decode("utf-8", errors="replace").strip()
+            # Regular files only, bounded: a FIFO would block this request's thread, a long file is no token.
+            token = bounded.read_bytes(path, limit=_MAX_TOKEN_FILE).decode("utf-8").strip()
+            if "\n" in token or "\r" in token:
+                raise OSError(errno.EINVAL, "more than one line")
+        except UnicodeDecodeError:
+            token, why = "", "not UTF-8 text"
         except OSError as exc:
-            log.warning("api.token_file %s cannot be read (%s): mutating calls disabled", path, exc.strerror)
+            token, why = "", str(exc.strerror)
+        else:
+            why = ""
+        if why:
+            log.warning("api.token_file %s cannot be read (%s): mutating calls disabled", path, why)
             return None
         return token or None
     return None

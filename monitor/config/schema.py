@@ -27,6 +27,7 @@ from monitor.config.fields import MAX_SHORT as MAX_SHORT
 from monitor.config.fields import URL_SHAPE as URL_SHAPE
 from monitor.config.fields import Duration as Duration
 from monitor.config.fields import StrictModel as StrictModel
+from monitor.config.fields import has_control_characters
 from monitor.config.fields import parse_duration as parse_duration
 from monitor.errors import ConfigError
 from monitor.results import AppliedTolerance
@@ -164,7 +165,7 @@ class StoreConfig(StrictModel):
     @field_validator("url")
     @classmethod
     def _url_shape(cls, url: str) -> str:
-        if not URL_SHAPE.match(url):
+        if not URL_SHAPE.match(url) or has_control_characters(url):
             raise ValueError("expected a SQLAlchemy URL like 'sqlite:///onnxmon.db' or 'postgresql+psycopg://host/db'")
         return url
 

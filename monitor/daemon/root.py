@@ -106,6 +106,7 @@ class Daemon:
             "store_reachable": problem,
             "store_writable": sink.last_outage,  # the last write met an outage (a full disk, a lock)
             "spool_writable": sink.spool_error,  # a result could be neither written nor spooled
+            "results_writable": sink.stalled,  # a write holds the writer's turn far past its time limits
             # a full result spool means a long outage is now dropping the oldest results
             "spool_has_room": f"the spool {spool.directory} is full" if spool is not None and spool.full else None,
         }
@@ -116,6 +117,7 @@ class Daemon:
             "store_writable": sink.last_outage is None,
             "scheduler_running": bool(self._scheduler.running) and not self._stopping.is_set(),
             "spool_writable": sink.spool_error is None,
+            "results_writable": reasons["results_writable"] is None,
             "spool_has_room": reasons["spool_has_room"] is None,
         }
 
@@ -127,7 +129,8 @@ class Daemon:
         """Numbers beside the readiness checks: results waiting in the spool, and dropped ones."""
         sink = self.database_sink
         dropped = sink.spool.dropped if sink.spool else 0
-        return {"spooled": sink.spooled, "dropped": dropped, "unspooled": sink.unspooled}
+        set_aside = sink.spool.set_aside if sink.spool else 0
+        return {"spooled": sink.spooled, "dropped": dropped, "unspooled": sink.unspooled, "set_aside": set_aside}
 
     def _store_problem(self) -> str | None:
         try:
@@ -365,7 +368,8 @@ def _database_sink(daemon: Daemon) -> DatabaseSink:
     from monitor.sinks import spool as spools
 
     spool = spools.configured(daemon.settings.store)
-    sink = DatabaseSink(daemon.store, node=daemon.node, pod=daemon.pod, spool=spool)
+    stall = 3 * daemon.settings.store.write_timeout + 10  # a write never holds the writer's turn this long
+    sink = DatabaseSink(daemon.store, node=daemon.node, pod=daemon.pod, spool=spool, stall_after_s=stall)
     daemon.metrics.spooled.set_function(lambda: float(sink.spooled))
     daemon.metrics.unspooled.set_function(lambda: float(sink.unspooled))
     return sink

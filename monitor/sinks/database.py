@@ -22,6 +22,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from monitor import jsonsafe
 from monitor.results import CheckResult
@@ -54,6 +56,7 @@ class DatabaseSink:
         pod: str | None = None,
         spool: Spool | None = None,
         retry_s: float = 5.0,
+        stall_after_s: float = 60.0,
     ) -> None:
         self.store = store
         self.node = node
@@ -63,7 +66,9 @@ class DatabaseSink:
         self.last_outage: str | None = None
         self.spool_error: str | None = None  # why the last result could be neither written nor spooled
         self.unspooled = 0  # such results since start, each logged in full
+        self.stall_after_s = stall_after_s  # a write (or write-back) running longer is reported as stuck
         self._order = threading.Lock()  # one writer at a time keeps the history in measured order
+        self._writing_since: float | None = None
         self._retrying: threading.Thread | None = None
         self._closed = threading.Event()
         if spool is not None and len(spool):  # a backlog left by a previous process
@@ -80,7 +85,7 @@ class DatabaseSink:
         if self.spool is None:
             self.store.record_run(result, node=self.node, pod=self.pod)
             return
-        with self._order:
+        with self.writing():
             if not len(self.spool):
                 try:
                     self.store.record_run(result, node=self.node, pod=self.pod)
@@ -117,7 +122,7 @@ class DatabaseSink:
         """Write the queued results back, oldest first; returns how many were written."""
         if self.spool is None:
             return 0
-        with self._order:
+        with self.writing():
             began = time.monotonic()
             written, outage = self.spool.drain(self._write_spooled, transient=is_outage)
         if written:
@@ -128,6 +133,28 @@ class DatabaseSink:
             self.last_outage = None
         return written
 
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold the one writer's turn, stamped so that ``stalled`` can tell a write that hangs."""
+        with self._order:
+            self._writing_since = time.monotonic()
+            try:
+                yield
+            finally:
+                self._writing_since = None
+
+    @property
+    def stalled(self) -> str | None:
+        """Why results cannot be written now (one write holding the writer's turn too long), else None.
+
+        A write is bounded by the store's time limits and an entry by ``monitor.bounded``; this is the
+        guard for what nothing else bounds, so that ``/readyz`` never says ready while nothing is written.
+        """
+        since = self._writing_since
+        if since is None or time.monotonic() - since < self.stall_after_s:
+            return None
+        return f"the database sink has been writing for {time.monotonic() - since:.0f} s: results cannot be written"
+
     def close(self) -> None:
         """Stop retrying; what is still queued stays on disk for the next start."""
         self._closed.set()
@@ -135,6 +162,7 @@ class DatabaseSink:
             self._retrying.join(timeout=30)
 
     def _write_spooled(self, entry: SpooledResult) -> None:
+        self._writing_since = time.monotonic()  # progress: a long write-back is not a stuck one
         self.store.record_run(entry.result, node=entry.node, pod=entry.pod)
 
     def _note_outage(self, exc: BaseException) -> None:
