@@ -163,7 +163,7 @@ class DatabaseSink:
 
     def _write_spooled(self, entry: SpooledResult) -> None:
         self._writing_since = time.monotonic()  # progress: a long write-back is not a stuck one
-        self.store.record_run(entry.result, node=entry.node, pod=entry.pod)
+        self.store.record_run(entry.result, node=entry.node, pod=entry.pod, key=entry.key)
 
     def _note_outage(self, exc: BaseException) -> None:
         detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]

@@ -152,22 +152,29 @@ class Store:
 
     # --- writes -------------------------------------------------------------------------------
 
-    def record_run(self, result: CheckResult, *, node: str | None = None, pod: str | None = None) -> int:
+    def record_run(
+        self, result: CheckResult, *, node: str | None = None, pod: str | None = None, key: str | None = None
+    ) -> int:
         """Store one check result; upsert its model and environment; write events for state changes.
 
         State changes compare with the previous run of the same model on the same node; the node
         and pod come from the arguments or else from the environment snapshot (``k8s.node``).
+        ``key`` is the run's identity (a spool entry's): a run already stored under it is not
+        written again, its id is returned, so a write-back repeated after a crash stays exactly once.
         """
         node = node or _lookup(result.environment, "node")
         pod = pod or _lookup(result.environment, "pod")
         at = convert.utc(result.started_at)
         with self._session(write=True) as session:
+            if key is not None and (stored := session.scalar(select(s.Run.id).where(s.Run.run_key == key))):
+                return stored
             model_id = writes.model_id(session, result.model, at, result.model_sha256)
             current = transitions.state_of(result)
             if current.environment_fingerprint:
                 writes.touch_environment(session, current.environment_fingerprint, result.environment, at)
             previous = writes.previous_state(session, model_id, node or "")
             run = convert.run_row(result, model_id, node, pod)
+            run.run_key = key
             session.add(run)
             session.flush()
             session.add_all(convert.output_row(o, run.id) for o in result.outputs)

@@ -187,6 +187,8 @@ class Run(Base):
     worst_output: Mapped[str | None] = mapped_column(String(200))
     worst_max_abs_error: Mapped[float | None]
     worst_atol_ratio: Mapped[float | None]
+    # the spool entry's key when the run was written back from the spool: a second write-back is a no-op
+    run_key: Mapped[str | None] = mapped_column(String(64), unique=True)
 
 
 class OutputResult(Base):
