@@ -26,6 +26,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi import Path as PathParam
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BeforeValidator
@@ -35,7 +36,7 @@ from monitor.api import environments as envs
 from monitor.api import incidents, params, web
 from monitor.api import schemas as out
 from monitor.api.environments import HEX_PREFIX, NAME
-from monitor.api.guard import ErrorGuard, internal_error
+from monitor.api.guard import ErrorGuard, internal_error, invalid_request
 from monitor.api.handle import DaemonHandle
 from monitor.config.settings import Settings
 from monitor.errors import BusyError, MonitorError
@@ -95,6 +96,7 @@ def create_app(handle: DaemonHandle) -> FastAPI:
         responses={500: {"model": out.Problem}, 503: {"model": out.Problem}},
     )
     app.add_middleware(ErrorGuard, on_error=lambda exc: internal_error(handle, exc))
+    app.add_exception_handler(RequestValidationError, invalid_request)
     _health_routes(app, handle)
     _read_routes(app, handle)
     _write_routes(app, handle)

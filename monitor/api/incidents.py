@@ -124,7 +124,7 @@ def mount(app: FastAPI, handle: DaemonHandle, *, auth: Sequence[Depends], token:
                 return HTMLResponse(error_page(413, "Not noted", too_big), status_code=413)
         body = raw.decode("utf-8", errors="replace")
         form = {key: values[0] for key, values in parse_qs(body, keep_blank_values=True).items()}
-        number = int(run_id) if run_id.isdecimal() and len(run_id) < 20 else 0
+        number = params.page_id(run_id)
         expected = token()
         if expected is None:
             disabled = "mutating calls are disabled: set api.token or api.token_file in the config"

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from monitor.cli import output
+from monitor.cli import output, terminal
 from monitor.config import settings as config
 
 if TYPE_CHECKING:
@@ -89,7 +89,8 @@ class PlainTable(Table):
     """A rich ``Table`` whose string cells are shown exactly as written, never parsed as markup.
 
     Model, output and node names are data: ``[/]`` in one must not crash the command and
-    ``[word]`` must not vanish from the table. Styled cells are passed as ``Text``.
+    ``[word]`` must not vanish from the table, and a terminal escape in one is shown, not obeyed
+    (``terminal.safe``). Styled cells are passed as ``Text``.
     """
 
     def add_column(self, header: Any = "", *args: Any, **kwargs: Any) -> None:
@@ -98,5 +99,5 @@ class PlainTable(Table):
         super().add_column(header, *args, **kwargs)
 
     def add_row(self, *renderables: Any, style: Any = None, end_section: bool = False) -> None:
-        cells = [Text(cell) if isinstance(cell, str) else cell for cell in renderables]
+        cells = [Text(terminal.safe(cell)) if isinstance(cell, str) else cell for cell in renderables]
         super().add_row(*cells, style=style, end_section=end_section)

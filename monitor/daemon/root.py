@@ -372,6 +372,9 @@ def _database_sink(daemon: Daemon) -> DatabaseSink:
     sink = DatabaseSink(daemon.store, node=daemon.node, pod=daemon.pod, spool=spool, stall_after_s=stall)
     daemon.metrics.spooled.set_function(lambda: float(sink.spooled))
     daemon.metrics.unspooled.set_function(lambda: float(sink.unspooled))
+    daemon.metrics.refused.set_function(lambda: float(sink.refused))
+    daemon.metrics.spool_set_aside.set_function(lambda: float(spool.set_aside))
+    daemon.metrics.text_replaced.set_function(lambda: float(getattr(daemon.store, "text_replaced", 0)))
     return sink
 
 

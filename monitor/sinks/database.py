@@ -1,13 +1,15 @@
 """The database sink: every check result becomes a run row (plus events) in the ``Store``.
 
 With a ``Spool`` the sink survives database outages without losing results. A write that
-fails because the database is *unavailable* (a DB-API ``OperationalError`` or
-``InterfaceError``: refused or dropped connections, a locked SQLite file, a full disk under
-the database) queues the result on disk; while the queue is not empty every new result
+fails because the database is *unavailable* (the store's ``StoreUnavailable``, which it raises
+for refused or dropped connections, a locked SQLite file, a full disk under the database) queues
+the result on disk; while the queue is not empty every new result
 joins its tail, so history is written in the order it was measured. A background thread,
 running only while there is a backlog, retries every ``retry_s`` seconds and writes the queue
-back oldest first. Any other failure (a bug, a constraint) is not an outage: it is raised to
-the dispatcher as before, so that one bad result can never block the queue. A database without
+back oldest first. Any other failure (a bug, a constraint) is not an outage: the result is kept in the
+spool's ``failed/`` folder for a person to inspect, counted in ``refused``
+(``onnxmon_results_refused``) and raised to the dispatcher, which logs it, so that one bad result
+can never block the queue and is never lost silently. A database without
 its schema (dropped and recreated empty: ``StoreUnavailable``) is an outage too: the results wait
 until ``onnxmon db upgrade`` ran.
 
@@ -32,17 +34,14 @@ from monitor.store import Store, StoreUnavailable
 
 log = logging.getLogger("onnxmon.sinks.database")
 
-# DB-API (PEP 249) exception classes that mean "the database cannot be used right now".
-# Matched by name along the class hierarchy: SQLAlchemy wraps the driver's exception in a
-# class of the same name, and only ``monitor/store`` may import SQLAlchemy.
-_OUTAGE_ERRORS = frozenset({"OperationalError", "InterfaceError", "DisconnectionError"})
-
 
 def is_outage(exc: BaseException) -> bool:
-    """True when ``exc`` says the database is unreachable or unusable, not that the write is wrong."""
-    if isinstance(exc, OSError | StoreUnavailable):
-        return True
-    return any(kind.__name__ in _OUTAGE_ERRORS for kind in type(exc).__mro__)
+    """True when ``exc`` says the database is unreachable or unusable, not that the write is wrong.
+
+    The store translates its driver's errors at its boundary (``store.StoreUnavailable``); an
+    ``OSError`` is the disk under the spool or the database.
+    """
+    return isinstance(exc, OSError | StoreUnavailable)
 
 
 class DatabaseSink:
@@ -66,6 +65,7 @@ class DatabaseSink:
         self.last_outage: str | None = None
         self.spool_error: str | None = None  # why the last result could be neither written nor spooled
         self.unspooled = 0  # such results since start, each logged in full
+        self.refused = 0  # results the store refused (not an outage) since start, each kept in failed/
         self.stall_after_s = stall_after_s  # a write (or write-back) running longer is reported as stuck
         self._order = threading.Lock()  # one writer at a time keeps the history in measured order
         self._writing_since: float | None = None
@@ -83,7 +83,12 @@ class DatabaseSink:
     def write(self, result: CheckResult) -> None:
         """Record ``result``; during an outage, queue it on disk instead (when a spool is configured)."""
         if self.spool is None:
-            self.store.record_run(result, node=self.node, pod=self.pod)
+            try:
+                self.store.record_run(result, node=self.node, pod=self.pod)
+            except Exception as exc:
+                if not is_outage(exc):
+                    self.refused += 1
+                raise
             return
         with self.writing():
             if not len(self.spool):
@@ -93,6 +98,7 @@ class DatabaseSink:
                     return
                 except Exception as exc:
                     if not is_outage(exc):
+                        self._refused(result, exc)
                         raise
                     self._note_outage(exc)
             try:
@@ -102,6 +108,15 @@ class DatabaseSink:
                 return
             self.spool_error = None
         self._retry_in_background()
+
+    def _refused(self, result: CheckResult, exc: BaseException) -> None:
+        """The store refused ``result`` (not an outage): keep it in ``failed/``, count it; the caller raises."""
+        self.refused += 1
+        assert self.spool is not None
+        try:
+            self.spool.keep_refused(result, node=self.node, pod=self.pod, why=f"{type(exc).__name__}: {exc}")
+        except OSError as error:
+            self._not_spooled(result, error)
 
     def _not_spooled(self, result: CheckResult, exc: OSError) -> None:
         """Neither the database nor the spool took ``result``: log all of it, count it, say why."""

@@ -37,6 +37,7 @@ import logging
 import os
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -191,6 +192,25 @@ class Spool:
         if moved:
             log.warning("moved %d spooled result(s) from %s to %s", moved, directory, self.directory)
         return moved
+
+    def keep_refused(self, result: CheckResult, *, node: str | None, pod: str | None, why: str) -> Path:
+        """Write ``result``, which the database refused, straight into ``failed/`` for a person to inspect."""
+        folder = self.directory / FAILED_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        payload = {"format": _FORMAT, "key": uuid.uuid4().hex, "node": node, "pod": pod, "refused": why[:500]}
+        payload["result"] = result.to_dict()
+        path = folder / f"refused-{int(time.time() * 1000):015d}-{os.urandom(4).hex()}.json"
+        temp = folder / f".tmp-{path.name}"
+        try:
+            with temp.open("wb") as handle:
+                handle.write(jsonsafe.dumps(payload, default=str).encode("utf-8"))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temp, path)
+        finally:
+            temp.unlink(missing_ok=True)
+        log.error("result of %r refused by the database, kept in %s: %s", result.model, path, why[:500])
+        return path
 
     def failed(self) -> list[Path]:
         """Entries set aside because the database refused them, oldest first."""

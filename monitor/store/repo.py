@@ -23,13 +23,18 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, make_url, select
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    DisconnectionError,
+    NoSuchModuleError,
+)
 from sqlalchemy.orm import Session
 
 from monitor.config.settings import StoreConfig, mask_url
 from monitor.errors import BaselineError
 from monitor.results import CheckResult
-from monitor.store import convert, health, leases, queries, retention, writes
+from monitor.store import convert, health, leases, queries, retention, text, writes
 from monitor.store import events as transitions
 from monitor.store import schema as s
 from monitor.store.records import (
@@ -55,16 +60,20 @@ class Store:
         self.read_timeout_s = read_timeout_s
         self.write_timeout_s = write_timeout_s
         self.problem: str | None = None  # what the last health check found (logged when it changes)
+        self.text_replaced = 0  # results stored with a character replaced (store/text.py), since start
         self._latest_cache: dict[int, RunRecord] = {}
         self._file = health.FileWatch.of(url)
         # A database that accepts connections but never answers must not hang a write forever.
         postgres = url.startswith("postgresql")
         connect_args: dict[str, Any] = {"connect_timeout": 10} if postgres else {"timeout": write_timeout_s}
-        self.engine: Engine = create_engine(
-            url, echo=echo, json_serializer=convert.json_dumps, pool_pre_ping=True, connect_args=connect_args
-        )
+        try:
+            self.engine: Engine = create_engine(
+                url, echo=echo, json_serializer=convert.json_dumps, pool_pre_ping=True, connect_args=connect_args
+            )
+        except (ArgumentError, NoSuchModuleError) as exc:  # a URL no driver takes: unusable until it is fixed
+            raise health.StoreUnavailable(f"{mask_url(url)}: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
         if self.engine.dialect.name == "sqlite":
-            event.listen(self.engine, "connect", _sqlite_pragmas)
+            event.listen(self.engine, "connect", health.sqlite_pragmas)
             if self._file is not None:
                 event.listen(self.engine, "connect", lambda *_: self._file.remember() if self._file else None)
 
@@ -98,12 +107,12 @@ class Store:
 
     def upgrade(self, revision: str = "head") -> None:
         """Bring the schema to ``revision`` (``alembic upgrade head``)."""
-        with self.engine.begin() as connection:
+        with health.outages(), self.engine.begin() as connection:
             command.upgrade(self.migration_config(connection), revision)
 
     def current_revision(self) -> str | None:
         """The revision the database is at, ``None`` for an empty database."""
-        with self.engine.connect() as connection:
+        with health.outages(), self.engine.connect() as connection:
             return MigrationContext.configure(connection).get_current_revision()
 
     def head_revision(self) -> str | None:
@@ -148,7 +157,12 @@ class Store:
                 raise health.StoreUnavailable(
                     f"the database has no onnxmon schema (empty or recreated): {health.UPGRADE_HINT}"
                 ) from exc
-            raise
+            outage = health.translated(exc)
+            if outage is exc:
+                raise
+            raise outage from exc
+        except DisconnectionError as exc:
+            raise health.StoreOutage(health.describe(exc)) from exc
 
     # --- writes -------------------------------------------------------------------------------
 
@@ -162,9 +176,12 @@ class Store:
         ``key`` is the run's identity (a spool entry's): a run already stored under it is not
         written again, its id is returned, so a write-back repeated after a crash stays exactly once.
         """
-        node = node or _lookup(result.environment, "node")
-        pod = pod or _lookup(result.environment, "pod")
+        node = node or convert.replica(result.environment, "node")
+        pod = pod or convert.replica(result.environment, "pod")
         at = convert.utc(result.started_at)
+        if text.needs_replacing([result.to_dict(), node, pod]):  # kept, never lost: replaced, counted, logged
+            self.text_replaced += 1
+            log.warning("run of %r stored with characters the store cannot hold replaced by U+FFFD", result.model)
         with self._session(write=True) as session:
             if key is not None and (stored := session.scalar(select(s.Run.id).where(s.Run.run_key == key))):
                 return stored
@@ -375,23 +392,3 @@ class Store:
         """Environments whose fingerprint starts with ``prefix`` (for ``env diff abc12 def34``)."""
         with self._session() as session:
             return queries.find_environments(session, prefix, limit=limit)
-
-    # --- helpers ------------------------------------------------------------------------------
-
-
-def _lookup(environment: Mapping[str, Any], what: str) -> str | None:
-    """``k8s.node`` / ``k8s.pod`` from a snapshot, flat (``"k8s.node"``) or nested (``{"k8s": {"node"}}``)."""
-    for key in (f"k8s.{what}", f"k8s_{what}", what):
-        if environment.get(key):
-            return str(environment[key])
-    nested = environment.get("k8s")
-    if isinstance(nested, Mapping) and nested.get(what):
-        return str(nested[what])
-    return None
-
-
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA journal_mode=WAL")  # the API reads while the daemon writes
-    cursor.close()
