@@ -279,15 +279,16 @@ def test_a_write_the_database_refuses_is_raised_not_spooled_and_a_refused_backlo
     naive = a_result(0)
     bad = CheckResult(model="m", verdict=Verdict.PASS, started_at=float("nan"), finished_at=1.0)
     with pytest.raises(ValueError):
-        sink.write(bad)  # not an outage: the dispatcher logs it, the spool stays empty
-    assert sink.spooled == 0
+        sink.write(bad)  # not an outage: the dispatcher logs it, the queue stays empty, failed/ keeps it
+    assert sink.spooled == 0 and sink.refused == 1
     assert sink.spool is not None
     sink.spool.append(bad)  # e.g. spooled by an older version
     sink.spool.append(naive)
     (sink.spool.directory / "000000000099.json").write_text("{not json")
     assert sink.flush() == 1
     assert sink.spooled == 0
-    assert [p.name for p in sink.spool.failed()] == ["000000000001.json", "000000000099.json"]
+    names = [p.name for p in sink.spool.failed()]
+    assert names[:2] == ["000000000001.json", "000000000099.json"] and names[2].startswith("refused-")
     assert [r.started_at.timestamp() for r in store.runs("m")] == [1000.0]
     sink.close()
     store.close()
