@@ -196,3 +196,50 @@ def test_a_token_file_too_long_or_of_two_lines_disables_writes_with_the_warning(
         f"api.token_file {secret}" in r.getMessage() and "mutating calls disabled" in r.getMessage()
         for r in caplog.records
     )
+
+
+# --- baselines and benchset manifests on disk ---------------------------------------------------------
+
+READERS = {
+    "ACTIVE": (
+        "b/m/ACTIVE",
+        "from monitor.files import baselines\nbaselines.active_id(Path(sys.argv[1]) / 'b', 'm')",
+    ),
+    "baseline.json": (
+        "b/m/b1/baseline.json",
+        "from monitor.files import baselines\nbaselines.list_baselines(Path(sys.argv[1]) / 'b', 'm')",
+    ),
+    "promotions": (
+        "b/m/promotions.jsonl",
+        "from monitor.files import baselines\nbaselines.promotions(Path(sys.argv[1]) / 'b', 'm')",
+    ),
+    "manifest.yaml": (
+        "s/v1/manifest.yaml",
+        "from monitor.files import benchset_manifest as m\nm.read_manifest(Path(sys.argv[1]) / 's' / 'v1', 's', 1)",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev_zero", "huge"])
+@pytest.mark.parametrize("reader", sorted(READERS))
+def test_a_baseline_or_manifest_file_that_is_a_fifo_device_or_huge_is_one_error(
+    tmp_path: Path, reader: str, kind: str
+) -> None:
+    where, call = READERS[reader]
+    path = tmp_path / where
+    path.parent.mkdir(parents=True)
+    if reader != "manifest.yaml" and kind != "huge":
+        pytest.skip("stat-checked as a regular file first: a FIFO or a device there is not a baseline file")
+    SPECIALS[kind](path)
+    code = f"""
+        import sys
+        from pathlib import Path
+        from monitor.errors import MonitorError
+        try:
+            {call.replace(chr(10), chr(10) + " " * 12)}
+        except MonitorError as exc:
+            print("refused:", exc)
+    """
+    done = run_capped(code, str(tmp_path))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("refused:") and str(path) in done.stdout, done.stdout + done.stderr[-1000:]
