@@ -126,6 +126,16 @@ def test_the_form_refuses_a_nul_with_a_4xx_page(store: Store, tmp_path: Path) ->
     assert knowledge.incidents(store) == []
 
 
+@pytest.mark.parametrize(
+    "path", ["/api/v1/models/resnet/runs?node=%00", "/api/v1/incidents?model=%00", "/api/v1/events?kind=%00"]
+)
+def test_a_nul_in_a_query_finds_nothing_instead_of_failing_on_both_backends(
+    store: Store, tmp_path: Path, path: str
+) -> None:
+    answer = client_over(store, tmp_path).get(path)
+    assert answer.status_code == 200, answer.text[:300]
+
+
 @pytest.mark.parametrize("path", ["/runs/\u0661", "/runs/\u0967"], ids=["arabic-indic", "devanagari"])
 def test_pages_take_only_ascii_digits_as_run_ids(store: Store, tmp_path: Path, path: str) -> None:
     client = client_over(store, tmp_path)
