@@ -97,6 +97,34 @@ def test_a_fifo_device_or_huge_spool_entry_is_set_aside_and_the_rest_is_written_
     assert "not a regular file" in done.stderr or "larger than" in done.stderr
 
 
+def deep_json(path: Path) -> None:
+    path.write_text("[" * 200_000)  # json's decoder recurses: RecursionError, not ValueError
+
+
+def directory_colliding_in_failed(path: Path) -> None:
+    path.mkdir()
+    (path.parent / "failed").mkdir(exist_ok=True)
+    (path.parent / "failed" / path.name).write_text("an entry set aside earlier under the same name")
+
+
+def wrong_types(path: Path) -> None:
+    path.write_text('{"format": 1, "result": {"model": "m", "verdict": "pass", "started_at": {"a": [1]}}}')
+
+
+@pytest.mark.parametrize("poison", [deep_json, directory_colliding_in_failed, wrong_types], ids=lambda f: f.__name__)
+def test_a_poison_spool_entry_never_stops_the_write_back(tmp_path: Path, poison: Callable[[Path], None]) -> None:
+    spool = Spool(tmp_path / "spool")
+    spool.append(a_result(0))
+    poison(spool.directory / "000000000002.json")
+    spool.append(a_result(2))
+    with Store(f"sqlite:///{tmp_path / 'h.db'}") as store:
+        store.upgrade()
+        sink = DatabaseSink(store, spool=spool, retry_s=3600)
+        assert sink.flush() == 2
+        assert sink.spooled == 0 and spool.set_aside == 1
+        assert [r.started_at.timestamp() for r in store.runs("m")] == [1002.0, 1000.0]
+
+
 def hold(sink: DatabaseSink, release: threading.Event) -> None:
     with sink.writing():  # what a write that never returns does to the writer's turn
         release.wait()

@@ -143,8 +143,9 @@ class Spool:
             result = CheckResult.from_dict(payload["result"])
         except bounded.FileRefused as exc:
             raise ValueError(f"spool entry {path} cannot be read: {exc.strerror}") from None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"spool entry {path} cannot be read: {exc}") from None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+            # anything a hostile file makes the decoder raise (a 200k-deep array is a RecursionError)
+            raise ValueError(f"spool entry {path} cannot be read: {type(exc).__name__}: {exc}"[:1000]) from None
         # An entry from before keys gets one from its bytes: the same file always names the same run.
         key = _text(payload.get("key")) or hashlib.sha256(raw).hexdigest()[:32]
         return SpooledResult(path, result, _text(payload.get("node")), _text(payload.get("pod")), key)
@@ -218,11 +219,23 @@ class Spool:
         return sorted(folder.iterdir()) if folder.is_dir() else []
 
     def _set_aside(self, path: Path, why: str) -> None:
-        """Move ``path`` (whatever it is: a FIFO, a device link) into ``failed/``; never opens it."""
+        """Move ``path`` (whatever it is: a FIFO, a device link, a directory) into ``failed/``; never opens it.
+
+        Never raises: a name already taken there gets a suffix, and an entry that cannot be moved at all
+        is logged and left, since a poison entry must not stop the write-back of the others.
+        """
         folder = self.directory / FAILED_DIR
-        folder.mkdir(exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            os.replace(path, folder / path.name)
+        try:
+            folder.mkdir(exist_ok=True)
+            target = folder / path.name
+            if target.exists() or target.is_symlink():
+                target = folder / f"{path.name}.{os.urandom(4).hex()}"
+            os.replace(path, target)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            log.error("spooled result %s cannot be set aside in %s (%s): %s", path.name, folder, exc, why[:500])
+            return
         self.set_aside += 1
         log.error("spooled result %s set aside in %s: %s", path.name, folder, why[:500])
 
