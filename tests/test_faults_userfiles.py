@@ -241,6 +241,10 @@ READERS = {
         "b/m/promotions.jsonl",
         "from monitor.files import baselines\nbaselines.promotions(Path(sys.argv[1]) / 'b', 'm')",
     ),
+    "polygraphy": (
+        "inputs.json",
+        "from monitor.files import polygraphy\npolygraphy.read_polygraphy_json(Path(sys.argv[1]) / 'inputs.json')",
+    ),
     "manifest.yaml": (
         "s/v1/manifest.yaml",
         "from monitor.files import benchset_manifest as m\nm.read_manifest(Path(sys.argv[1]) / 's' / 'v1', 's', 1)",
@@ -255,8 +259,8 @@ def test_a_baseline_or_manifest_file_that_is_a_fifo_device_or_huge_is_one_error(
 ) -> None:
     where, call = READERS[reader]
     path = tmp_path / where
-    path.parent.mkdir(parents=True)
-    if reader != "manifest.yaml" and kind != "huge":
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if reader not in ("manifest.yaml", "polygraphy") and kind != "huge":
         pytest.skip("stat-checked as a regular file first: a FIFO or a device there is not a baseline file")
     SPECIALS[kind](path)
     code = f"""
