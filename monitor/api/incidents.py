@@ -38,6 +38,9 @@ RunId = params.Id
 _MAX_FORM = 2 * 12 * knowledge.MAX_TEXT + 16 * 1024
 
 
+_NO_NUL = r"^[^\x00]*$"
+
+
 class IncidentIn(BaseModel):
     """An incident as a person notes it."""
 
@@ -47,9 +50,10 @@ class IncidentIn(BaseModel):
         max_length=40,
         json_schema_extra={"enum": list[JsonValue](sorted(CAUSE_CODES))},  # the closed set, in the OpenAPI schema too
     )
-    text: str = Field(min_length=1, max_length=knowledge.MAX_TEXT, description="what was found")
-    fix: str | None = Field(default=None, max_length=knowledge.MAX_TEXT, description="what fixed it")
-    by: str = Field(default="api", min_length=1, max_length=200, description="who notes it")
+    # No NUL: the store refuses it (store/text.py); said here too, so the schema tells clients (a 422 like any field)
+    text: str = Field(min_length=1, max_length=knowledge.MAX_TEXT, pattern=_NO_NUL, description="what was found")
+    fix: str | None = Field(default=None, max_length=knowledge.MAX_TEXT, pattern=_NO_NUL, description="what fixed it")
+    by: str = Field(default="api", min_length=1, max_length=200, pattern=_NO_NUL, description="who notes it")
 
     @field_validator("cause")
     @classmethod
