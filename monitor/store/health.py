@@ -77,6 +77,8 @@ def probe(connection: Connection) -> str | None:
 
 def describe(exc: BaseException) -> str:
     """One line saying why the database did not answer (the driver's message, no SQL, no parameters)."""
+    if isinstance(exc, StoreOutage):  # already described at the boundary
+        return str(exc)[:300]
     cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
     first = (str(cause).strip().splitlines() or [""])[0]
     return f"{type(cause).__name__}: {first}"[:300]
