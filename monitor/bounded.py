@@ -6,7 +6,8 @@ opened for reading blocks until a writer comes; ``/dev/zero`` never ends; a 1 GB
 memory. So the file is opened with ``O_NONBLOCK`` (a FIFO opens at once), examined with ``fstat`` on
 the descriptor actually opened (a symlink is judged by what it points at, and nothing can be swapped
 in between), refused unless it is a regular file, refused unless its size is within the caller's
-limit, and only then read, at most ``limit + 1`` bytes (a file still growing is refused too).
+limit, and only then read, never past ``limit + 1`` bytes (a file grown past the limit meanwhile is refused
+too) and never asking for ``limit`` bytes up front (``read(n)`` allocates ``n``).
 
 A refusal is ``FileRefused``, an ``OSError`` whose ``str()`` is one line naming the file and why, so
 callers that already turn ``OSError`` into a one-line message keep doing so. Standard library only:
@@ -66,10 +67,16 @@ def read_bytes(path: str | os.PathLike[str], *, limit: int) -> bytes:
         size = os.fstat(handle.fileno()).st_size
         if size > limit:
             raise FileRefused(path, f"larger than {_size(limit)} ({_size(size)})", errno.EFBIG)
-        data = handle.read(limit + 1)
-    if len(data) > limit:  # grew while being read
+        # read(n) allocates n bytes up front: ask for what fstat says is there, not the limit; a file that
+        # grows meanwhile (or reports size 0) is read on in 1 MiB pieces, never past limit + 1 bytes
+        parts = [handle.read(min(size, limit) + 1)]
+        total = len(parts[0])
+        while total <= limit and (more := handle.read(min(1 << 20, limit + 1 - total))):
+            parts.append(more)
+            total += len(more)
+    if total > limit:
         raise FileRefused(path, f"larger than {_size(limit)}", errno.EFBIG)
-    return data
+    return b"".join(parts)
 
 
 def read_text(path: str | os.PathLike[str], *, limit: int) -> str:

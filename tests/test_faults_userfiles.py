@@ -245,6 +245,11 @@ READERS = {
         "inputs.json",
         "from monitor.files import polygraphy\npolygraphy.read_polygraphy_json(Path(sys.argv[1]) / 'inputs.json')",
     ),
+    "onnx test data": (
+        "t/test_data_set_0/input_0.pb",
+        "from monitor.files import benchset_sources as b\n"
+        "b.read_onnx_test_inputs(Path(sys.argv[1]) / 't', input_names=['x'])",
+    ),
     "manifest.yaml": (
         "s/v1/manifest.yaml",
         "from monitor.files import benchset_manifest as m\nm.read_manifest(Path(sys.argv[1]) / 's' / 'v1', 's', 1)",
@@ -260,8 +265,10 @@ def test_a_baseline_or_manifest_file_that_is_a_fifo_device_or_huge_is_one_error(
     where, call = READERS[reader]
     path = tmp_path / where
     path.parent.mkdir(parents=True, exist_ok=True)
-    if reader not in ("manifest.yaml", "polygraphy") and kind != "huge":
+    if reader not in ("manifest.yaml", "polygraphy", "onnx test data") and kind != "huge":
         pytest.skip("stat-checked as a regular file first: a FIFO or a device there is not a baseline file")
+    if reader == "onnx test data" and kind == "huge":
+        pytest.skip("a 1 GiB tensor is within the 4 GiB one input may hold")
     SPECIALS[kind](path)
     code = f"""
         import sys
@@ -275,3 +282,15 @@ def test_a_baseline_or_manifest_file_that_is_a_fifo_device_or_huge_is_one_error(
     done = run_capped(code, str(tmp_path))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("refused:") and str(path) in done.stdout, done.stdout + done.stderr[-1000:]
+
+
+def test_a_small_file_under_a_large_limit_is_read_without_reserving_the_limit(tmp_path: Path) -> None:
+    # read(n) allocates n bytes up front: asking for limit + 1 would fail under the cap for any file
+    (tmp_path / "small").write_bytes(b"x" * 100)
+    code = """
+        import sys
+        from monitor import bounded
+        print(len(bounded.read_bytes(sys.argv[1], limit=8 << 30)))
+    """
+    done = run_capped(code, str(tmp_path / "small"))
+    assert done.stdout.strip() == "100", done.stderr[-1000:]
