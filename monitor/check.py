@@ -241,6 +241,7 @@ def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCaptur
         "model": identity.to_dict(),
         "benchset_version": bench.version,
         "env_diff": env_changes,
+        "baseline_source": baseline.meta.source,  # a reference is the framework's numbers, not ORT's
     }
     details.update({"input_casts": dict(session.input_casts)} if session.input_casts else {})
     details.update({"warm": kept} if (kept := models.note()) is not None else {})
@@ -301,10 +302,9 @@ def attribute(verdict: Verdict, reasons: list[Reason], env_changes: list[dict[st
     if verdict is not Verdict.FAIL:
         return None
     codes = {r.code for r in reasons}
-    if "model_changed" in codes:
-        return "model_changed"
-    if "benchset_changed" in codes:
-        return "benchset_changed"
+    for code in ("model_changed", "benchset_changed", "input_mismatch"):  # input_mismatch: fed differently
+        if code in codes:
+            return code
     if "provider_fallback" in codes or any(c.get("stable") for c in env_changes):
         return "env_changed"
     return "numeric"

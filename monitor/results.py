@@ -86,7 +86,7 @@ CAUSE_CODES: frozenset[str] = frozenset(
         "model_quantized",  # QDQ / integer operators where the baseline's model had floats
         "model_structure_changed",  # nodes, ops or wiring differ
         "benchset_changed",  # the inputs are not the baseline's
-        "input_mismatch",  # inputs cast or reshaped to fit the model
+        "input_mismatch",  # the model was fed other inputs than the baseline's (channel order, scale, cast)
         "session_settings_changed",  # a session or provider option differs from the baseline's
         "graph_optimization",  # the graph optimization level (fusions, layout passes) moves the numbers
         "thread_count",  # reduction order depends on the number of threads
@@ -99,6 +99,10 @@ CAUSE_CODES: frozenset[str] = frozenset(
         "nondeterminism",  # repeats of the same run disagree
         "cpu_isa",  # MLAS kernels dispatched by another CPU instruction set
         "gpu_throttling",  # clocks held down by temperature or power
+        # the export computes something else than the framework's model (lint errors, against a reference)
+        "export_training_mode",  # BatchNormalization / Dropout left in training mode
+        "export_resize_mode",  # a Resize coordinate / interpolation mode unlike the framework's
+        "export_baked_shape",  # a batch or other dim baked into a Reshape / Expand constant
         "unknown",
     }
 )

@@ -1,8 +1,9 @@
 """Rendering the Helm chart in tests: the helm binary, ``helm template`` with values, and the
 Prometheus Operator CRD schemas the chart's custom resources are validated against.
 
-Shared by tests/test_helm.py (the objects) and tests/test_alert_rules.py (the rendered rules under
-promtool), so both render the chart the same way.
+Shared by tests/test_helm.py (the objects), tests/test_helm_platform.py and tests/test_helm_exposure.py
+(issue 25's values) and tests/test_alert_rules.py (the rendered rules under promtool), so all render
+the chart the same way.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import kubernetes_validate  # type: ignore[import-untyped]
 import yaml
 
 from tests.conftest import unavailable
@@ -22,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "onnxmon"
 CRDS = Path(__file__).resolve().parent / "fixtures" / "crds"
 MONITORING_API = "monitoring.coreos.com/v1"
+KUBERNETES_VERSION = "1.34"
 
 
 def helm_binary() -> str:
@@ -88,3 +91,13 @@ def validate_custom_resource(obj: dict[str, Any]) -> None:
     """Raise ``jsonschema.ValidationError`` unless ``obj`` fits its Prometheus Operator CRD."""
     assert obj["apiVersion"] == MONITORING_API, obj["apiVersion"]
     jsonschema.Draft7Validator(crd_schema(obj["kind"])).validate(obj)
+
+
+def validate_objects(objects: list[dict[str, Any]]) -> None:
+    """Every rendered object: core kinds by kubernetes-validate (strict: unknown fields refused),
+    the Prometheus Operator's by their CRD schemas."""
+    for obj in objects:
+        if obj["apiVersion"] == MONITORING_API:
+            validate_custom_resource(obj)
+        else:
+            kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)

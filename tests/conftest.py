@@ -41,6 +41,22 @@ def unavailable(suite: str, why: str) -> None:
     pytest.skip(f"{suite} unavailable: {why}")
 
 
+# How a clone gets the `torch` extra (onnxmon is not on PyPI); docs/pytorch.md says the same.
+TORCH_INSTALL = ".venv/bin/pip install -e '.[torch]'"
+
+
+def need_torch(*, onnxscript: bool = True) -> None:
+    """Skip (or fail, under ``ONNXMON_REQUIRE=torch``) unless torch, and onnxscript when asked, import.
+
+    torch is tried first, so a machine without it is told it lacks torch, not onnxscript.
+    """
+    for name in ("torch", "onnxscript") if onnxscript else ("torch",):
+        try:
+            __import__(name)
+        except ImportError as exc:
+            unavailable("torch", f"{name} is not installed ({exc}): {TORCH_INSTALL}")
+
+
 def need_binary(suite: str, name: str) -> str:
     """Path of binary ``name`` or skip/fail the test."""
     path = shutil.which(name)

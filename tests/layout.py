@@ -8,6 +8,7 @@ bites). Every ``import`` counts, wherever it sits: a lazy import inside a functi
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -119,3 +120,90 @@ def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
         if node not in index:
             visit(node)
     return components
+
+
+# --- the map (docs/architecture.md) as data ----------------------------------------------------------
+
+VOCABULARY_ROOMS = ("results", "errors", "jsonsafe", "bounded")
+
+
+@dataclass(frozen=True)
+class MapRow:
+    """One row of the map's folder table: the top-level rooms it describes and what it may import."""
+
+    rooms: tuple[str, ...]  # "cli", "check", "results": the first component under monitor/
+    subfolder: str | None  # "api/web" for a row of a folder inside a room, else None
+    may_import: str  # the third column, as written
+
+
+def map_rows(text: str) -> list[MapRow]:
+    """The rows of the table whose header is ``| folder | what lives there | may import |``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| folder |") and "may import" in line)
+    rows: list[MapRow] = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
+        paths = re.findall(r"`([^`]+)`", cells[0])
+        rooms, subfolder = [], None
+        for path in paths:
+            parts = path.removeprefix("monitor/").strip("/").removesuffix(".py").split("/")
+            rooms.append(parts[0])
+            if len(parts) > 1:
+                subfolder = "/".join(parts)
+        rows.append(MapRow(rooms=tuple(rooms), subfolder=subfolder, may_import=cells[-1]))
+    return rows
+
+
+def allowed_rooms(row: MapRow, rows: list[MapRow], layers: list[set[str]]) -> set[str] | None:
+    """The rooms ``row`` may import besides its own and the vocabulary; ``None`` for ``everything``.
+
+    Raises ``ValueError`` for a name in the column that is no room of the package.
+    """
+    head = row.may_import.split(";")[0].strip()
+    if head == "everything":
+        return None
+    if head == "nothing of onnxmon":
+        return set()
+    parent = re.fullmatch(r"as `([^`]+)/`", head)
+    if parent:
+        (target,) = [r for r in rows if r.subfolder is None and r.rooms == (parent.group(1),)]
+        return allowed_rooms(target, rows, layers)
+    known = set().union(*layers)
+    allowed: set[str] = set()
+    for word in (w.strip() for w in head.split(",")):
+        if word == "below":
+            level = next(i for i, layer in enumerate(layers) if set(row.rooms) <= layer)
+            allowed |= set().union(*layers[level + 1 :])
+        elif word == "vocabulary":
+            allowed |= set(VOCABULARY_ROOMS)
+        elif word in known:
+            allowed.add(word)
+        else:
+            raise ValueError(f"{row.rooms}: {word!r} in 'may import' is no folder of monitor/")
+    return allowed
+
+
+def layer_rooms(layers: list[str]) -> list[set[str]]:
+    """The layers contract's ``"monitor.localize | monitor.modeldiff"`` entries as sets of room names."""
+    return [{part.strip().removeprefix("monitor.") for part in layer.split("|")} for layer in layers]
+
+
+def room_of(module: str) -> str:
+    """``monitor.store.events`` -> ``store``; the package root itself is ``""``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def third_party_boundaries(text: str) -> dict[str, set[str]]:
+    """The map's "Third-party boundaries by folder" rule: package -> the folders it may be imported in."""
+    start = text.index("**Third-party boundaries by folder**:")
+    rule = text[start : text.index("Ruff's", start)]
+    boundaries: dict[str, set[str]] = {}
+    for clause in rule.split(":", 1)[1].split(";"):
+        names = re.findall(r"`([^`]+)`", clause)
+        folders = {name.strip("/") for name in names if "/" in name}
+        for package in (name for name in names if "/" not in name):
+            boundaries[package] = folders
+    return boundaries

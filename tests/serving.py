@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,15 +41,28 @@ def two_models(ws: Workspace, *, timeout: str = "3s", interval: str = "1h") -> N
 
 
 class Served:
-    def __init__(self, ws: Workspace, port: int, *extra: str) -> None:
+    """A real ``onnxmon serve`` on ``port``: this environment's, or another one's ``onnxmon`` script."""
+
+    def __init__(
+        self,
+        ws: Workspace,
+        port: int,
+        *extra: str,
+        onnxmon: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        base_env: Mapping[str, str] | None = None,
+        log_name: str = "serve.log",
+    ) -> None:
+        """``onnxmon serve`` on ``port`` with ``extra`` arguments; ``env`` adds to ``base_env`` (this process's)."""
         self.port = port
-        self.log_path = ws.root / "serve.log"
+        self.log_path = ws.root / log_name
         self.log = self.log_path.open("w")
         self.process = subprocess.Popen(
-            [str(BIN / "onnxmon"), "serve", "-c", str(ws.config_file), "--port", str(port), *extra],
+            [str(onnxmon or BIN / "onnxmon"), "serve", "-c", str(ws.config_file), "--port", str(port), *extra],
             cwd=ws.root,
             stdout=self.log,
             stderr=subprocess.STDOUT,
+            env={**(os.environ if base_env is None else base_env), **(env or {})},
         )
         self.wait_until(lambda: self.get("/healthz")[0] == 200, "the daemon to answer /healthz")
 

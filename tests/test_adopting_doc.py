@@ -23,7 +23,8 @@ def test_the_adoption_page_shows_the_kube_prometheus_stack_values_file_verbatim(
 def test_the_adoption_page_names_only_values_the_chart_has() -> None:
     page = (ROOT / "docs" / "adopting.md").read_text(encoding="utf-8")
     values = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
-    for dotted in sorted(set(re.findall(r"`((?:serviceMonitor|prometheusRule|grafanaDashboard)\.[A-Za-z.]+)`", page))):
+    named = r"`((?:serviceMonitor|podMonitor|prometheusRule|grafanaDashboard)\.[A-Za-z.]+)`"
+    for dotted in sorted(set(re.findall(named, page))):
         node: Any = values["monitoring"]
         for part in dotted.split("."):
             assert isinstance(node, dict) and part in node, f"docs/adopting.md names `{dotted}`, not in values.yaml"

@@ -330,3 +330,24 @@ def test_a_since_before_utc_can_hold_means_from_the_beginning(client: TestClient
     answer = client.get("/api/v1/events", params={"since": "0001-01-01T00:00:01+01:00"})
     assert answer.status_code == 200
     assert answer.json() == everything
+
+
+# --- the index ---------------------------------------------------------------------------------------
+
+
+def test_the_api_root_is_an_index_of_its_routes_and_the_openapi_document(client: TestClient) -> None:
+    answer = client.get("/api/v1/")
+    assert answer.status_code == 200
+    index = answer.json()
+    assert index["openapi"] == "/openapi.json" and client.get(index["openapi"]).status_code == 200
+    listed = {route["path"]: route for route in index["routes"]}
+    documented = {
+        p for p in client.get("/openapi.json").json()["paths"] if p.startswith("/api/v1/") and p != "/api/v1/"
+    }
+    assert set(listed) == documented, "every route of the API under /api/v1, no more"
+    assert listed["/api/v1/models"]["methods"] == ["GET"] and listed["/api/v1/models"]["summary"]
+    assert "POST" in listed["/api/v1/models/{name}/check"]["methods"]
+    for bare in ("/api", "/api/v1"):
+        moved = client.get(bare, follow_redirects=False)
+        assert (moved.status_code, moved.headers["location"]) == (308, "/api/v1/")
+        assert client.get(bare).json() == index

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,8 @@ ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("incident", "note"): ("{run}", "--cause", "unknown", "--text", "noted by the scripting test", "-c", "{config}"),
     ("incident", "show"): ("{incident}", "-c", "{config}"),
     ("localize",): ("clf", "-c", "{config}"),
+    # this interpreter as its own candidate: the same stack, so every model is go
+    ("rehearse",): ("clf", "--python", "{python}", "--no-store", "-c", "{config}"),
     ("lint",): ("{model_file}",),
     ("sqnr",): ("clf", "--float", "{model_file}", "-c", "{config}"),
 }
@@ -131,6 +134,7 @@ def fill(setup: Setup, args: tuple[str, ...], tmp: Path) -> list[str]:
         "baseline": setup.baseline_id,
         "model_file": str(setup.ws.root / "models" / "clf.onnx"),
         "npz_input": str(tmp / "input.npz"),
+        "python": sys.executable,
     }
     if "{run}" in args or "{incident}" in args:
         values["run"] = str(_a_run(setup))
@@ -215,7 +219,7 @@ def test_dash_c_works_before_and_after_the_subcommand_and_after_wins(setup: Setu
     ids = [b["id"] for b in strict(before.stdout)]
     assert setup.baseline_id in ids and strict(after.stdout) == strict(before.stdout) == strict(both.stdout)
     wrong = invoke("-c", str(tmp_path / "missing.yaml"), "config", "validate")
-    assert wrong.exit_code == 2 and "missing.yaml" in str(wrong.exception)
+    assert wrong.exit_code == 2 and "missing.yaml" in wrong.output + str(wrong.exception)
 
 
 def test_an_unknown_output_format_is_a_usage_error(setup: Setup) -> None:

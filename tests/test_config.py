@@ -157,3 +157,66 @@ def test_config_validate_accepts_the_bundled_example(capsys: pytest.CaptureFixtu
     root = Path(__file__).resolve().parents[1]
     assert main(["config", "validate", "-c", str(root / "onnxmon.yaml")]) == 0
     assert "ok (1 model(s), 1 benchset(s))" in capsys.readouterr().out
+
+
+def _workspace_with_typo(tmp_path: Path) -> Path:
+    """Two models: one with a tolerance for an output it lacks (``logitz``), one whose file is gone."""
+    from tests import modelzoo
+    from tests.workspace import Workspace
+
+    ws = Workspace(tmp_path)
+    ws.add_model("clf", modelzoo.classifier(), tolerance={"outputs": {"logitz": {"atol": 1e-3}, "prob": {}}})
+    ws.add_model("gone", modelzoo.classifier())
+    (tmp_path / "models" / "gone.onnx").unlink()
+    return ws.write()
+
+
+def test_config_validate_reports_unknown_outputs_and_missing_model_files_in_one_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _workspace_with_typo(tmp_path)
+    assert main(["config", "validate", "-c", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "2 problem(s)" in err, err
+    assert "models[0].tolerance.outputs.logitz: 'logitz' is not an output of clf.onnx;" in err
+    assert "outputs are ['logits', 'prob']" in err and "outputs.prob" not in err
+    assert f"models[1].path: model file {tmp_path / 'models' / 'gone.onnx'} does not exist" in err
+    assert main(["config", "validate", "-c", str(path), "-o", "json"]) == 2
+    document = yaml.safe_load(capsys.readouterr().out)
+    assert document["ok"] is False and len(document["problems"]) == 2
+
+
+def test_schema_errors_keep_their_paths_beside_the_missing_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = yaml.safe_load(_workspace_with_typo(tmp_path).read_text(encoding="utf-8"))
+    data["models"][0]["repeats"] = 0
+    data["models"].append(dict(data["models"][1]))
+    data["defaults"] = {"schedule": {"interval": "1s"}, "timeout": "5s"}
+    path = write(tmp_path, data)
+    assert main(["config", "validate", "-c", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "models[0].repeats: must be >= 1" in err
+    assert "models: name 'gone' is used twice" in err
+    assert "models[1].path: model file" in err and "models[2].path: model file" in err
+
+
+def test_every_cross_reference_problem_is_reported_at_once(tmp_path: Path) -> None:
+    data = {
+        "benchsets": [MINIMAL["benchsets"][0], MINIMAL["benchsets"][0]],
+        "models": [MINIMAL["models"][0], MINIMAL["models"][0] | {"timeout": "2h"}],
+    }
+    found = problems(tmp_path, data)
+    assert "model name 'm' is used twice" in found and "benchset name 'b' is used twice" in found
+    assert "must be shorter than its schedule interval" in found
+
+
+@pytest.mark.parametrize("command", [["check", "clf", "--no-store"], ["baseline", "capture", "clf"]])
+def test_check_and_capture_refuse_a_tolerance_for_an_output_the_model_lacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    path = _workspace_with_typo(tmp_path)
+    assert main([*command, "-c", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "models[0].tolerance.outputs.logitz: 'logitz' is not an output of clf.onnx" in err, err
+    assert "Traceback" not in err and not (tmp_path / "baselines" / "clf").exists()

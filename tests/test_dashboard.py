@@ -96,6 +96,11 @@ REQUIRED_METRICS = [
     ("onnxmon_diagnosis_info", "gauge", {"model", "cause"}),
     ("onnxmon_environment_matches_baseline", "gauge", {"model"}),
     ("onnxmon_environment_changes_total", "counter", {"model"}),
+    ("onnxmon_environment_changed_timestamp_seconds", "gauge", {"model"}),
+    ("onnxmon_baseline_promoted_timestamp_seconds", "gauge", {"model"}),
+    ("onnxmon_recent_runs", "gauge", {"model"}),
+    ("onnxmon_recent_error_runs", "gauge", {"model"}),
+    ("onnxmon_output_recent_failing_runs", "gauge", {"model", "output"}),
     ("onnxmon_baseline_promotions_total", "counter", {"model"}),
     ("onnxmon_config_last_reload_successful", "gauge", set()),
     ("onnxmon_config_last_reload_success_timestamp_seconds", "gauge", set()),
@@ -378,10 +383,18 @@ def test_max_abs_error_panel_is_on_a_log_scale(dashboard: dict[str, Any]) -> Non
     assert panel["fieldConfig"]["defaults"]["custom"]["scaleDistribution"] == {"type": "log", "log": 10}
 
 
-def test_annotations_mark_environment_changes_and_baseline_promotions(dashboard: dict[str, Any]) -> None:
-    exprs = [a["expr"] for a in dashboard["annotations"]["list"] if "expr" in a]
-    assert any(e.startswith("changes(onnxmon_environment_changes_total") for e in exprs)
-    assert any(e.startswith("changes(onnxmon_baseline_promotions_total") for e in exprs)
+def test_annotations_mark_environment_changes_and_baseline_promotions_at_the_time_they_carry(
+    dashboard: dict[str, Any],
+) -> None:
+    # The change time is a value read from the store, so a restart onto a new stack (a new target
+    # whose first sample already says "changed") is marked too; changes() of a counter would miss it.
+    # Grafana's "series value as timestamp" takes milliseconds.
+    annotations = {a["expr"].split("{")[0]: a for a in dashboard["annotations"]["list"] if "expr" in a}
+    for metric in ("onnxmon_environment_changed_timestamp_seconds", "onnxmon_baseline_promoted_timestamp_seconds"):
+        annotation = annotations[metric]
+        assert annotation["useValueForTime"] is True
+        assert annotation["expr"].endswith(" * 1000 > 0")
+        assert "changes(" not in annotation["expr"]
 
 
 def test_metrics_doc_defines_every_metric_of_the_issue_with_its_type_and_labels() -> None:

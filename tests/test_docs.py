@@ -132,13 +132,9 @@ def test_the_pytorch_walkthrough_runs_command_by_command(tmp_path: Path) -> None
 
     Each step's exit code is the one its comment says; ``exit code 1: WORD`` also means WORD is printed.
     """
-    from tests.conftest import unavailable
+    from tests.conftest import need_torch
 
-    try:
-        import onnxscript  # noqa: F401
-        import torch  # noqa: F401
-    except ImportError as exc:
-        unavailable("torch", f"{exc}: pip install 'onnxmon[torch]'")
+    need_torch()
     page = (ROOT / "docs" / "pytorch.md").read_text(encoding="utf-8")
     code = re.search(r"```sh\n(.*?)```", page[page.index("## Walkthrough") :], re.S)
     assert code is not None

@@ -377,6 +377,38 @@ def test_an_onnxruntime_upgrade_changes_the_fingerprint_and_is_summarized() -> N
     assert envsnap.summary(changes) == f"onnxruntime {onnxruntime.__version__} → 9.9.9"
 
 
+def test_a_release_change_lists_the_version_before_the_build_string() -> None:
+    # issue 23: onnxruntime.build_info (a ~300-character cmake string) sorted before onnxruntime.version,
+    # and a line cut at its width lost the version
+    before = snap()
+    after = EnvSnapshot(
+        {
+            **before.fields,
+            "onnxruntime.build_info": Field("ORT Build Info: git-branch=rel-1.20.1, " + "x" * 300, True),
+            "onnxruntime.version": Field("1.20.1", True),
+            "cpu.load1": Field(9.5, False),
+        }
+    )
+    fields = [c.field for c in envsnap.diff(before, after)]
+    assert fields.index("onnxruntime.version") < fields.index("onnxruntime.build_info") < fields.index("cpu.load1")
+    stored = [{"field": "onnxruntime.build_info", "old": "a", "new": "b"}, {"field": "onnxruntime.version"}]
+    assert [d["field"] for d in envsnap.ordered(stored)] == ["onnxruntime.version", "onnxruntime.build_info"]
+
+
+def test_env_diff_leaves_volatile_fields_out_unless_asked(cli: typer.Typer, tmp_path: Path) -> None:
+    before = snap(FakeNvml([FakeGpu(temperature_c=35)], driver="570.86.15"))
+    after = snap(FakeNvml([FakeGpu(temperature_c=70)], driver="575.51.03"))
+    (tmp_path / "a.json").write_text(json.dumps(before.to_dict()))
+    (tmp_path / "b.json").write_text(json.dumps(after.to_dict()))
+    args = ["env", "diff", str(tmp_path / "a.json"), str(tmp_path / "b.json")]
+    shown = CliRunner().invoke(cli, args)
+    assert "temperature" not in shown.output and "volatile field(s) changed too" in shown.output
+    data = json.loads(CliRunner().invoke(cli, [*args, "--json"]).output)
+    assert all(c["stable"] for c in data["changes"]) and data["volatile_hidden"] >= 1
+    every = CliRunner().invoke(cli, [*args, "--volatile"])
+    assert "gpu.0.temperature_c" in every.output
+
+
 @pytest.mark.parametrize(
     ("changes", "text"),
     [

@@ -19,7 +19,7 @@ import pytest
 
 from monitor import cli
 from monitor.lint import lint_model
-from tests.conftest import unavailable
+from tests.conftest import need_torch
 from tests.workspace import Workspace
 
 try:
@@ -32,8 +32,7 @@ except ImportError:  # pragma: no cover - depends on the machine
 
 @pytest.fixture(autouse=True)
 def _torch() -> None:
-    if torch is None:
-        unavailable("torch", "torch is not installed (pip install torch==2.13.0)")
+    need_torch()  # both exporters: the dynamo one needs onnxscript
 
 
 def make_net(baked: bool) -> Any:

@@ -57,9 +57,11 @@ def test_history_shows_the_environment_change_right_before_the_first_failure(
     assert code == 0
     lines = out.splitlines()
     change = next(i for i, line in enumerate(lines) if "environment_changed" in line)
-    # piped: tab-separated, the verdict is the third column
-    passes = [i for i, line in enumerate(lines) if line.split("\t")[2:3] == ["pass"]]
-    fails = [i for i, line in enumerate(lines) if line.split("\t")[2:3] == ["fail"]]
+    # piped: tab-separated; the run id is the second column, the verdict the fourth
+    passes = [i for i, line in enumerate(lines) if line.split("\t")[3:4] == ["pass"]]
+    fails = [i for i, line in enumerate(lines) if line.split("\t")[3:4] == ["fail"]]
+    run_ids = [line.split("\t")[1] for i, line in enumerate(lines) if i in passes + fails]
+    assert all(run_id.isdigit() for run_id in run_ids) and len(set(run_ids)) == 5
     assert (len(passes), len(fails)) == (3, 2)
     assert max(passes) < change < min(fails)
     assert "onnxruntime.version 1.17.0" in out and "1.18.0" in out
@@ -81,7 +83,7 @@ def test_history_shows_the_runs_error_ratio_the_largest_of_its_outputs(
         store.record_run(result(T0, Verdict.FAIL, outputs=outputs), node="gpu-1")
     code, out, _ = run_cli(capsys, "history", "resnet", "-c", str(config_file))
     assert code == 0 and re.search(r"\tlogits\t3e-05\t2.5\t", out), out
-    assert out.splitlines()[0].split("\t")[5] == "error ÷ tolerance"
+    assert out.splitlines()[0].split("\t")[6] == "error ÷ tolerance"
     code, out, _ = run_cli(capsys, "history", "resnet", "-o", "json", "-c", str(config_file))
     (run,) = [i for i in json.loads(out) if i["kind"] == "run"]
     assert run["error_ratio"] == 2.5
@@ -155,3 +157,50 @@ def test_a_postgres_database_behind_head_is_reported_and_never_migrated_implicit
         assert code == 2 and f"is at schema revision 0001, this onnxmon needs {HEAD}" in err
         code, out, _ = run_cli(capsys, "db", "upgrade", "--url", url)
         assert code == 0 and f"0001 -> {HEAD}" in out and "postgres" in out
+
+
+def test_an_80_column_terminal_keeps_times_run_ids_and_verdicts_on_one_line(story: Store) -> None:
+    from rich.console import Console
+
+    from monitor.cli.history_cmd import _table
+
+    items = list(reversed(story.history("resnet", node="gpu-1")))
+    console = Console(width=80, record=True, color_system=None)
+    console.print(_table("resnet", items, width=80))
+    screen = console.export_text()
+    assert "when (UTC)" in screen, "the header is not folded in two"
+    for run in (i.run for i in items if i.run is not None):
+        stamp = run.started_at.astimezone(UTC).strftime("%m-%d %H:%M")
+        row = rf"^ {re.escape(stamp)}\s+{run.id}\s+{run.verdict.value}\s"
+        assert any(re.search(row, line) for line in screen.splitlines()), screen
+
+
+def test_a_promotion_is_dated_when_it_happened_with_who_and_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # issue 23: history dated a promotion at its baseline's capture time ("by baselines directory"),
+    # so a run that still used the old baseline was listed after it; promote could not say why
+    from tests import modelzoo
+    from tests.workspace import Workspace
+
+    ws = Workspace(tmp_path)
+    ws.add_model("clf", modelzoo.classifier(), count=2)
+    config = str(ws.write())
+    assert main(["baseline", "capture", "clf", "-q", "-c", config]) == 0  # the first one is active by itself
+    assert main(["baseline", "capture", "clf", "-q", "-c", config]) == 0
+    code, out, _ = run_cli(capsys, "baseline", "list", "clf", "-o", "json", "-c", config)
+    candidate = next(b["id"] for b in json.loads(out) if not b["active"])
+    assert main(["check", "clf", "-c", config]) == 0  # a run on the old baseline, after the capture
+    capsys.readouterr()
+    note = "ORT 1.20 GELU kernel; accuracy re-measured by the owner"
+    code, _, _ = run_cli(capsys, "baseline", "promote", candidate, "--note", note, "--by", "alice", "-c", config)
+    assert code == 0
+    code, out, _ = run_cli(capsys, "history", "clf", "-o", "json", "-c", config)
+    items = json.loads(out)  # newest first
+    promoted = next(i for i in items if i["kind"] == "baseline_promoted" and i["new"] == candidate)
+    run = next(i for i in items if i["kind"] == "run")
+    assert items.index(promoted) < items.index(run), "the promotion comes after the run that used the old baseline"
+    assert promoted["at"] > run["at"]
+    assert (promoted["detail"]["by"], promoted["detail"]["note"]) == ("alice", note)
+    code, out, _ = run_cli(capsys, "history", "clf", "-c", config)
+    assert f"by alice: {note}" in out

@@ -103,6 +103,20 @@ def test_an_incident_noted_through_the_cli_is_offered_on_the_next_failure(
     assert code == 0 and "fix: intra_op_num_threads=1" in out
 
 
+def test_incident_list_shows_the_whole_text_when_piped_and_with_wide(
+    drift: Drift, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cli(capsys, "check", "forest", "-c", drift.config)
+    text = "the pod moved to a 2-core node, so the per-thread partial sums reduce in another order; " * 3
+    code, out = cli(capsys, "incident", "note", str(latest_run(drift.url)), "--cause", "thread_count", "--text", text)
+    assert code == 0, out
+    for extra in ((), ("-o", "wide")):  # captured stdout is a pipe: tab-separated, nothing cut
+        code, out = cli(capsys, "incident", "list", "-c", drift.config, *extra)
+        assert code == 0
+        (row,) = out.splitlines()[1:]
+        assert row.split("\t")[-1] == text, "the whole text, not its first 80 characters"
+
+
 def test_diagnose_run_stores_the_diagnosis_with_the_run(drift: Drift, capsys: pytest.CaptureFixture[str]) -> None:
     cli(capsys, "check", "forest", "-c", drift.config)
     run_id = latest_run(drift.url)
@@ -148,7 +162,8 @@ def test_an_incident_noted_through_the_api_is_offered_on_the_next_failure(
         assert noted.status_code == 201, noted.text
         assert noted.json()["id"] == 1 and noted.json()["created_by"] == "oncall"
 
-    cli(capsys, "check", "forest", "-c", drift.config)  # the next failure, same signature
+    # the next failure, same signature; not diagnosed (check diagnoses each fail unless told not to)
+    cli(capsys, "check", "forest", "--no-diagnose", "-c", drift.config)
     second = latest_run(drift.url)
     assert second != first
     with Store(drift.url) as store:

@@ -1,6 +1,8 @@
 """The daemon's logs as a log pipeline reads them: a real ``onnxmon serve``, its stderr parsed.
 
-``--log-format json`` is one strict JSON object per line with a check's fields at the top level;
+``--log-format json`` is one strict JSON object per line with a check's fields at the top level
+(and so is ``logging.format: json`` in the config, or ``ONNXMON_LOGGING__FORMAT=json``: a pod whose
+arguments are fixed; a flag given wins);
 the access log is off unless asked for; Alembic's INFO lines do not appear at start; an unknown
 level or format is a usage error (exit 2) before anything starts.
 """
@@ -34,8 +36,8 @@ def ws(tmp_path: Any) -> Workspace:
     return ws
 
 
-def serve(ws: Workspace, *extra: str) -> tuple[Served, list[str]]:
-    served = Served(ws, free_port(), *extra)
+def serve(ws: Workspace, *extra: str, env: dict[str, str] | None = None) -> tuple[Served, list[str]]:
+    served = Served(ws, free_port(), *extra, env=env)
     try:
         served.get("/healthz")
         served.wait_until(lambda: '"clf"' in served.log_path.read_text(), "the first check's log line")
@@ -70,3 +72,59 @@ def test_an_unknown_log_level_or_format_is_a_usage_error(ws: Workspace, argv: tu
         [str(BIN / "onnxmon"), "serve", "-c", str(ws.config_file), *argv], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2 and argv[1] in done.stderr and "expected one of" in done.stderr
+
+
+def json_records(lines: list[str]) -> list[dict[str, Any]]:
+    records = [json.loads(line, parse_constant=reject) for line in lines]
+    assert any(r.get("event") == "check" and r["model"] == "clf" for r in records)
+    return records
+
+
+def test_the_config_file_can_ask_for_json_logs_and_a_level(ws: Workspace) -> None:
+    ws.extra["logging"] = {"format": "json", "level": "WARNING"}
+    ws.write()
+    _, lines = serve(ws, "--log-level", "info")  # the flag wins over logging.level
+    assert all(r["level"] in ("info", "warning", "error", "critical") for r in json_records(lines))
+
+
+def test_the_environment_can_ask_for_json_logs_without_touching_the_arguments(ws: Workspace) -> None:
+    _, lines = serve(ws, env={"ONNXMON_LOGGING__FORMAT": "json"})
+    json_records(lines)
+
+
+def test_a_log_format_flag_wins_over_the_config(ws: Workspace) -> None:
+    ws.extra["logging"] = {"format": "json"}
+    ws.write()
+    _, lines = serve(ws, "--log-format", "text")
+    assert any('"event": "check"' in line and " INFO onnxmon." in line for line in lines)
+    assert not any(line.startswith("{") for line in lines)
+
+
+def test_an_unknown_logging_format_in_the_config_names_its_key(ws: Workspace) -> None:
+    ws.extra["logging"] = {"format": "xml"}
+    ws.write()
+    done = subprocess.run(
+        [str(BIN / "onnxmon"), "serve", "-c", str(ws.config_file)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2 and "logging.format" in done.stderr, done.stderr
+
+
+def test_the_config_level_and_format_apply_where_no_flag_is_given() -> None:
+    import logging
+
+    from monitor.cli import logs
+    from monitor.config.schema import LoggingConfig
+
+    root = logging.getLogger()
+    kept, level = list(root.handlers), root.level
+    try:
+        handler = logs.configure_from(LoggingConfig(format="json", level="warning"), None, None)
+        assert isinstance(handler.formatter, logs.JsonFormatter) and root.level == logging.WARNING
+        handler = logs.configure_from(LoggingConfig(format="json", level="warning"), "debug", "text")
+        assert not isinstance(handler.formatter, logs.JsonFormatter) and root.level == logging.DEBUG
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in kept:
+            root.addHandler(handler)
+        root.setLevel(level)

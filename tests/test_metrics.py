@@ -317,6 +317,11 @@ def test_a_scrape_passes_promtool_check_metrics(daemon: RealDaemon, scenario: Sc
     assert done.returncode == 0 and done.stdout + done.stderr == b"", (done.stdout + done.stderr).decode()
 
 
+# Registered by the daemon's warm pool (daemon/root.py), which this module's RealDaemon has not:
+# tests/test_worker_gpu_memory.py scrapes it from a real pool.
+WARM_POOL_ONLY = {"onnxmon_worker_gpu_memory_bytes"}
+
+
 def test_every_metric_in_the_contract_is_exported(daemon: RealDaemon, scenario: Scenario) -> None:
     daemon.dispatch(scenario.passing)
     daemon.dispatch(scenario.failing)
@@ -327,8 +332,8 @@ def test_every_metric_in_the_contract_is_exported(daemon: RealDaemon, scenario: 
             name = sample.name.removesuffix("_bucket") if family.type == "histogram" else sample.name
             exported.setdefault(name, (family.type, set()))[1].update(set(sample.labels) - {"le"})
     for name, (kind, labels) in documented_metrics().items():
-        if not name.startswith("onnxmon_") or ":" in name:
-            continue  # series made by Prometheus and recording rules
+        if not name.startswith("onnxmon_") or ":" in name or name in WARM_POOL_ONLY:
+            continue  # series made by Prometheus and recording rules; the warm pool's own
         assert name in exported, f"{name} is in docs/metrics.md but not exported"
         assert exported[name] == (kind, set(labels)), name
 
@@ -359,6 +364,47 @@ def test_last_run_gauges_and_the_previous_environment_survive_a_restart(
     moved = dict(scenario.passing.environment) | {"fingerprint": "f" * 64}
     restarted.metrics.observe(CheckResult("clf", Verdict.PASS, 1.0, 2.0, environment=moved))
     assert value(scrape(restarted.registry), "onnxmon_environment_changes_total", model="clf") == 1
+
+
+def test_a_restarted_target_exports_the_recent_failures_and_the_environment_change_from_its_first_scrape(
+    daemon: RealDaemon, scenario: Scenario, store: Store
+) -> None:
+    # In Kubernetes an upgrade is a restart; the new pod's first checks finish before its first
+    # scrape. What the alerts need must be true at that first sample, so it is read from the store.
+    moved = dict(scenario.passing.environment) | {"fingerprint": "e" * 64}
+    later = scenario.failing.finished_at + 5
+
+    def at(result: CheckResult, offset: float) -> CheckResult:
+        return dataclasses.replace(result, environment=moved, started_at=later + offset, finished_at=later + offset + 1)
+
+    upgraded = at(scenario.failing, 0)
+    daemon.dispatch(scenario.passing)
+    daemon.dispatch(scenario.failing)  # before the restart: 1 failing run
+    restarted = RealDaemon(scenario.settings, store)
+    restarted.dispatch(upgraded)  # after it, on another stack: the 2nd, before any scrape
+    s = scrape(restarted.registry)
+    assert value(s, "onnxmon_recent_runs", model="clf") == 3
+    assert value(s, "onnxmon_output_recent_failing_runs", model="clf", output="logits") == 2
+    assert value(s, "onnxmon_recent_error_runs", model="clf") == 0
+    (change,) = store.events(model="clf", kind="environment_changed")
+    assert value(s, "onnxmon_environment_changed_timestamp_seconds", model="clf") == change.at.timestamp()
+    assert change.at.timestamp() == pytest.approx(upgraded.started_at, abs=1e-3)
+    assert value(s, "onnxmon_environment_changes_total", model="clf") == 1
+    assert value(s, "onnxmon_environment_changed_timestamp_seconds", model="fresh") == 0
+    assert value(s, "onnxmon_recent_runs", model="fresh") == 0
+    for n in range(1, 5):  # four passing runs push the failures out of the window
+        restarted.dispatch(at(scenario.passing, 10.0 * n))
+    s = scrape(restarted.registry)
+    assert value(s, "onnxmon_recent_runs", model="clf") == 4
+    assert value(s, "onnxmon_output_recent_failing_runs", model="clf", output="logits") == 0
+
+
+def test_recent_error_runs_count_error_verdicts_only(daemon: RealDaemon, scenario: Scenario) -> None:
+    daemon.dispatch(scenario.no_baseline)
+    daemon.dispatch(scenario.no_baseline)
+    s = scrape(daemon.registry)
+    assert value(s, "onnxmon_recent_error_runs", model="fresh") == 2
+    assert value(s, "onnxmon_recent_runs", model="fresh") == 2
 
 
 def test_a_reload_adds_new_models_and_removes_those_that_left(daemon: RealDaemon, scenario: Scenario) -> None:

@@ -33,10 +33,10 @@ def tables(store: Store) -> set[str]:
 def test_an_empty_database_upgrades_to_head(empty: Store) -> None:
     assert empty.current_revision() is None
     empty.upgrade()
-    assert empty.current_revision() == empty.head_revision() == "0006"
+    assert empty.current_revision() == empty.head_revision() == "0007"
     assert tables(empty) == ALL_TABLES
     empty.upgrade()  # a second upgrade is a no-op
-    assert empty.current_revision() == "0006"
+    assert empty.current_revision() == "0007"
 
 
 def test_a_database_at_the_previous_revision_upgrades_and_keeps_its_runs(empty: Store) -> None:
@@ -65,3 +65,16 @@ def test_every_migration_downgrades_to_an_empty_database(empty: Store) -> None:
     assert tables(empty) == set()
     empty.upgrade()
     assert tables(empty) == ALL_TABLES
+
+
+def test_runs_recorded_before_candidate_runs_existed_are_production_runs(empty: Store) -> None:
+    empty.upgrade("0005")
+    with empty.engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO models (name, first_seen, last_seen) VALUES ('resnet', :t, :t)"), {"t": T0})
+    empty.upgrade()
+    first = empty.record_run(result(T0, Verdict.PASS))
+    rehearsed = empty.record_run(result(T0, Verdict.FAIL), candidate=True)
+    assert [r.id for r in empty.runs("resnet")] == [first]
+    assert [r.id for r in empty.runs("resnet", candidates=True)] == [rehearsed]
+    assert {r.id for r in empty.latest_per_model()} == {first}
+    assert [e.kind for e in empty.events()] == [], "a candidate's fail is no verdict_changed"

@@ -60,7 +60,9 @@ def older_stack(snapshot: dict[str, Any]) -> dict[str, Any]:
 def history(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     ws = Workspace(tmp_path_factory.mktemp("oncall"))
     ws.add_model("clf", modelzoo.classifier())
+    ws.add_model("other", modelzoo.classifier(seed=1))  # the runbook's commands must work with several models
     config = str(ws.write())
+    assert invoke("baseline", "capture", "other", "--promote", "-c", config).exit_code == 0
     captured = invoke("baseline", "capture", "clf", "--promote", "-o", "json", "-c", config)
     assert captured.exit_code == 0, captured.output
     baseline_dir = Path(json.loads(captured.stdout)["directory"])
@@ -92,8 +94,12 @@ def test_every_runbook_command_runs_against_a_history_with_a_stack_change(histor
     assert "environment_changed" in shown and f"onnxruntime.version {OLD_ORT}" in shown
     printed = re.search(rf"\b({history['old'][:16]})\b", shown)
     assert printed, "history prints the old fingerprint"
+    # the run id as on-call reads it: the `run` column of the history table (tab-separated when piped)
+    rows = [line.split("\t") for line in shown.splitlines()]
+    column = rows[0].index("run")
+    run_id = next(row[column] for row in rows[1:] if row[column])
     runs = json.loads(invoke("history", "clf", "-o", "json", "-c", history["config"]).stdout)
-    run_id = str(next(item["id"] for item in runs if item["kind"] == "run"))
+    assert int(run_id) in {item["id"] for item in runs if item["kind"] == "run"}
     noted = invoke(
         "incident", "note", run_id, "--cause", "runtime_version", "--text", "t", "-o", "json", "-c", history["config"]
     )

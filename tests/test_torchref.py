@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from monitor.cli import main
-from tests.conftest import unavailable
+from tests.conftest import need_torch
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS_PY = ROOT / "examples" / "torch" / "models.py"
@@ -41,11 +41,7 @@ Export = Callable[..., Path]
 @pytest.fixture(scope="session")
 def models() -> ModuleType:
     """``examples/torch/models.py`` with a real torch (and onnxscript for the dynamo exporter), or skip/fail."""
-    try:
-        import onnxscript  # noqa: F401
-        import torch  # noqa: F401
-    except ImportError as exc:
-        unavailable("torch", f"{exc}: pip install 'onnxmon[torch]'")
+    need_torch()
     spec = importlib.util.spec_from_file_location("onnxmon_test_torch_models", MODELS_PY)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -22,9 +22,7 @@ is cached in ``.cache/ort-<version>/``). Without a network it skips, unless CI l
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,28 +33,13 @@ import pytest
 from monitor.cli.history_cmd import describe
 from monitor.store import EventRecord, Store
 from tests import modelzoo
-from tests.conftest import unavailable
+from tests.stacks import OLDER_ORT, REPO, Stack, child_env, current_stack, older_stack
 from tests.workspace import Workspace
 
 pytestmark = pytest.mark.slow
 
-SUITE = "upgrade"
-REPO = Path(__file__).resolve().parent.parent
-OLDER_ORT = "1.20.1"
 MODEL = "ln"
 BITWISE = {"atol": 0.0, "rtol": 0.0}
-
-
-@dataclass(frozen=True)
-class Stack:
-    """One virtual environment: its ONNX Runtime release and its ``onnxmon`` console script."""
-
-    ort_version: str
-    python: Path
-
-    @property
-    def onnxmon(self) -> Path:
-        return self.python.parent / "onnxmon"
 
 
 @dataclass(frozen=True)
@@ -72,15 +55,10 @@ class Scenario:
     events: list[EventRecord]
 
 
-def _child_env() -> dict[str, str]:
-    # ONNXMON_* (CI's ONNXMON_REQUIRE included) would be read as config overrides by the children.
-    return {k: v for k, v in os.environ.items() if not k.startswith("ONNXMON_")}
-
-
 def _onnxmon(stack: Stack, workspace: Path, *args: str, expect: Sequence[int] = (0,)) -> tuple[str, int]:
     """Run ``stack``'s ``onnxmon ARGS -c onnxmon.yaml`` in ``workspace``: its stdout and exit code."""
     command = [str(stack.onnxmon), *args, "-c", str(workspace / "onnxmon.yaml")]
-    done = subprocess.run(command, cwd=workspace, env=_child_env(), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(command, cwd=workspace, env=child_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode in expect, (
         f"{' '.join(command)} (onnxruntime {stack.ort_version}) exited {done.returncode}:\n{done.stdout}{done.stderr}"
     )
@@ -96,28 +74,12 @@ def _check(stack: Stack, workspace: Path, expect: Sequence[int]) -> tuple[dict[s
 
 @pytest.fixture(scope="module")
 def current() -> Stack:
-    import onnxruntime
-
-    python = Path(sys.executable)
-    if not (python.parent / "onnxmon").is_file():
-        pytest.fail(f"no onnxmon console script next to {python}: install onnxmon into this environment")
-    return Stack(str(onnxruntime.__version__), python)
+    return current_stack()
 
 
 @pytest.fixture(scope="module")
 def older() -> Stack:
-    """The older release's environment, built once by ``scripts/ort-venv`` (network) and then reused."""
-    command = [sys.executable, str(REPO / "scripts" / "ort-venv"), OLDER_ORT]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
-    except subprocess.TimeoutExpired:
-        unavailable(SUITE, f"scripts/ort-venv {OLDER_ORT} took over 10 minutes")
-        raise AssertionError("unreachable") from None
-    if done.returncode == 3:
-        unavailable(SUITE, f"cannot download onnxruntime=={OLDER_ORT}: {done.stderr.strip()[-500:]}")
-    if done.returncode != 0:
-        pytest.fail(f"scripts/ort-venv {OLDER_ORT} failed ({done.returncode}):\n{done.stderr}")
-    return Stack(OLDER_ORT, Path(done.stdout.strip()))
+    return older_stack(OLDER_ORT)
 
 
 def _play(root: Path, before: Stack, after: Stack, reader: Stack) -> Scenario:
@@ -164,7 +126,7 @@ def _ort_change(diff: Sequence[Mapping[str, Any]]) -> tuple[Any, Any] | None:
 def test_the_second_environment_really_runs_the_older_release(current: Stack, older: Stack) -> None:
     probe = "import onnxruntime, monitor; print(onnxruntime.__version__, monitor.__file__)"
     version, module = subprocess.run(
-        [str(older.python), "-c", probe], capture_output=True, text=True, check=True, env=_child_env()
+        [str(older.python), "-c", probe], capture_output=True, text=True, check=True, env=child_env()
     ).stdout.split()
     assert version == OLDER_ORT != current.ort_version
     assert Path(module).is_relative_to(REPO)

@@ -33,7 +33,7 @@ from pydantic import AfterValidator, BeforeValidator
 
 from monitor import __version__, bounded, jsonsafe
 from monitor.api import environments as envs
-from monitor.api import incidents, params, web
+from monitor.api import incidents, index, params, web
 from monitor.api import schemas as out
 from monitor.api.environments import HEX_PREFIX, NAME
 from monitor.api.guard import ErrorGuard, internal_error, invalid_request
@@ -100,6 +100,7 @@ def create_app(handle: DaemonHandle) -> FastAPI:
     _health_routes(app, handle)
     _read_routes(app, handle)
     _write_routes(app, handle)
+    index.mount(app)  # lists the routes at each request, whatever is mounted after it
     web.mount(app, handle)  # the status page (HTML) at / and beside the API
     return app
 
@@ -182,10 +183,13 @@ def _read_routes(app: FastAPI, handle: DaemonHandle) -> None:
         limit: Limit = 50,
         since: Since = None,
         node: Annotated[str | None, Query(max_length=253)] = None,
+        candidates: Annotated[
+            bool, Query(description="the rehearsals' candidate runs (onnxmon rehearse) instead of production's")
+        ] = False,
     ) -> list[out.RunSummary]:
         """Runs of a model, newest first (without outputs; ``/api/v1/runs/{id}`` has them)."""
         _known_model(handle, name)
-        found = handle.store.runs(name, since=_utc(since), node=node, limit=limit)
+        found = handle.store.runs(name, since=_utc(since), node=node, limit=limit, candidates=candidates)
         return [out.RunSummary.of(r) for r in found]
 
     @app.get("/api/v1/runs/{run_id}", responses=_NOT_FOUND, tags=["history"])

@@ -56,6 +56,19 @@ class Health(_Out):
     status: Literal["ok"] = "ok"
 
 
+class ApiRoute(_Out):
+    path: str
+    methods: list[str]
+    summary: str
+
+
+class ApiIndex(_Out):
+    name: Literal["onnxmon"] = "onnxmon"
+    version: str
+    openapi: str
+    routes: list[ApiRoute]
+
+
 class Readiness(_Out):
     ready: bool
     checks: dict[str, bool]
@@ -123,6 +136,9 @@ class RunSummary(_Out):
     error_ratio: JsonNumber | None = Field(
         default=None, description="error ÷ tolerance: the largest error_ratio of the run's outputs; 1 is the line"
     )
+    candidate: bool = Field(
+        default=False, description="a rehearsal's run on a candidate stack (onnxmon rehearse), not production's"
+    )
 
     @classmethod
     def of(cls, run: RunRecord) -> RunSummary:
@@ -152,6 +168,7 @@ def _run_fields(run: RunRecord) -> dict[str, Any]:
         "worst_max_abs_error": num(run.worst_max_abs_error),
         "worst_atol_ratio": num(run.worst_atol_ratio),
         "error_ratio": num(run.error_ratio),
+        "candidate": run.candidate,
     }
 
 

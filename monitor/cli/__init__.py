@@ -76,6 +76,7 @@ def _register() -> None:
         lint_cmd,
         localize_cmd,
         reference_cmd,
+        rehearse_cmd,
         serve_cmd,
     )
 
@@ -92,6 +93,7 @@ def _register() -> None:
     incident_cmd.register(app)
     localize_cmd.register(app)
     reference_cmd.register(app)
+    rehearse_cmd.register(app)
     serve_cmd.register(app)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -10,11 +11,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from monitor import capture, jsonsafe
 from monitor.cli import common, output
+from monitor.config import crosscheck
 from monitor.config.plan import plan_for
 from monitor.config.settings import Settings, parse_duration
 from monitor.daemon import child
 from monitor.errors import MonitorError
-from monitor.files import baselines
+from monitor.files import baselines, signature
 
 if TYPE_CHECKING:
     from monitor.store import Store
@@ -47,6 +49,8 @@ def register(app: typer.Typer) -> None:
         chosen = output.chosen(fmt, as_json)
         settings = common.settings(config_file)
         plan = plan_for(settings, model)  # an unknown name fails before the progress bar shows
+        crosscheck.refuse_unknown_outputs(settings, [model], signature.output_names)  # a typo'd tolerance
+        store = common.open_store(settings)  # an un-migrated store stops here, before a baseline is written
         limit = _duration("--timeout", timeout) if timeout else 3 * plan.timeout_s
         options = {
             "reference": reference,
@@ -60,7 +64,8 @@ def register(app: typer.Typer) -> None:
             baseline = child.capture_isolated(
                 plan, options, timeout_s=limit, memory_limit_mb=settings.daemon.memory_limit_mb
             )
-        _record(settings, baseline)
+        with store:
+            _record(settings, baseline, store=store)
         if not quiet:
             _print_baseline(chosen, settings, baseline, "captured")
 
@@ -88,6 +93,7 @@ def register(app: typer.Typer) -> None:
         if kind not in ("npz", "onnx-test-data", "polygraphy-json"):
             raise typer.BadParameter(f"--kind must be npz, onnx-test-data or polygraphy-json, got {kind!r}")
         settings = common.settings(config_file)
+        common.refuse_unready_store(settings)  # before anything is written to the baselines directory
         baseline = capture.import_baseline(
             plan_for(settings, model),
             files,
@@ -148,14 +154,17 @@ def register(app: typer.Typer) -> None:
         config_file: str | None = common.ConfigOption,
         fmt: str | None = common.OutputOption,
         as_json: bool = common.JsonOption,
+        note: str = typer.Option("", "--note", help="Why: kept with the promotion, shown by history and the pages."),
+        by: str | None = typer.Option(None, "--by", help="Who promotes (default: your login name)."),
     ) -> None:
-        """Make BASELINE_ID the active baseline of its model."""
+        """Make BASELINE_ID the active baseline of its model, recording when, by whom and why."""
         chosen = output.chosen(fmt, as_json)
         settings = common.settings(config_file)
-        baseline = baselines.promote(settings.store.baselines_dir, baseline_id, by="cli")
-        store = common.open_store(settings)
-        _record(settings, baseline, store=store)
-        store.record_promotion(baseline.meta.model, baseline.id, by="cli")
+        who = by or promoter()
+        with common.open_store(settings) as store:  # an un-migrated store stops here, before ACTIVE changes
+            baseline = baselines.promote(settings.store.baselines_dir, baseline_id, by=who, note=note)
+            _record(settings, baseline, store=store)
+            store.record_promotion(baseline.meta.model, baseline.id, by=who, note=note)
         output.emit(
             chosen,
             lambda: {"model": baseline.meta.model, "active": baseline.id, "directory": str(baseline.directory)},
@@ -204,11 +213,32 @@ def _print_baseline(fmt: str, settings: Settings, baseline: baselines.Baseline, 
 
 
 def _record(settings: Settings, baseline: baselines.Baseline, store: Store | None = None) -> None:
-    """Mirror the baseline into the store so history and the API can see it."""
+    """Mirror the baseline into the store so history and the API can see it.
+
+    An active one carries its promotion as the log on disk has it (when, by whom, why), so history
+    dates the promotion when it happened rather than when the baseline was captured.
+    """
     db = store or common.open_store(settings)
     meta = baseline.meta
-    active = baselines.active_id(settings.store.baselines_dir, meta.model) == meta.id
-    db.record_baseline(meta.store_record(path=baseline.directory, active=active))
+    root = settings.store.baselines_dir
+    active = baselines.active_id(root, meta.model) == meta.id
+    record = meta.store_record(path=baseline.directory, active=active)
+    promotion = baselines.last_promotion(root, meta.model, meta.id) if active else None
+    if promotion is not None:
+        record |= {
+            "promoted_at": promotion.get("at"),
+            "promoted_by": promotion.get("by"),
+            "promotion_note": promotion.get("note", ""),
+        }
+    db.record_baseline(record)
+
+
+def promoter() -> str:
+    """Who promotes from this shell: the login name (``$USER``), as the store and history show it."""
+    try:
+        return f"{getpass.getuser()} (cli)"
+    except (KeyError, OSError):  # no passwd entry for this uid (a container) and no $USER
+        return "cli"
 
 
 class _Quiet:

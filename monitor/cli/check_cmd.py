@@ -14,10 +14,12 @@ from rich.text import Text
 
 from monitor import jsonsafe
 from monitor.cli import common, output, recording
+from monitor.config import crosscheck
 from monitor.config.plan import CheckPlan, plan_for
 from monitor.config.settings import Settings
 from monitor.daemon import child, diagnosis
 from monitor.errors import MonitorError
+from monitor.files import signature
 from monitor.results import CheckResult, Verdict
 
 ERROR_RATIO_HEADER = common.ERROR_RATIO_HEADER
@@ -42,6 +44,12 @@ def register(app: typer.Typer) -> None:
         fmt: str | None = common.OutputOption,
         quiet: bool = common.QuietOption,
         store: bool = typer.Option(True, "--store/--no-store", help="Record the results in the store."),
+        diagnose: bool = typer.Option(
+            True,
+            "--diagnose/--no-diagnose",
+            help="On a fail, diagnose it as onnxmon diagnose does (replays within daemon.diagnose_budget) for the"
+            " likely cause; --no-diagnose: no replays, the cause ranked from the evidence alone, unweighed.",
+        ),
     ) -> None:
         """Replay each model's benchmark set and compare with its active baseline."""
         chosen = output.chosen(fmt, as_json)
@@ -50,19 +58,28 @@ def register(app: typer.Typer) -> None:
         if not names:
             raise MonitorError(f"{settings.source}: no models configured")
         plans = [plan_for(settings, name) for name in names]  # an unknown name fails before anything runs
+        # a field naming an output the model lacks would never apply: refused as the config error it is
+        crosscheck.refuse_unknown_outputs(settings, names, signature.output_names)
+        if store:
+            common.refuse_unready_store(settings)  # an un-migrated store or a missing driver: before measuring
         memory = settings.daemon.memory_limit_mb
         # Each check in its own child with the model's hard timeout, exactly as the daemon runs it.
         results = [child.run_isolated(plan, job=child.measure_only, memory_limit_mb=memory)[0] for plan in plans]
-        if settings.daemon.diagnose_on_fail:  # the full diagnosis, recorded with the run
+        if diagnose:  # the full diagnosis of each fail, recorded with the run: the line agrees with `diagnose`
             results = [_diagnosed(settings, plan, result, store) for plan, result in zip(plans, results, strict=True)]
         causes = likely_causes(settings, plans, results, store=store)
         recorded = recording.record(settings, results) if store else None
+        run_ids = list(recorded.run_ids) if recorded is not None else []
+        run_ids += [None] * (len(results) - len(run_ids))
         if output.structured(chosen):
-            common.print_json([as_json_record(r) for r in results], chosen)
+            common.print_json([as_json_record(r, i) for r, i in zip(results, run_ids, strict=True)], chosen)
         elif not quiet:
             output.print_table(render(results, wide=chosen == "wide"))
             for model, line in causes.items():
                 typer.echo(f"{model}: {line}")
+            recorded_as = [f"{r.model} run {i}" for r, i in zip(results, run_ids, strict=True) if i is not None]
+            if recorded_as:  # the ids `incident note`, `diagnose --run` and the run page take
+                typer.echo(f"recorded: {', '.join(recorded_as)}")
         code = exit_code(results)
         if recorded is not None and not recorded.complete:
             typer.echo(f"onnxmon: warning: {recorded.message()}", err=True)
@@ -70,9 +87,10 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(code)
 
 
-def as_json_record(result: CheckResult) -> dict[str, object]:
-    """``CheckResult.to_dict`` with RFC 3339 UTC timestamps (the dict itself keeps epoch seconds for the spool)."""
-    return jsonsafe.with_timestamps(result.to_dict())
+def as_json_record(result: CheckResult, run_id: int | None = None) -> dict[str, object]:
+    """``CheckResult.to_dict`` with RFC 3339 UTC timestamps (the dict itself keeps epoch seconds for the spool),
+    and ``run_id``: the run's id in the store (null when not recorded, or spooled for later)."""
+    return jsonsafe.with_timestamps(result.to_dict()) | {"run_id": run_id}
 
 
 def likely_causes(
@@ -92,7 +110,7 @@ def likely_causes(
 
 
 def _diagnosed(settings: Settings, plan: CheckPlan, result: CheckResult, store: bool) -> CheckResult:
-    """``daemon.diagnose_on_fail`` in the CLI: the full diagnosis, recorded with the run."""
+    """A fail with the full diagnosis ``onnxmon diagnose`` makes, recorded with the run."""
     incidents = _incidents(settings) if store else []
     return diagnosis.with_diagnosis(plan, result, budget_s=settings.daemon.diagnose_budget, incidents=incidents)
 

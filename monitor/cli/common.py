@@ -12,6 +12,7 @@ from rich.text import Text
 
 from monitor.cli import output, terminal
 from monitor.config import settings as config
+from monitor.errors import MonitorError
 
 if TYPE_CHECKING:
     from monitor.store import Store
@@ -43,18 +44,55 @@ def settings(path: str | None) -> config.Settings:
     return scope.apply(load(path), gpu_name=envsnap.first_gpu_name)
 
 
-def open_store(settings: config.Settings) -> Store:
-    """The configured store; a SQLite file is created and migrated on first use.
+def open_store(settings: config.Settings, url: str | None = None) -> Store:
+    """The configured store (or the one at ``url``), its schema checked before anything reads or writes it.
 
-    PostgreSQL is never migrated implicitly: run ``onnxmon db upgrade`` (the Helm chart does
-    it in an initContainer) so that replicas do not race on migrations.
+    A SQLite file is created and migrated on first use. A server database (PostgreSQL) is migrated
+    only by ``onnxmon db upgrade`` (the Helm chart runs it in an initContainer, so replicas never
+    race on a migration) or with ``store.migrate: auto``; one that is behind is refused in one line
+    (``ensure_schema``). A database that cannot be reached is handed back as it is: the callers'
+    outage path (the spool, ``/readyz``) deals with it.
     """
     from monitor.store import Store
 
-    store = Store.configured(settings.store)
-    if settings.store.url.startswith("sqlite"):
-        store.upgrade()
+    store = Store(url, read_timeout_s=settings.store.read_timeout) if url else Store.configured(settings.store)
+    try:
+        ensure_schema(store, settings.store.migrate)
+    except BaseException:
+        store.close()
+        raise
     return store
+
+
+def ensure_schema(store: Store, migrate: str = "off") -> None:
+    """Migrate a SQLite file (or any store with ``migrate == "auto"``); refuse a server database that is behind."""
+    if store.url.startswith("sqlite") or migrate == "auto":
+        store.upgrade()
+        return
+    try:
+        revision = store.current_revision()
+    except Exception:  # unreachable: not this check's business (the outage path spools, /readyz says so)
+        return
+    head = store.head_revision()
+    if revision != head:
+        raise MonitorError(
+            f"{store.display_url} is at schema revision {revision or 'none (an empty database)'}, this onnxmon"
+            f" needs {head}: run `onnxmon db upgrade` first (or set store.migrate: auto); nothing was written"
+        )
+
+
+def refuse_unready_store(settings: config.Settings) -> None:
+    """Before a command writes anything: an un-migrated store or a missing driver ends it in one line.
+
+    A store that cannot be reached passes: a check still measures and spools its result.
+    """
+    try:
+        store = open_store(settings)
+    except MonitorError:
+        raise
+    except Exception:  # an outage: the recording path spools
+        return
+    store.close()
 
 
 def node_identity() -> tuple[str | None, str | None]:

@@ -17,9 +17,30 @@ def register(app: typer.Typer) -> None:
         config_file: str | None = ConfigOption,
         fmt: str | None = common.OutputOption,
         as_json: bool = common.JsonOption,
+        files: bool = typer.Option(
+            True,
+            "--files/--no-files",
+            help="Also check the files it names (model files, output names); --no-files: a config rendered"
+            " away from its models (a chart in CI), schema and cross-references only.",
+        ),
     ) -> None:
-        """Validate the config; print every problem with its path and exit 2 if any."""
+        """Validate the config and the files it names; print every problem with its path and exit 2 if any.
+
+        The schema, the cross-references between sections, missing model files, and fields naming
+        outputs a model does not have (``tolerance.outputs.<name>``), all in one report.
+        """
+        from monitor.config import crosscheck
+        from monitor.files import signature
+
         chosen = output.chosen(fmt, as_json)
+        file, problems = crosscheck.file_problems(output.config_file(config_file), signature.output_names, files=files)
+        if problems:
+            if output.structured(chosen):
+                common.print_json({"config": str(file), "ok": False, "problems": problems}, chosen)
+            else:
+                listed = "\n".join(f"  {p}" for p in problems)
+                typer.echo(f"onnxmon: error: {file}: {len(problems)} problem(s) in config:\n{listed}", err=True)
+            raise typer.Exit(2)
         settings = common.load(config_file)
         data = {
             "config": str(settings.source),

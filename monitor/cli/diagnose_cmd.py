@@ -3,8 +3,9 @@
 Without ``--run`` the model is checked now (isolated, as ``onnxmon check`` does) and that result is
 diagnosed and recorded with its diagnosis; with ``--run ID`` the stored run is diagnosed and the
 diagnosis is stored with it. Each experiment runs in its own child with its timeout; the whole
-diagnosis stays within ``--budget`` (default ``daemon.diagnose_budget``). Exit codes: 0 a diagnosis
-was made (whatever it found), 2 usage (unknown model or run), 3 could not diagnose (no store for
+diagnosis stays within ``--budget`` (default ``daemon.diagnose_budget``). A run that passed has
+nothing to diagnose: no hypotheses, no replays, exit 0. Exit codes: 0 a diagnosis was made (whatever
+it found) or there was nothing to diagnose, 2 usage (unknown model or run), 3 could not diagnose (no store for
 ``--run``; the run could not measure, verdict ``error``: the diagnosis printed is its evidence alone).
 """
 
@@ -52,7 +53,7 @@ def register(app: typer.Typer) -> None:
             document = _stored_run(settings, run_id, model)
             verdict = str(document.get("verdict"))
             diagnosis = diagnose_run(plan, document, budget_s=seconds, incidents=incidents, run_id=run_id)
-            if store and "error" not in diagnosis:
+            if store and "error" not in diagnosis and verdict != "pass":
                 from monitor.store import knowledge
 
                 with common.open_store(settings) as opened:
@@ -64,7 +65,7 @@ def register(app: typer.Typer) -> None:
             verdict = result.verdict.value
             diagnosis = diagnose_run(plan, result.to_dict(), budget_s=seconds, incidents=incidents)
             if store:
-                _record(settings, result, diagnosis)
+                _record(settings, result, diagnosis if verdict != "pass" else None)
         if "error" in diagnosis:
             raise _could_not(f"diagnosing {model!r} failed: {diagnosis['error']}")
         if output.structured(chosen):
@@ -103,13 +104,15 @@ def _stored_run(settings: Settings, run_id: int, model: str) -> dict[str, Any]:
     return document
 
 
-def _record(settings: Settings, result: CheckResult, diagnosis: dict[str, Any]) -> None:
+def _record(settings: Settings, result: CheckResult, diagnosis: dict[str, Any] | None) -> None:
+    """The fresh check's run, with its diagnosis when it failed (a pass is recorded as the check it was)."""
     import dataclasses
 
-    if "error" in diagnosis:
+    if diagnosis is not None and "error" in diagnosis:
         return
-    with_diagnosis = dataclasses.replace(result, details={**result.details, "diagnosis": diagnosis})
-    recorded = recording.record(settings, [with_diagnosis])
+    if diagnosis is not None:
+        result = dataclasses.replace(result, details={**result.details, "diagnosis": diagnosis})
+    recorded = recording.record(settings, [result])
     if not recorded.complete:
         typer.echo(f"onnxmon: warning: {recorded.message()}", err=True)
 
@@ -122,6 +125,9 @@ def _could_not(message: str) -> MonitorError:
 
 def render(diagnosis: dict[str, Any]) -> str:
     """Hypotheses (most likely first), then the experiments as knob → error ratio, then notes."""
+    if not diagnosis["hypotheses"] and not diagnosis["experiments"]:  # a passing run
+        which = f"run {diagnosis['run_id']}" if diagnosis.get("run_id") is not None else "the check"
+        return f"{diagnosis['model']}: {which} passed: nothing to diagnose"
     lines = [f"diagnosis of {diagnosis['model']} ({diagnosis['seconds']:.1f} s)", "", "likely causes:"]
     for rank, hypothesis in enumerate(diagnosis["hypotheses"], 1):
         lines.append(f"  {rank}. {hypothesis['cause']}  {hypothesis['confidence']:.0%}  fix: {hypothesis['fix']}")

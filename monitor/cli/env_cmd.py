@@ -5,7 +5,8 @@ check result with an ``environment`` key), the word ``current`` (capture now), a
 (its recorded environment), or a fingerprint or any prefix of one onnxmon prints (12, 16 or 64
 hex; 4 at least), looked up in the store and in the baselines on disk. ``env diff`` with no
 argument diffs the active baseline's environment against the current one (the on-call question
-"what changed since we validated?"); with several models, ``--model`` picks one.
+"what changed since we validated?"): every configured model's, or the one ``--model`` picks. Volatile
+fields (load, clocks) are left out unless ``--volatile``; versions come before build strings.
 """
 
 from __future__ import annotations
@@ -92,24 +93,35 @@ class StoreLookup:
         return next(iter(found.values()), None)
 
 
-def active_baseline_ref(config_file: str | None, model: str | None) -> tuple[str, Mapping[str, Any]]:
-    """The active baseline's id and recorded environment (of ``model``, or of the only model configured)."""
+def active_baseline_refs(config_file: str | None, model: str | None) -> list[tuple[str, str, Mapping[str, Any]]]:
+    """``(model, baseline id, recorded environment)`` of ``model``'s active baseline, or of every model's.
+
+    With several models and no ``--model``, every model with an active baseline that recorded its
+    environment is diffed (the runbook's bare ``onnxmon env diff``); a model without one is skipped
+    with a line on stderr. None at all is an error naming why.
+    """
     from monitor.files import baselines
 
     settings = common.settings(config_file)
-    names = [model] if model else [m.name for m in settings.models]
     if model:
         settings.model(model)  # an unknown name says which names exist
-    if len(names) != 1:
-        raise MonitorError(
-            f"{settings.source}: {len(names)} models configured; pass --model NAME (one of {names}) or two references"
-        )
-    baseline = baselines.active(settings.store.baselines_dir, names[0])
-    if baseline is None:
-        raise MonitorError(f"model {names[0]!r} has no active baseline under {settings.store.baselines_dir}")
-    if not baseline.meta.environment:
-        raise MonitorError(f"baseline {baseline.id} recorded no environment snapshot (in {baseline.directory})")
-    return baseline.id, baseline.meta.environment
+    names = [model] if model else [m.name for m in settings.models]
+    if not names:
+        raise MonitorError(f"{settings.source}: no models configured; give two references")
+    found, missing = [], []
+    for name in names:
+        baseline = baselines.active(settings.store.baselines_dir, name)
+        if baseline is None:
+            missing.append(f"model {name!r} has no active baseline under {settings.store.baselines_dir}")
+        elif not baseline.meta.environment:
+            missing.append(f"baseline {baseline.id} recorded no environment snapshot (in {baseline.directory})")
+        else:
+            found.append((name, baseline.id, baseline.meta.environment))
+    if missing and (not found or model):
+        raise MonitorError("; ".join(missing))
+    for line in missing:
+        typer.echo(f"onnxmon: note: {line}: skipped", err=True)
+    return found
 
 
 def resolve_snapshot(ref: str, lookups: Sequence[Lookup] = ()) -> envsnap.EnvSnapshot:
@@ -144,18 +156,44 @@ def _snapshot_from(data: Any, where: str) -> envsnap.EnvSnapshot:
 
 
 def format_diff(
-    a: envsnap.EnvSnapshot, b: envsnap.EnvSnapshot, changes: Sequence[envsnap.FieldChange], *, wide: bool = False
+    a: envsnap.EnvSnapshot,
+    b: envsnap.EnvSnapshot,
+    changes: Sequence[envsnap.FieldChange],
+    *,
+    wide: bool = False,
+    hidden: int = 0,
+    title: str = "",
 ) -> str:
     """Human text: both fingerprints (all 64 hex with ``wide``), one line per changed field, then the summary."""
     same = "same fingerprint" if a.fingerprint == b.fingerprint else "fingerprint differs"
     shown = (lambda f: f) if wide else envsnap.short
-    lines = [f"{shown(a.fingerprint)} → {shown(b.fingerprint)}: {same}"]
+    lines = [f"{title}{shown(a.fingerprint)} → {shown(b.fingerprint)}: {same}"]
     width = max((len(c.field) for c in changes), default=0)
     for c in changes:
         kind = "stable  " if c.stable else "volatile"
         lines.append(f"  {kind}  {c.field:<{width}}  {envsnap.render(c.old)} → {envsnap.render(c.new)}")
-    lines.append(envsnap.summary(changes))
+    if hidden:
+        lines.append(f"  ({hidden} volatile field(s) changed too, e.g. load and clocks: --volatile shows them)")
+    lines.append(envsnap.summary(changes))  # last, so a script can take the last line
     return "\n".join(lines)
+
+
+def diff_payload(
+    first: envsnap.EnvSnapshot, second: envsnap.EnvSnapshot, volatile: bool, model: str | None = None
+) -> tuple[dict[str, Any], list[envsnap.FieldChange], int]:
+    """The ``-o json`` object of one diff, the changes shown, and how many volatile ones were left out."""
+    every = envsnap.diff(first, second)
+    changes = every if volatile else [c for c in every if c.stable]
+    payload = {
+        **({"model": model} if model else {}),
+        "a": first.fingerprint,
+        "b": second.fingerprint,
+        "same_fingerprint": first.fingerprint == second.fingerprint,
+        "summary": envsnap.summary(changes),
+        "changes": [c.to_dict() for c in changes],
+        "volatile_hidden": len(every) - len(changes),
+    }
+    return payload, changes, len(every) - len(changes)
 
 
 def register(app: typer.Typer) -> None:
@@ -179,31 +217,44 @@ def register(app: typer.Typer) -> None:
         ),
         b: str = typer.Argument("current", help="Snapshot JSON file, 'current', baseline id or fingerprint."),
         model: str | None = typer.Option(
-            None, "--model", help="Without A: whose active baseline (default: the only model)."
+            None, "--model", help="Without A: whose active baseline (default: every configured model's)."
+        ),
+        volatile: bool = typer.Option(
+            False, "--volatile", help="Also list volatile fields (load, clocks, capture time): left out by default."
         ),
         config_file: str | None = common.ConfigOption,
         as_json: bool = typer.Option(False, "--json", help="Print the changes as JSON (same as -o json)."),
         fmt: str | None = common.OutputOption,
     ) -> None:
-        """List the fields that changed from A to B, stable first; exit 1 when the fingerprints differ."""
+        """List the fields that changed from A to B, versions first; exit 1 when the fingerprints differ.
+
+        Without A: each model's active baseline against B (one diff per model when several are
+        configured; -o json then prints a list of the per-model objects).
+        """
         chosen = output.chosen(fmt, as_json)
         lookups: list[Lookup] = [current_lookup, StoreLookup(config_file)]
-        if a is None:
-            baseline_id, environment = active_baseline_ref(config_file, model)
-            first = _snapshot_from(environment, f"baseline {baseline_id}")
-        else:
-            first = resolve_snapshot(a, lookups)
         second = resolve_snapshot(b, lookups)
-        changes = envsnap.diff(first, second)
-        payload = {
-            "a": first.fingerprint,
-            "b": second.fingerprint,
-            "same_fingerprint": first.fingerprint == second.fingerprint,
-            "summary": envsnap.summary(changes),
-            "changes": [c.to_dict() for c in changes],
-        }
-        output.emit(chosen, lambda: payload, lambda wide: format_diff(first, second, changes, wide=wide))
-        if first.fingerprint != second.fingerprint:
+        pairs: list[tuple[str | None, str, envsnap.EnvSnapshot]] = []
+        if a is None:
+            for name, baseline_id, environment in active_baseline_refs(config_file, model):
+                pairs.append((name, f"{name} (baseline {baseline_id}): ", _snapshot_from(environment, baseline_id)))
+        else:
+            pairs.append((None, "", resolve_snapshot(a, lookups)))
+        diffs = [(title, first, *diff_payload(first, second, volatile, name)) for name, title, first in pairs]
+        several = len(diffs) > 1
+
+        def data() -> Any:
+            payloads = [payload for _, _, payload, _, _ in diffs]
+            return payloads if several else payloads[0]
+
+        def text(wide: bool) -> str:
+            return "\n\n".join(
+                format_diff(first, second, changes, wide=wide, hidden=hidden, title=title if several else "")
+                for title, first, _, changes, hidden in diffs
+            )
+
+        output.emit(chosen, data, text)
+        if any(first.fingerprint != second.fingerprint for _, first, _, _, _ in diffs):
             raise typer.Exit(1)
 
     app.add_typer(group, name="env")

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import typer
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
@@ -20,9 +22,10 @@ from monitor import jsonsafe
 from monitor.cli import common, output
 from monitor.config import settings as config
 from monitor.errors import MonitorError
+from monitor.runtime import envsnap
 
 if TYPE_CHECKING:
-    from monitor.store import EventRecord, HistoryItem, RunRecord, Store
+    from monitor.store import EventRecord, HistoryItem, RunRecord
 
 _VERDICT_STYLE = {"pass": "green", "fail": "bold red", "error": "bold magenta"}
 
@@ -40,12 +43,9 @@ def register(app: typer.Typer) -> None:
         url: str | None = typer.Option(None, "--url", help="Database URL (default: store.url from the config)."),
     ) -> None:
         """Show a model's runs with environment changes and baseline promotions interleaved."""
-        from monitor.store import Store
-
         chosen = output.chosen(fmt, as_json)
         start = _since(since)
-        with Store(url or common.settings(config_file).store.url) as store:
-            _ready(store)
+        with common.open_store(common.settings(config_file), url) as store:
             items = store.history(model, since=start, limit=limit, node=node)
             if not items and model not in store.models():
                 known = ", ".join(store.models()) or "none yet"
@@ -53,20 +53,8 @@ def register(app: typer.Typer) -> None:
         if output.structured(chosen):
             common.print_json([_item_json(i) for i in items], chosen)
             return
-        output.print_table(_table(model, list(reversed(items)), wide=chosen == "wide"))
-
-
-def _ready(store: Store) -> None:
-    """A SQLite file migrates itself (as ``common.open_store`` does); a server database must be upgraded."""
-    if store.url.startswith("sqlite"):
-        store.upgrade()
-        return
-    revision, head = store.current_revision(), store.head_revision()
-    if revision != head:
-        raise MonitorError(
-            f"{store.display_url} is at schema revision {revision or 'none'}, this onnxmon needs {head}: "
-            "run `onnxmon db upgrade`"
-        )
+        width = output.console().width if output.is_terminal() else None
+        output.print_table(_table(model, list(reversed(items)), wide=chosen == "wide", width=width))
 
 
 def _since(value: str | None) -> datetime | None:
@@ -82,39 +70,72 @@ def _since(value: str | None) -> datetime | None:
         return datetime.min.replace(tzinfo=UTC)
 
 
-def _table(model: str, items: list[HistoryItem], *, wide: bool = False) -> Table:
-    """Oldest first; the last column is each run's environment fingerprint (16 hex, all 64 with ``wide``),
-    which ``onnxmon env diff`` takes as it is."""
-    cut = 64 if wide else 16
-    table = common.PlainTable(title=Text(f"history of {model} (oldest first)"), title_justify="left")
-    for header, justify in (
-        ("when (UTC)", "left"),
-        ("node", "left"),
-        ("verdict", "left"),
-        ("worst output", "left"),
-        ("max |err|", "right"),
-        (common.ERROR_RATIO_HEADER, "right"),
-        ("why / what changed", "left"),
-        ("environment", "left"),
-    ):
-        table.add_column(header, justify=justify, overflow="fold")  # type: ignore[arg-type]
+NARROW = 110
+"""Terminal widths below this get the compact table: minutes without the year, 12-hex fingerprints."""
+
+
+def _table(model: str, items: list[HistoryItem], *, wide: bool = False, width: int | None = None) -> Table:
+    """Oldest first; each run's id (what ``incident note``, ``diagnose --run`` and the run page take), and
+    its environment fingerprint last (16 hex, all 64 with ``wide``), which ``onnxmon env diff`` takes as it is.
+
+    ``width`` is the terminal's (None when piped: every cell whole). Below ``NARROW`` columns the times
+    lose the year and seconds and fingerprints are cut to 12 hex (``env diff`` takes 12), the node
+    column goes when no row has a node, and short cells never wrap: an 80-column terminal folded
+    "when (UTC)" and every timestamp in two.
+    """
+    narrow = width is not None and width < NARROW and not wide
+    cut = 64 if wide else 12 if narrow else 16
+    stamp = "%m-%d %H:%M" if narrow else "%Y-%m-%d %H:%M:%S"
+    nodes = {n for n in ((i.run.node if i.run else i.event.node if i.event else None) for i in items) if n}
+    with_node = not narrow or len(nodes) > 1  # compact: one node goes in the title, not in a column
+    table = common.PlainTable(
+        title=Text(f"history of {model}{f' on {next(iter(nodes))}' if not with_node and nodes else ''} (oldest first)"),
+        title_justify="left",
+        box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD,  # no vertical rules where width is short
+        pad_edge=not narrow,
+        collapse_padding=narrow,
+    )
+    # (header, compact header, justify, min width in compact mode or 0: never wraps)
+    columns: list[tuple[str, str, str, int]] = [
+        ("when (UTC)", "when (UTC)", "left", 0),
+        ("run", "run", "right", 0),
+        *([("node", "node", "left", 6)] if with_node else []),
+        ("verdict", "verdict", "left", 0),
+        ("worst output", "worst", "left", 6),
+        ("max |err|", "max err", "right", 0),
+        (common.ERROR_RATIO_HEADER, "err/tol", "right", 0),
+        ("why / what changed", "why / what changed", "left", 12),
+        ("environment", "env", "left", 12),
+    ]
+    for header, compact, justify, least in columns:
+        table.add_column(
+            compact if narrow else header,
+            justify=justify,  # type: ignore[arg-type]
+            overflow="fold",
+            no_wrap=narrow and not least,
+            min_width=least or None if narrow else None,
+        )
     for item in items:
-        when = item.at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+        when = item.at.astimezone(UTC).strftime(stamp)
         if item.run is not None:
-            fingerprint = item.run.environment_fingerprint or "-"
-            table.add_row(when, *_run_cells(item.run), fingerprint[:cut])
+            run = item.run
+            cells = _run_cells(run)
+            fingerprint = (run.environment_fingerprint or "-")[:cut]
+            table.add_row(when, str(run.id), *(cells if with_node else cells[1:]), fingerprint)
         elif item.event is not None:
             event = item.event
-            table.add_row(
-                Text(when, style="yellow"),
-                event.node or "",
-                Text(f"* {event.kind}", style="yellow"),
+            yellow = [
+                when,
+                "",
+                *([event.node or ""] if with_node else []),
+                "*",
                 "",
                 "",
                 "",
-                Text(describe(event), style="yellow"),
-                Text(_change(event, cut), style="yellow"),
-            )
+                f"{event.kind}: {describe(event)}",
+                _change(event, cut),
+            ]
+            table.add_row(*(Text(cell, style="yellow") for cell in yellow))
     return table
 
 
@@ -122,6 +143,8 @@ def _run_cells(run: RunRecord) -> tuple[Any, ...]:
     why = "; ".join(str(r) for r in run.reasons)
     if run.attribution:
         why = f"{why} -> {run.attribution}" if why else run.attribution
+    if run.candidate:  # a rehearsal's run on another stack: shown, never production's
+        why = f"candidate (rehearsal); {why}" if why else "candidate (rehearsal)"
     return (
         run.node or "",
         Text(run.verdict.value, style=_VERDICT_STYLE.get(run.verdict.value, "")),
@@ -135,12 +158,14 @@ def _run_cells(run: RunRecord) -> tuple[Any, ...]:
 def describe(event: EventRecord) -> str:
     """One line saying what an event changed (``onnxruntime.version 1.17.0 -> 1.18.0``)."""
     if event.kind == "environment_changed":
-        diff = list(event.detail.get("diff", ()))
+        diff = envsnap.ordered(d for d in event.detail.get("diff", ()) if isinstance(d, Mapping))
         parts = [f"{d.get('field')} {d.get('old')} -> {d.get('new')}" for d in diff[:4]]
         more = f" (+{len(diff) - 4} more)" if len(diff) > 4 else ""
         return ("; ".join(parts) or f"{_short(event.old)} -> {_short(event.new)}") + more
     if event.kind == "baseline_promoted":
-        return f"baseline {event.new} active (was {event.old or 'none'}) by {event.detail.get('by', '?')}"
+        note = event.detail.get("note")
+        why = f": {note}" if note else ""
+        return f"baseline {event.new} active (was {event.old or 'none'}) by {event.detail.get('by', '?')}{why}"
     if event.kind == "baseline_captured":
         return f"baseline {event.new} recorded ({event.detail.get('source', '?')})"
     if event.kind == "model_changed":

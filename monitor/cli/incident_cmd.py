@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
     @group.command("note")
     def note(
         run_id: int = typer.Argument(
-            ..., min=1, max=common.MAX_ID, help="The run the incident is about (onnxmon history shows ids)."
+            ..., min=1, max=common.MAX_ID, help="The run it is about (the run column of onnxmon history)."
         ),
         cause: str = typer.Option(..., "--cause", help=f"A cause code: {', '.join(sorted(CAUSE_CODES))}."),
         text: str = typer.Option(..., "--text", help="What was found."),
@@ -69,12 +69,16 @@ def register(app: typer.Typer) -> None:
         if output.structured(chosen):
             common.print_json([r.to_dict() for r in records], chosen)
             return
+        # Whole texts with -o wide and when piped (a script or a grep must see all of it); on a
+        # terminal's plain table, the first 80 characters with an ellipsis.
+        cut = None if chosen == "wide" or not output.is_terminal() else 80
         table = common.PlainTable(pad_edge=False)
         for column in ("id", "at", "model", "run", "cause", "fix", "text"):
-            table.add_column(column, overflow="fold")
+            table.add_column(column, overflow="fold", no_wrap=column in ("id", "at", "run"))
         for r in records:
             at = r.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")
-            table.add_row(str(r.id), at, r.model, str(r.run_id or "-"), r.cause, r.fix or "-", r.text[:80])
+            text = r.text if cut is None or len(r.text) <= cut else r.text[: cut - 1] + "…"
+            table.add_row(str(r.id), at, r.model, str(r.run_id or "-"), r.cause, r.fix or "-", text)
         output.print_table(table)
 
     @group.command("show")

@@ -1,5 +1,9 @@
 """Logging of the long-running commands: ``--log-level``, ``--log-format text|json``, quiet third parties.
 
+The format and level come from the flags when given, else from the config's ``logging`` section
+(``logging.format``, ``logging.level``; ``ONNXMON_LOGGING__FORMAT=json`` through the usual env
+override), so a pod whose arguments are fixed can switch to JSON logs from its config or env.
+
 ``json`` writes one object per line: ``time`` (RFC 3339 UTC), ``level``, ``logger``, ``message``,
 and, for a check result, the check's own fields (``event``, ``model``, ``verdict``, ...) at the
 top level instead of a JSON string inside the message, so a log pipeline indexes them as they
@@ -17,15 +21,24 @@ from typing import IO, Any
 import typer
 
 from monitor import jsonsafe
+from monitor.config.schema import LOG_FORMATS, LOG_LEVELS, LoggingConfig
 
-LEVELS = ("debug", "info", "warning", "error", "critical")
-FORMATS = ("text", "json")
+LEVELS = LOG_LEVELS
+FORMATS = LOG_FORMATS
 FIELDS = "onnxmon_fields"
 """The ``extra`` key under which a log call hands structured fields (``sinks.log.LogSink`` does)."""
 
-LevelOption = typer.Option("info", "--log-level", metavar="LEVEL", help="debug | info | warning | error | critical")
+LevelOption = typer.Option(
+    None,
+    "--log-level",
+    metavar="LEVEL",
+    help="debug | info | warning | error | critical (default: logging.level, info)",
+)
 FormatOption = typer.Option(
-    "text", "--log-format", metavar="FORMAT", help="text | json (one JSON object per line, check fields at top level)"
+    None,
+    "--log-format",
+    metavar="FORMAT",
+    help="text | json: one JSON object per line, check fields at top level (default: logging.format, text)",
 )
 
 
@@ -48,13 +61,23 @@ class JsonFormatter(logging.Formatter):
         return jsonsafe.dumps(line, default=str)
 
 
+def check_flags(level: str | None, fmt: str | None) -> None:
+    """``typer.BadParameter`` (exit 2) for an unknown ``--log-level`` or ``--log-format``, before anything starts."""
+    if level is not None and level.lower() not in LEVELS:
+        raise typer.BadParameter(f"expected one of {' | '.join(LEVELS)}, got {level!r}", param_hint="'--log-level'")
+    if fmt is not None and fmt.lower() not in FORMATS:
+        raise typer.BadParameter(f"expected one of {' | '.join(FORMATS)}, got {fmt!r}", param_hint="'--log-format'")
+
+
+def configure_from(config: LoggingConfig, level: str | None, fmt: str | None) -> logging.Handler:
+    """Install the handler: each flag given wins over the config's ``logging`` section."""
+    return configure(level or config.level, fmt or config.format)
+
+
 def configure(level: str, fmt: str, stream: IO[str] | None = None) -> logging.Handler:
     """Install one handler on the root logger; ``typer.BadParameter`` (exit 2) for an unknown level or format."""
+    check_flags(level, fmt)
     name = level.lower()
-    if name not in LEVELS:
-        raise typer.BadParameter(f"expected one of {' | '.join(LEVELS)}, got {level!r}", param_hint="'--log-level'")
-    if fmt.lower() not in FORMATS:
-        raise typer.BadParameter(f"expected one of {' | '.join(FORMATS)}, got {fmt!r}", param_hint="'--log-format'")
     handler = logging.StreamHandler(stream or sys.stderr)
     if fmt.lower() == "json":
         handler.setFormatter(JsonFormatter())

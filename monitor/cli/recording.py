@@ -33,6 +33,8 @@ class Recorded:
     lost: int
     problem: str | None = None
     spool_dir: str | None = None
+    run_ids: tuple[int | None, ...] = ()
+    """Per result, in order: the id of its run in the store (None when spooled or not recorded)."""
 
     @property
     def complete(self) -> bool:
@@ -71,17 +73,20 @@ def record(settings: Settings, results: Sequence[CheckResult]) -> Recorded:
             sink.flush()  # a backlog from earlier runs goes first, in measured order
         before = sink.spooled
         lost, failure = 0, None
+        run_ids: list[int | None] = []
         for result in results:
             try:
                 sink.write(result)
+                run_ids.append(sink.last_run_id)
             except Exception as exc:  # the spool failed too, or the store refused the row: printed, not recorded
+                run_ids.append(None)
                 lost += 1
                 failure = _why(exc, store_cfg.url)
         spooled = sink.spooled - before
         lost += sink.unspooled  # neither the store nor the spool took these: the sink logged each in full
         failure = failure or sink.spool_error
         problem = (failure or sink.last_outage or "unknown") if (spooled or lost) else None
-        return Recorded(len(results) - spooled - lost, spooled, lost, problem, str(spool.directory))
+        return Recorded(len(results) - spooled - lost, spooled, lost, problem, str(spool.directory), tuple(run_ids))
     finally:
         quiet.setLevel(level)
         sink.close()

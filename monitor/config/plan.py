@@ -85,9 +85,38 @@ def with_provider_caches(model: ModelConfig, settings: Settings) -> ModelConfig:
     return model.model_copy(update={"providers": providers})
 
 
+ARENA_SHRINKAGE = "memory.enable_memory_arena_shrinkage"
+_CUDA = "CUDAExecutionProvider"
+
+
+def with_gpu_memory(model: ModelConfig, settings: Settings) -> ModelConfig:
+    """``model`` with the daemon's GPU footprint: the CUDA provider's ``gpu_mem_limit`` and
+    ``arena_extend_strategy`` (a provider's own options win), and, with ``daemon.gpu_arena_shrinkage``,
+    the run option that gives the arena's unused memory back after each run (``gpu:<device_id>``
+    of every CUDA provider; the session drops it when CUDA fell back and has no arena to shrink)."""
+    daemon = settings.daemon
+    wanted: dict[str, str | int | float | bool] = {}
+    if daemon.gpu_memory_limit is not None:
+        wanted["gpu_mem_limit"] = daemon.gpu_memory_limit
+    if daemon.gpu_arena_extend_strategy is not None:
+        wanted["arena_extend_strategy"] = daemon.gpu_arena_extend_strategy
+    cuda = [p for p in model.providers if p.name == _CUDA]
+    if not cuda or (not wanted and not daemon.gpu_arena_shrinkage):
+        return model
+    providers = [
+        p.model_copy(update={"options": {**wanted, **p.options}}) if p.name == _CUDA else p for p in model.providers
+    ]
+    session = model.session
+    if daemon.gpu_arena_shrinkage and ARENA_SHRINKAGE not in session.run_config_entries:
+        devices = sorted({str(p.options.get("device_id", 0)) for p in cuda})
+        entries = {**session.run_config_entries, ARENA_SHRINKAGE: ";".join(f"gpu:{d}" for d in devices)}
+        session = session.model_copy(update={"run_config_entries": entries})
+    return model.model_copy(update={"providers": providers, "session": session})
+
+
 def plan_for(settings: Settings, name: str) -> CheckPlan:
     """Resolve model ``name`` against ``settings``; ``ConfigError`` naming the known models if unknown."""
-    model = with_provider_caches(settings.model(name), settings)
+    model = with_gpu_memory(with_provider_caches(settings.model(name), settings), settings)
     merged = model.tolerance.default.over(settings.defaults.tolerance)
     return CheckPlan(
         model=model,

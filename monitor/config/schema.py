@@ -130,6 +130,12 @@ class StoreConfig(StrictModel):
         description="File holding the database URL (a mounted secret, e.g. /run/secrets/onnxmon-db/url), read"
         " at start; replaces store.url, which must then be left unset. Relative to the config file.",
     )
+    migrate: Literal["off", "auto"] = Field(
+        default="off",
+        description="`auto`: bring a server database (PostgreSQL) to the newest schema when a command or the"
+        " daemon opens it. `off` (default): only `onnxmon db upgrade` migrates it, and a command against one"
+        " that is behind stops in one line, writing nothing. A SQLite file is always migrated on first use.",
+    )
     baselines_dir: Path = Field(default=Path("baselines"), description="Directory of baselines (tensors + metadata).")
     benchsets_dir: Path = Field(default=Path("benchsets"), description="Directory of materialized benchmark sets.")
     spool_dir: Path | None = Field(
@@ -202,6 +208,9 @@ class SessionConfig(StrictModel):
         default=False, description="SessionOptions.use_deterministic_compute (the attribute, not a config key)."
     )
     config_entries: dict[str, str] = Field(default={}, description="Session config entries (add_session_config_entry).")
+    run_config_entries: dict[str, str] = Field(
+        default={}, description="Run config entries (RunOptions.add_run_config_entry), set on every inference run."
+    )
 
 
 def _provider_list(value: Any) -> Any:
@@ -271,6 +280,28 @@ class ApiConfig(StrictModel):
     )
 
 
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+class LoggingConfig(StrictModel):
+    """How `onnxmon serve` logs, read at start; `--log-format` / `--log-level` given on the command line win."""
+
+    format: Literal["text", "json"] = Field(
+        default="text",
+        description="text, or json: one JSON object per line with a check's fields at the top level"
+        " (ONNXMON_LOGGING__FORMAT=json where only the environment can be set).",
+    )
+    level: Literal["debug", "info", "warning", "error", "critical"] = Field(
+        default="info", description="The lowest level logged (debug also shows Alembic's migration lines)."
+    )
+
+    @field_validator("format", "level", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+
 class DaemonConfig(StrictModel):
     """How ``onnxmon serve`` runs checks and shares work with other replicas."""
 
@@ -326,6 +357,25 @@ class DaemonConfig(StrictModel):
         description="TensorRT engine and timing caches (trt_engine_cache_path, trt_timing_cache_path) of every"
         " TensorrtExecutionProvider that sets none itself; default: provider-cache beside store.benchsets_dir"
         " (the chart's data volume). Relative to the config file.",
+    )
+    gpu_memory_limit: int | None = Field(
+        default=None,
+        ge=2**24,
+        le=2**50,
+        description="Bytes the CUDA provider's memory arena may hold, per session (one per warm worker): its"
+        " gpu_mem_limit, for every CUDAExecutionProvider that sets none itself. The CUDA context and the"
+        " cuDNN/cuBLAS workspaces come on top; a run that needs more fails with an out-of-memory error.",
+    )
+    gpu_arena_extend_strategy: Literal["kNextPowerOfTwo", "kSameAsRequested"] | None = Field(
+        default=None,
+        description="How the CUDA provider's arena grows (its arena_extend_strategy) where the provider sets none:"
+        " kSameAsRequested takes only what a run asks for, kNextPowerOfTwo (ONNX Runtime's default) doubles.",
+    )
+    gpu_arena_shrinkage: bool = Field(
+        default=False,
+        description="Give the CUDA arena's unused memory back after every inference run (run option"
+        " memory.enable_memory_arena_shrinkage for each CUDA device in use): between checks a warm worker"
+        " then keeps its session and weights but not its activations, at the cost of allocating them again.",
     )
     rehash_every: int = Field(
         default=100,

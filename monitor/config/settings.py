@@ -36,6 +36,7 @@ from monitor.config.schema import (
     Duration,
     GenerateSpec,
     GraphOptLevel,
+    LoggingConfig,
     ModelChecks,
     ModelConfig,
     ModelTolerance,
@@ -66,6 +67,7 @@ __all__ = [
     "Duration",
     "GenerateSpec",
     "GraphOptLevel",
+    "LoggingConfig",
     "ModelChecks",
     "ModelConfig",
     "ModelTolerance",
@@ -93,26 +95,30 @@ class Settings(StrictModel):
     api: ApiConfig = ApiConfig()
     daemon: DaemonConfig = DaemonConfig()
     defaults: Defaults = Defaults()
+    logging: LoggingConfig = LoggingConfig()
     benchsets: list[BenchsetConfig] = Field(default=[], description="Declared benchmark sets.")
     models: list[ModelConfig] = Field(default=[], description="Models to monitor.")
     source: Path | None = Field(default=None, exclude=True)
 
     @model_validator(mode="after")
     def _cross_references(self) -> Settings:
+        problems = []  # all of them, in one error: a config is fixed in one pass, not one problem per run
         for kind, items in (("model", self.models), ("benchset", self.benchsets)):
             seen: set[str] = set()
             for item in items:
                 if item.name in seen:
-                    raise ValueError(f"{kind} name {item.name!r} is used twice")
+                    problems.append(f"{kind} name {item.name!r} is used twice")
                 seen.add(item.name)
         for model in self.models:
             schedule = self.schedule_for(model)
             timeout = self.timeout_for(model)
             if schedule.interval is not None and timeout >= schedule.interval:
-                raise ValueError(
+                problems.append(
                     f"model {model.name!r}: timeout {timeout:g}s must be shorter than its schedule interval"
                     f" {schedule.interval:g}s, or runs would pile up"
                 )
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     def undeclared_benchsets(self) -> list[str]:

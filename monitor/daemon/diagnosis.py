@@ -76,19 +76,21 @@ def with_diagnosis(
 def headline(plan: CheckPlan, result: CheckResult, *, incidents: Iterable[Mapping[str, Any]] = ()) -> str | None:
     """The one line ``onnxmon check`` prints under a fail: the most likely cause.
 
-    From the stored diagnosis when the result carries one, else from the evidence alone (no
-    replays: a check stays as fast as it was). None for a result that is not a fail.
+    From the diagnosis the result carries (``with_diagnosis``: the same replays, ranking and weight
+    as ``onnxmon diagnose``), else from the evidence alone (``check --no-diagnose``: nothing
+    replayed, so no weight is printed, only the ranking and how to weigh it). None unless a fail.
     """
     if result.verdict is not Verdict.FAIL:
         return None
     document = result.details.get("diagnosis")
-    if not isinstance(document, Mapping) or "hypotheses" not in document:
-        try:
-            found = diagnose(plan, result.to_dict(), isolate=isolated, replay=False, incidents=incidents)
-        except Exception as exc:
-            return f"likely cause: unknown (diagnosis failed: {type(exc).__name__})"
-        return found.headline() + f" — more: onnxmon diagnose {plan.name}"
-    return Diagnosis.from_dict(document).headline()
+    if isinstance(document, Mapping) and "hypotheses" in document:
+        return Diagnosis.from_dict(document).headline()
+    failed = f" (the diagnosis failed: {str(document['error'])[:80]})" if isinstance(document, Mapping) else ""
+    try:
+        found = diagnose(plan, result.to_dict(), isolate=isolated, replay=False, incidents=incidents)
+    except Exception as exc:
+        return f"likely cause: unknown (diagnosis failed: {type(exc).__name__})"
+    return found.headline(weighed=False) + f"{failed} — weigh it: onnxmon diagnose {plan.name}"
 
 
 def stored_incidents(store: Store | None) -> list[dict[str, Any]]:

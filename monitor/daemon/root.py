@@ -325,7 +325,7 @@ class Daemon:
 
 
 def _metrics(registry: Any | None, daemon: Daemon) -> tuple[Any, Any]:
-    from monitor.sinks.prometheus import collector
+    from monitor.sinks.prometheus import collector, gpu_memory
 
     metrics = collector.install(
         registry,
@@ -335,6 +335,12 @@ def _metrics(registry: Any | None, daemon: Daemon) -> tuple[Any, Any]:
         startup_environment=envsnap.capture(load_cuda_libs=False).to_dict(),
         clock=daemon.clock,
     )
+
+    def worker_pids() -> dict[str, int]:  # the pool is made after the metrics: read it at each scrape
+        pool = getattr(daemon, "pool", None)
+        return pool.pids() if pool is not None else {}
+
+    gpu_memory.install(metrics.registry, worker_pids)
     return metrics.registry, metrics
 
 

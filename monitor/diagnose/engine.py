@@ -60,10 +60,15 @@ def diagnose(
     ``replay=False`` skips the experiments: evidence, rules and incidents only (what ``check`` prints).
     """
     began = clock()
+    if str(run.get("verdict")) == "pass":
+        return nothing_to_diagnose(plan.name, run_id=run_id)
     deadline = began + budget_s
     notes: list[str] = []
     experiments: list[Experiment] = []
     baseline = baselines.active(plan.baselines_dir, plan.name)
+    if baseline is not None and "baseline_source" not in (run.get("details") or {}):
+        # a run recorded before checks said which baseline kind they compared against
+        run = {**run, "details": {**(run.get("details") or {}), "baseline_source": baseline.meta.source}}
     before: Experiment | None = None
     samples: list[int] = []
     if baseline is None:
@@ -93,20 +98,24 @@ def diagnose(
         run = {**run, "details": {**(run.get("details") or {}), "localization": localization}}
     fixed = [e.knob for e in experiments if e.within_tolerance and e.knob not in ("current", "repeat")]
     repeat = next((e for e in experiments if e.knob == "repeat"), None)
+    repeats_differ = bool(repeat and repeat.error_ratio and repeat.error_ratio > 1)
     facts = evidence.facts(
         run,
         model_op_types=_op_types(plan),
         session=plan.model.session.model_dump(mode="json"),
         knobs_fixed=fixed,
-        nondeterministic=bool(repeat and repeat.error_ratio and repeat.error_ratio > 1),
+        nondeterministic=repeats_differ,
         worst_ratio=before.error_ratio if before is not None else None,
     )
     signature = incident_match.of_run(run)
     similar = incident_match.similar(signature, incidents)[:3]
+    outputs_failed = any(str(o.get("verdict")) == "fail" for o in run.get("outputs") or [])
+    if before is not None and before.within_tolerance:
+        notes.append(_not_reproduced(before, experiments, outputs_failed))
     hypotheses = rank.merge(
         [
-            *rank.from_experiments(experiments, before),
-            *evidence.from_run(run),
+            *rank.from_experiments(experiments, before, outputs_failed=outputs_failed),
+            *evidence.from_run(run, repeats_differ=repeats_differ),
             *rank.from_rules(knowledge.match(knowledge.load(), facts)),
             *rank.from_incidents(similar),
         ]
@@ -121,6 +130,22 @@ def diagnose(
         run_id=run_id,
         localization=_nodes(run),
     )
+
+
+def nothing_to_diagnose(model: str, *, run_id: int | None = None) -> Diagnosis:
+    """The diagnosis of a passing run: no hypotheses, no experiments, and a note that says why."""
+    return Diagnosis(model=model, hypotheses=(), notes=("the run passed: nothing to diagnose",), run_id=run_id)
+
+
+def _not_reproduced(before: Experiment, experiments: Sequence[Experiment], outputs_failed: bool) -> str:
+    samples = len(before.extra.get("samples", []))
+    line = f"the failure did not reproduce: the current setup is within tolerance on a replay of {samples} samples"
+    if not outputs_failed:
+        return line + " (the run failed by its other reasons, not its outputs' numbers)"
+    repeat = next((e for e in experiments if e.knob == "repeat"), None)
+    if repeat is not None and repeat.extra.get("bitwise") is True:
+        return line + "; two identical runs are bitwise equal, so not nondeterminism of this setup"
+    return line
 
 
 def _scan(

@@ -2,10 +2,13 @@
 
 A failing run carries its reasons, the environment diff against the baseline's snapshot, the static
 model diff (when the file is not the baseline's), the benchmark-set checksum, input casts, the
-providers really used, and perhaps a localization; the snapshot holds NVML clocks, temperature and
-clock-event (throttle) reasons. Each becomes a ``Hypothesis`` with the facts that support it.
-These *correlate* with the drift; only an experiment whose revert restores the baseline proves a
-cause, so the confidences here stay below the ones ``rank`` gives a successful revert.
+providers really used, the lint hazards of the model file (``details.lint``), and perhaps a
+localization; the snapshot holds NVML clocks, temperature and clock-event (throttle) reasons. Each
+becomes a ``Hypothesis`` with the facts that support it. These *correlate* with the drift; only an
+experiment whose revert restores the baseline proves a cause, so the confidences here stay below
+the ones ``rank`` gives a successful revert. Two are measurements of the check itself and rank
+with measured nondeterminism (0.85): the ``input_mismatch`` a reference's input check found, and
+the ``nondeterministic`` spread of the check's own repeats.
 ``facts()`` turns the same run into the ``knowledge.rules.Facts`` the rules match on.
 """
 
@@ -42,8 +45,11 @@ _ENV_CAUSES: tuple[tuple[str, str, float, str], ...] = (
 )
 
 
-def from_run(run: Mapping[str, Any]) -> list[Hypothesis]:
-    """Hypotheses supported by the run's own record (``CheckResult.to_dict()`` shape)."""
+def from_run(run: Mapping[str, Any], *, repeats_differ: bool = False) -> list[Hypothesis]:
+    """Hypotheses supported by the run's own record (``CheckResult.to_dict()`` shape).
+
+    ``repeats_differ``: a replay measured two identical runs disagreeing beyond tolerance.
+    """
     details = run.get("details") or {}
     codes = _reason_codes(run)
     found = _model_hypotheses(codes, details.get("model_diff"))
@@ -54,6 +60,18 @@ def from_run(run: Mapping[str, Any]) -> list[Hypothesis]:
                 0.8,
                 (_detail(run, "benchset_changed"),),
                 "re-capture the baseline on this benchmark-set version",
+                "evidence",
+            )
+        )
+    found += _input_hypotheses(run, codes)
+    found += lint_hypotheses(run, codes, repeats_differ=repeats_differ or "nondeterministic" in codes)
+    if "nondeterministic" in codes:
+        found.append(
+            Hypothesis(
+                "nondeterminism",
+                0.85,
+                tuple(_details(run, "nondeterministic"))[:2] or ("nondeterministic",),
+                "set session.deterministic_compute: true; for CUDA also cudnn_conv_algo_search: DEFAULT",
                 "evidence",
             )
         )
@@ -80,6 +98,80 @@ def from_run(run: Mapping[str, Any]) -> list[Hypothesis]:
         )
     found += _env_hypotheses(details.get("env_diff") or [])
     found += _throttling(run.get("environment") or {})
+    return found
+
+
+def _input_hypotheses(run: Mapping[str, Any], codes: set[str]) -> list[Hypothesis]:
+    """``input_mismatch``: the reference's own input check measured that its framework was fed otherwise.
+
+    A measurement, not a correlation (the layout, channel order or scale is named), so it ranks
+    with measured nondeterminism, above the rest of the evidence: no knob of the runtime fixes it.
+    """
+    if "input_mismatch" not in codes:
+        return []
+    described = tuple(_details(run, "input_mismatch"))[:4]
+    fix = "feed the model the inputs its reference consumed (the same channel order, layout and scaling)"
+    return [Hypothesis("input_mismatch", 0.85, described or ("input_mismatch",), fix, "evidence")]
+
+
+# lint hazard code -> (cause, confidence when it explains the failure, fix)
+_HAZARD_CAUSES: dict[str, tuple[str, float, str]] = {
+    "batchnorm_training": (
+        "export_training_mode",
+        0.8,
+        "export the model in eval mode (model.eval() before torch.onnx.export)",
+    ),
+    "dropout_training": (
+        "export_training_mode",
+        0.8,
+        "export the model in eval mode (model.eval() before torch.onnx.export)",
+    ),
+    "resize_mode": (
+        "export_resize_mode",
+        0.55,
+        "export Resize with the framework's coordinate mode (align_corners / half_pixel as the model used)",
+    ),
+    "baked_batch": ("export_baked_shape", 0.7, "export with a dynamic batch dim (dynamic_axes / dynamic_shapes)"),
+    "fixed_dim": ("export_baked_shape", 0.7, "export with the dims the benchmark set varies left dynamic"),
+    "fp16_overflow": ("model_precision_changed", 0.6, "keep the weights past 65504 in float32 when converting"),
+}
+
+
+def lint_hypotheses(run: Mapping[str, Any], codes: set[str], *, repeats_differ: bool = False) -> list[Hypothesis]:
+    """The lint hazards the check stored (``details.lint``) as causes.
+
+    A hazard explains a difference from the *framework*: against a ``reference`` baseline (PyTorch's
+    own outputs) or a changed model file it is the likely cause. Against an ONNX Runtime baseline of
+    the same file both sides ran the same graph, so a hazard explains little (a fifth of the weight),
+    except Dropout left in training mode, whose random masks differ on every run. A
+    ``batch_variant`` reason is what a training-mode BatchNorm or a baked batch does: it adds weight.
+    Repeats that differ are what training mode does (running statistics updated in place, random
+    masks): with a training-mode hazard the export is the cause and the spread its symptom (0.9).
+    """
+    details = run.get("details") or {}
+    lint = details.get("lint")
+    hazards = lint.get("hazards") if isinstance(lint, Mapping) else None
+    if not isinstance(hazards, list):
+        return []
+    against_framework = details.get("baseline_source") == "reference" or "model_changed" in codes
+    found = []
+    for hazard in hazards:
+        if not isinstance(hazard, Mapping) or str(hazard.get("code")) not in _HAZARD_CAUSES:
+            continue
+        code = str(hazard["code"])
+        cause, confidence, fix = _HAZARD_CAUSES[code]
+        if hazard.get("severity") != "error":
+            confidence *= 0.6
+        if not against_framework and code != "dropout_training":
+            confidence *= 0.2
+        if "batch_variant" in codes and code in ("batchnorm_training", "baked_batch"):
+            confidence = min(0.8, confidence + 0.1)
+        where = f"{hazard.get('node')} ({hazard.get('op_type')})"
+        evidence = [f"lint {hazard.get('severity')} {code} at {where}: {hazard.get('detail', '')}"[:300]]
+        if repeats_differ and cause == "export_training_mode" and hazard.get("severity") == "error":
+            confidence = 0.9
+            evidence.append("two identical runs disagree: what training mode does (statistics updated, random masks)")
+        found.append(Hypothesis(cause, round(confidence, 3), tuple(evidence), fix, "evidence"))
     return found
 
 
@@ -209,6 +301,18 @@ def facts(
 def _reason_codes(run: Mapping[str, Any]) -> set[str]:
     codes = {str(r.get("code")) for r in run.get("reasons") or []}
     return codes | {str(r.get("code")) for o in run.get("outputs") or [] for r in o.get("reasons") or []}
+
+
+def _details(run: Mapping[str, Any], code: str) -> list[str]:
+    """Every detail of the run's reasons with ``code`` (top-level and per output), deduplicated."""
+    found: list[str] = []
+    reasons = [*(run.get("reasons") or []), *(r for o in run.get("outputs") or [] for r in o.get("reasons") or [])]
+    for reason in reasons:
+        if reason.get("code") == code:
+            text = f"{code}: {reason.get('detail', '')}"[:300]
+            if text not in found:
+                found.append(text)
+    return found
 
 
 def _detail(run: Mapping[str, Any], code: str) -> str:

@@ -9,10 +9,18 @@ session. ``variations()`` lists them in the order the field's isolation playbook
    ``provider.<name>.<option>``);
 2. the session sweep: graph optimization level (disable / basic / extended / all), one thread,
    ``use_deterministic_compute``, denormals as zero, the other execution mode;
-3. the CPU provider as the reference, when another provider is in use;
+3. the CPU provider as the reference, and the CPU-fallback probe (``session.disable_cpu_ep_fallback=1``
+   without the CPU provider: the session cannot be built when any node would land on the CPU), when
+   another provider is in use;
 4. CUDA (``cudnn_conv_algo_search``, ``use_tf32``, ``NVIDIA_TF32_OVERRIDE=0``,
-   ``cudnn_conv_use_max_workspace``) and TensorRT (fp16 / int8 off), each only when that provider
-   is in use.
+   ``cudnn_conv_use_max_workspace``) and TensorRT (``NVIDIA_TF32_OVERRIDE=0``, fp16 / int8 off), each
+   only when that provider is in use.
+
+Two GPU facts shape the recipes. ``NVIDIA_TF32_OVERRIDE`` is read once, when a process makes its first
+CUDA context, and TensorRT has no TF32 option of its own: a variation with ``env`` needs a process that
+has made no session yet (``needs_fresh_process``; every experiment is its own isolated child). And a
+TensorRT engine is built for one precision: a cached engine would be loaded unchanged, so each TensorRT
+variation gets its own engine and timing cache directory below the configured one (or none).
 
 Each knob names the cause a successful revert points to (``cause``), so ranking needs no table of
 its own. Nothing here runs a model: tests check the sessions these recipes build without a GPU.
@@ -32,6 +40,11 @@ CPU = "CPUExecutionProvider"
 DENORMAL_KEY = "session.set_denormal_as_zero"
 OPT_LEVELS = ("disable", "basic", "extended", "all")
 CONV_SEARCHES = ("DEFAULT", "HEURISTIC", "EXHAUSTIVE")
+FALLBACK_KEY = "session.disable_cpu_ep_fallback"
+_TRT_CACHE_PATHS = ("trt_engine_cache_path", "trt_timing_cache_path")
+_TRT_CACHE_SWITCHES = ("trt_engine_cache_enable", "trt_timing_cache_enable")
+# Session fields that change memory, never numbers: a baseline recorded without them is not "different".
+_NUMERICS_NEUTRAL = frozenset({"run_config_entries"})
 # Provider options that change numerics, with ONNX Runtime's defaults (what "unset" means).
 PROVIDER_DEFAULTS: Mapping[str, Mapping[str, str]] = {
     CUDA: {"cudnn_conv_algo_search": "EXHAUSTIVE", "use_tf32": "1", "cudnn_conv_use_max_workspace": "1"},
@@ -64,6 +77,11 @@ class Variation:
     session: SessionConfig
     env: Mapping[str, str] = field(default_factory=dict)
 
+    @property
+    def needs_fresh_process(self) -> bool:
+        """Its environment variables take effect only before the process makes its first CUDA context."""
+        return bool(self.env)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "knob": self.knob,
@@ -89,6 +107,7 @@ def variations(model: ModelConfig, baseline_session: Mapping[str, Any], in_use: 
     found = [*_baseline_variations(model, baseline_session), *_session_sweep(model)]
     if [p.name for p in model.providers] != [CPU]:
         found.append(_with(model, "provider", CPU, "execution_provider_fallback", providers=(ProviderSpec(name=CPU),)))
+        found += fallback_probe(model)
     if CUDA in in_use:
         found += cuda_variations(model)
     if TENSORRT in in_use:
@@ -105,18 +124,69 @@ def cuda_variations(model: ModelConfig) -> list[Variation]:
             found.append(_option(model, CUDA, "cudnn_conv_algo_search", search))
     if configured["use_tf32"] != "0":
         found.append(_option(model, CUDA, "use_tf32", "0"))
-    found.append(_with(model, "env.NVIDIA_TF32_OVERRIDE", "0", "tf32", env={"NVIDIA_TF32_OVERRIDE": "0"}))
+    found.append(tf32_override(model))
     flipped = "0" if configured["cudnn_conv_use_max_workspace"] == "1" else "1"
     found.append(_option(model, CUDA, "cudnn_conv_use_max_workspace", flipped))
     return found
 
 
 def tensorrt_variations(model: ModelConfig) -> list[Variation]:
-    """TensorRT with reduced precision off: fp16 and int8, each when the config turns it on."""
+    """TensorRT without TF32 (the env override, in a fresh process), and with fp16 / int8 off where the
+    config turns them on; each with caches of its own, so its engine is built for its own precision."""
     configured = _options(model, TENSORRT)
+    found = [tf32_override(model)]
+    for key in ("trt_fp16_enable", "trt_int8_enable"):
+        if configured[key] != "0":
+            variation = _option(model, TENSORRT, key, "0")
+            found.append(_with_own_trt_caches(variation, f"{key}-0"))
+    return found
+
+
+def tf32_override(model: ModelConfig) -> Variation:
+    """``NVIDIA_TF32_OVERRIDE=0``: TF32 off for cuBLAS, cuDNN and TensorRT alike (it has no option of its own)."""
+    variation = _with(model, "env.NVIDIA_TF32_OVERRIDE", "0", "tf32", env={"NVIDIA_TF32_OVERRIDE": "0"})
+    return _with_own_trt_caches(variation, "tf32-off")
+
+
+def fallback_probe(model: ModelConfig) -> list[Variation]:
+    """The session with CPU fallback refused: it fails to build when any node would run on the CPU provider.
+
+    ONNX Runtime refuses the option beside an explicit CPU provider, so the CPU provider is left out;
+    nothing to probe when no other provider remains. Beware: the CUDA provider hands small shape
+    computations to the CPU on purpose, so a model with shape subgraphs fails this probe too.
+    """
+    providers = tuple(p for p in model.providers if p.name != CPU)
+    if not providers:
+        return []
+    entries = {**model.session.config_entries, FALLBACK_KEY: "1"}
     return [
-        _option(model, TENSORRT, key, "0") for key in ("trt_fp16_enable", "trt_int8_enable") if configured[key] != "0"
+        _with(
+            model,
+            "disable_cpu_ep_fallback",
+            "1",
+            "execution_provider_fallback",
+            session={"config_entries": entries},
+            providers=providers,
+        )
     ]
+
+
+def _with_own_trt_caches(variation: Variation, name: str) -> Variation:
+    """``variation`` with its TensorRT engine and timing caches in ``<configured>/diagnose/<name>``; caches
+    switched on without a path (the working directory) are switched off; none configured, none used."""
+    specs = []
+    for spec in variation.providers:
+        if spec.name == TENSORRT:
+            options = dict(spec.options)
+            for key in _TRT_CACHE_PATHS:
+                if options.get(key):
+                    options[key] = f"{str(options[key]).rstrip('/')}/diagnose/{name}"
+            on = any(_text(options.get(key, "0")) not in ("0", "false", "False") for key in _TRT_CACHE_SWITCHES)
+            if on and not any(options.get(key) for key in _TRT_CACHE_PATHS):  # a cache in the working directory
+                options.update({key: "0" for key in _TRT_CACHE_SWITCHES})
+            spec = ProviderSpec(name=spec.name, options=options)
+        specs.append(spec)
+    return Variation(variation.knob, variation.value, variation.cause, tuple(specs), variation.session, variation.env)
 
 
 def _baseline_variations(model: ModelConfig, recorded: Mapping[str, Any]) -> list[Variation]:
@@ -128,6 +198,7 @@ def _baseline_variations(model: ModelConfig, recorded: Mapping[str, Any]) -> lis
     except ValueError:
         return []
     providers = _recorded_providers(model, recorded)
+    theirs = theirs.model_copy(update={k: getattr(model.session, k) for k in _NUMERICS_NEUTRAL})
     found: list[Variation] = []
     if theirs != model.session or [p.model_dump() for p in providers] != [p.model_dump() for p in model.providers]:
         found.append(Variation("baseline_settings", "as recorded", "session_settings_changed", providers, theirs))

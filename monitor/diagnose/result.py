@@ -94,16 +94,24 @@ class Diagnosis:
     def top(self) -> Hypothesis | None:
         return self.hypotheses[0] if self.hypotheses else None
 
-    def headline(self) -> str:
-        """One line for ``onnxmon check``: the most likely cause, its evidence, and a similar incident."""
+    def headline(self, *, weighed: bool = True) -> str:
+        """One line for ``onnxmon check``: the most likely cause, its evidence, and a similar incident.
+
+        The weight is ``onnxmon diagnose``'s own figure for the same run; ``weighed=False`` (a ranking
+        from the evidence alone, nothing replayed) leaves it out rather than print another one.
+        """
         top = self.top
         if top is None:
-            return "likely cause: unknown"
+            return "likely cause: none (nothing to diagnose)" if not self.experiments else "likely cause: unknown"
         first = top.evidence[0].split(" (somewhere")[0].split(" (at the localized")[0] if top.evidence else ""
         evidence = f" ({first[:117]}...)" if len(first) > 120 else f" ({first})" if first else ""
-        line = f"likely cause: {top.cause} {top.confidence:.0%}{evidence}; try: {top.fix}"
+        weight = f" {top.confidence:.0%}" if weighed else ""
+        label = "likely cause" if weighed else "likely cause (evidence only, not replayed)"
+        line = f"{label}: {top.cause}{weight}{evidence}; try: {top.fix}"
         if self.similar_incidents:
-            line += "; " + similar_line(self.similar_incidents[0])
+            similar = similar_line(self.similar_incidents[0])
+            if similar not in first:  # the top's own evidence may be that incident: say it once
+                line += "; " + similar
         return line
 
     def to_dict(self) -> dict[str, Any]:

@@ -6,7 +6,8 @@ says why (an opset the runtime does not know). It never raises; every failure is
 note in ``details``:
 
 - ``details["lint"]``: the hazards of the model file (``lint_warnings``), cached by digest; off
-  with ``models[].checks.lint: false``. They never change the verdict.
+  with ``models[].checks.lint: false``. They never change the verdict; a lint error turns the
+  attribution of a failure against a ``reference`` baseline into ``export``.
 - ``details["batch_invariance"]`` and, when the batched run differs, ``batch_variant`` reasons
   (verdict ``fail``); a model that cannot take a batch is a ``config_error`` (verdict ``error``).
 """
@@ -79,6 +80,8 @@ def with_export_checks(plan: CheckPlan, result: CheckResult, *, clock: Any = tim
     attribution = result.attribution
     if verdict is Verdict.FAIL and attribution is None:
         attribution = "numeric"
+    if verdict is Verdict.FAIL and attribution in ("numeric", "env_changed") and _export_explains(result, hazards):
+        attribution = "export"
     elif verdict is not Verdict.FAIL:
         attribution = None
     return dataclasses.replace(
@@ -89,6 +92,15 @@ def with_export_checks(plan: CheckPlan, result: CheckResult, *, clock: Any = tim
         attribution=attribution,
         finished_at=max(result.finished_at, clock()),
     )
+
+
+def _export_explains(result: CheckResult, hazards: tuple[lint.Hazard, ...]) -> bool:
+    """A lint error explains a failure against a reference: the framework's numbers, not ORT's on this file.
+
+    Against an ONNX Runtime baseline of the same file both sides ran the same (faulty) graph.
+    """
+    errors = [h for h in hazards if h.severity == "error"]
+    return bool(errors) and result.details.get("baseline_source") == "reference"
 
 
 def _lint(

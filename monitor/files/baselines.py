@@ -303,8 +303,14 @@ def active(root: Path, model: str) -> Baseline | None:
     return _open(directory)
 
 
-def promote(root: Path, baseline_id: str, *, by: str = "cli", now: dt.datetime | None = None) -> Baseline:
-    """Make ``baseline_id`` the active baseline of its model (atomic rename of the ACTIVE file)."""
+def promote(
+    root: Path, baseline_id: str, *, by: str = "cli", note: str = "", now: dt.datetime | None = None
+) -> Baseline:
+    """Make ``baseline_id`` the active baseline of its model (atomic rename of the ACTIVE file).
+
+    The promotion log (``promotions.jsonl``) keeps when, by whom and why (``note``): the store mirrors
+    that record, so history dates a promotion when it happened, not when the baseline was captured.
+    """
     baseline = get(root, baseline_id)
     model_dir = baseline.directory.parent
     previous = active_id(root, baseline.meta.model)
@@ -319,6 +325,7 @@ def promote(root: Path, baseline_id: str, *, by: str = "cli", now: dt.datetime |
         "baseline_id": baseline_id,
         "previous": previous,
         "by": by,
+        **({"note": note} if note else {}),
     }
     with (model_dir / PROMOTIONS_FILE).open("a", encoding="utf-8") as handle:
         handle.write(jsonsafe.dumps(record) + "\n")
@@ -337,6 +344,15 @@ def promotions(root: Path, model: str) -> list[dict[str, Any]]:
         raise BaselineError(f"{path}: cannot read the promotion log: {exc.strerror}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BaselineError(f"{path}: cannot read the promotion log: {exc}") from None
+
+
+def last_promotion(root: Path, model: str, baseline_id: str) -> dict[str, Any] | None:
+    """The newest promotion log entry that made ``baseline_id`` active (``at``, ``by``, ``note``), or None."""
+    try:
+        entries = promotions(root, model)
+    except BaselineError:  # an unreadable log: the store records the promotion without its details
+        return None
+    return next((e for e in reversed(entries) if isinstance(e, dict) and e.get("baseline_id") == baseline_id), None)
 
 
 def _open(directory: Path) -> Baseline:

@@ -94,6 +94,11 @@ def check_inputs_fit(sample: Mapping[str, np.ndarray[Any, Any]], signature: Sequ
                     )
 
 
+def output_names(model_path: Path) -> list[str]:
+    """The model's graph output names, in graph order, read without its weights (any output type)."""
+    return [value.name for value in _load_model(model_path).graph.output]
+
+
 def _load_model(model_path: Path) -> onnx.ModelProto:
     if not model_path.is_file():
         raise ModelError(f"model file {model_path} not found")

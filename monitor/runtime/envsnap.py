@@ -38,13 +38,14 @@ import json
 import os
 import platform
 import time
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from monitor import jsonsafe
+from monitor.runtime.compat import compat_entries
 from monitor.runtime.cpu import cpu_entries
 from monitor.runtime.gpu import Entries, JsonValue, NvmlLike, cuda_entries, default_nvml, describe, nvml_entries
 
@@ -162,14 +163,30 @@ def short(fingerprint: str) -> str:
 
 
 def diff(a: EnvSnapshot, b: EnvSnapshot) -> list[FieldChange]:
-    """Fields that differ from ``a`` to ``b`` (added or removed ones included), stable ones first."""
+    """Fields that differ from ``a`` to ``b`` (added or removed ones included), in ``change_order``."""
     changes = []
     for name in sorted(a.fields.keys() | b.fields.keys()):
         old, new = a.fields.get(name), b.fields.get(name)
         if old != new:
             stable = any(f.stable for f in (old, new) if f is not None)
             changes.append(FieldChange(name, old.value if old else None, new.value if new else None, stable))
-    return sorted(changes, key=lambda c: (not c.stable, c.field))
+    return sorted(changes, key=lambda c: change_order(c.field, c.stable))
+
+
+def change_order(field: str, stable: bool = True) -> tuple[bool, int, str]:
+    """Where a changed field goes in every diff onnxmon shows: stable first, and among them versions first.
+
+    Why: a cut line or a glance must meet ``onnxruntime.version 1.32.0 → 1.20.1`` before
+    ``onnxruntime.build_info`` (a ~300-character cmake string that changes with every release).
+    Versions, then other fields, then build strings; by name within each.
+    """
+    rank = 0 if field.endswith((".version", "_version")) else 2 if "build" in field else 1
+    return (not stable, rank, field)
+
+
+def ordered(changes: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Stored diff entries (``{"field", "old", "new", "stable"?}``) in ``change_order``, as a fresh diff is."""
+    return sorted(changes, key=lambda c: change_order(str(c.get("field", "")), bool(c.get("stable", True))))
 
 
 _LABELS = {"cuda.runtime": "cuda runtime", "nvml.driver_version": "driver", "nvml.cuda_driver_version": "driver cuda"}
@@ -196,7 +213,13 @@ def summary(changes: Sequence[FieldChange], *, include_volatile: bool = False) -
     shown = [c for c in changes if c.stable or include_volatile]
     if not shown:
         return "no environment change"
-    return ", ".join(f"{_label(c.field)} {render(c.old)} → {render(c.new)}" for c in shown)
+    # a build string (onnxruntime.build_info: a few hundred characters of cmake flags) is named, not quoted
+    return ", ".join(
+        f"{c.field} changed"
+        if change_order(c.field)[1] == 2
+        else f"{_label(c.field)} {render(c.old)} → {render(c.new)}"
+        for c in shown
+    )
 
 
 _SECTIONS = {"numpy": "python", "onnx": "python", "onnxmon": "python", "nvml": "gpu", "k8s": "host"}
@@ -271,6 +294,7 @@ def capture(
         entries.update(found)
         if kept is not None and part in PROCESS_CONSTANT_PARTS:
             kept[part] = dict(found)
+    entries.update(compat_entries(entries))  # ORT / CUDA / cuDNN / TensorRT outside the release's ranges
     fields = {name: Field(value, stable) for name, (value, stable) in entries.items()}
     # Quantized to the microseconds its RFC 3339 form keeps, so a snapshot read back equals the original.
     return EnvSnapshot(fields=fields, captured_at=jsonsafe.epoch(jsonsafe.timestamp(time.time())))

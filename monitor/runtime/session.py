@@ -58,6 +58,7 @@ _ORT_TYPES = {
 }
 
 _PLACEMENT_KEY = "session.record_ep_graph_assignment_info"
+_SHRINK_KEY = "memory.enable_memory_arena_shrinkage"
 
 
 class RunTimeout(Exception):
@@ -189,6 +190,7 @@ class Session:
             for spec in self.info.inputs
         ]
         self.input_casts: dict[str, str] = {}
+        self.run_config = _run_config(cfg.run_config_entries, effective)
 
     @property
     def output_names(self) -> list[str]:
@@ -252,6 +254,7 @@ class Session:
             return self._run(feeds, own)
 
     def _run(self, feeds: Mapping[str, np.ndarray], guard: Deadline) -> dict[str, np.ndarray]:
+        _set_run_config(guard.run_options, self.run_config)
         try:
             values = self._session.run(None, dict(feeds), guard.run_options)
         except Exception:
@@ -307,6 +310,30 @@ def _make_cache_dirs(provider_options: Sequence[Mapping[str, str]]) -> None:
             if key.endswith("_cache_path") and value:
                 with contextlib.suppress(OSError):
                     Path(value).mkdir(parents=True, exist_ok=True)
+
+
+def _run_config(entries: Mapping[str, str], effective: Sequence[str]) -> dict[str, str]:
+    """The run config entries every run sets. The arena shrinkage list keeps ``gpu:N`` only while CUDA
+    really runs the model: ORT refuses the whole run when a listed device has no arena (CUDA fell back)."""
+    kept = dict(entries)
+    shrink = kept.pop(_SHRINK_KEY, None)
+    if shrink is not None:
+        cuda = "CUDAExecutionProvider" in effective
+        devices = [d for d in shrink.split(";") if d.strip() and (cuda or not d.strip().startswith("gpu:"))]
+        if devices:
+            kept[_SHRINK_KEY] = ";".join(devices)
+    return kept
+
+
+def _set_run_config(options: ort.RunOptions, entries: Mapping[str, str]) -> None:
+    """Set ``entries`` on ``options`` once (setting a key again logs an "overwritten" warning per run)."""
+    for key, value in entries.items():
+        try:
+            same = options.get_run_config_entry(key) == value
+        except RuntimeError:  # not set yet
+            same = False
+        if not same:
+            options.add_run_config_entry(key, value)
 
 
 def _companion_names(outputs: Sequence[TensorSpec], model: str) -> tuple[str, ...]:

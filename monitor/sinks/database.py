@@ -67,6 +67,7 @@ class DatabaseSink:
         self.unspooled = 0  # such results since start, each logged in full
         self.refused = 0  # results the store refused (not an outage) since start, each kept in failed/
         self.stall_after_s = stall_after_s  # a write (or write-back) running longer is reported as stuck
+        self.last_run_id: int | None = None  # the id the last write got from the store (None: spooled)
         self._order = threading.Lock()  # one writer at a time keeps the history in measured order
         self._writing_since: float | None = None
         self._retrying: threading.Thread | None = None
@@ -81,10 +82,14 @@ class DatabaseSink:
         return len(self.spool) if self.spool is not None else 0
 
     def write(self, result: CheckResult) -> None:
-        """Record ``result``; during an outage, queue it on disk instead (when a spool is configured)."""
+        """Record ``result``; during an outage, queue it on disk instead (when a spool is configured).
+
+        ``last_run_id`` is then the stored run's id, or None when the result went to the spool.
+        """
+        self.last_run_id = None
         if self.spool is None:
             try:
-                self.store.record_run(result, node=self.node, pod=self.pod)
+                self.last_run_id = self.store.record_run(result, node=self.node, pod=self.pod)
             except Exception as exc:
                 if not is_outage(exc):
                     self.refused += 1
@@ -93,7 +98,7 @@ class DatabaseSink:
         with self.writing():
             if not len(self.spool):
                 try:
-                    self.store.record_run(result, node=self.node, pod=self.pod)
+                    self.last_run_id = self.store.record_run(result, node=self.node, pod=self.pod)
                     self.spool_error = None
                     return
                 except Exception as exc:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from monitor.store.events import EVENT_KINDS
 from monitor.store.health import StoreOutage, StoreUnavailable
+from monitor.store.recent import RECENT_RUNS, RecentState
 from monitor.store.records import (
     BaselineRecord,
     EnvironmentRecord,
@@ -20,11 +21,13 @@ from monitor.store.repo import Store
 
 __all__ = [
     "EVENT_KINDS",
+    "RECENT_RUNS",
     "BaselineRecord",
     "EnvironmentRecord",
     "EventRecord",
     "HistoryItem",
     "PruneStats",
+    "RecentState",
     "RunRecord",
     "Store",
     "StoreOutage",

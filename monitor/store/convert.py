@@ -152,6 +152,7 @@ def run_record(
         worst_max_abs_error=row.worst_max_abs_error,
         worst_atol_ratio=row.worst_atol_ratio,
         outputs=outputs,
+        candidate=bool(getattr(row, "candidate", False)),
         error_ratio=error_ratio,
     )
 

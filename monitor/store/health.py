@@ -17,7 +17,6 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
@@ -150,10 +149,3 @@ def translated(exc: DBAPIError) -> Exception:
     if isinstance(exc, OperationalError | InterfaceError) or exc.connection_invalidated:
         return StoreOutage(describe(exc))
     return exc
-
-
-def sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA journal_mode=WAL")  # the API reads while the daemon writes
-    cursor.close()

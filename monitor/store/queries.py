@@ -28,9 +28,16 @@ def history_runs_query(
     until: datetime | None = None,
     node: str | None = None,
     limit: int = 200,
+    candidates: bool | None = False,
 ) -> Select[Any]:
-    """Newest runs of one model (optionally on one node), newest first."""
+    """Newest runs of one model (optionally on one node), newest first.
+
+    ``candidates``: False production's runs only (the default: alerts, metrics, states), True a
+    rehearsal's runs only, None both (history shows both, candidates marked).
+    """
     stmt = select(s.Run).where(s.Run.model_id == model_id)
+    if candidates is not None:
+        stmt = stmt.where(s.Run.candidate.is_(candidates))
     if node is not None:
         stmt = stmt.where(s.Run.node == node)
     if since is not None:
@@ -52,11 +59,13 @@ def runs(
     until: datetime | None = None,
     node: str | None = None,
     limit: int = 200,
+    candidates: bool | None = False,
 ) -> list[RunRecord]:
     found = model_id(session, model)
     if found is None:
         return []
-    rows = list(session.scalars(history_runs_query(found, since=since, until=until, node=node, limit=limit)))
+    query = history_runs_query(found, since=since, until=until, node=node, limit=limit, candidates=candidates)
+    rows = list(session.scalars(query))
     ratios = error_ratios(session, [row.id for row in rows])
     return [convert.run_record(row, model, error_ratio=ratios.get(row.id)) for row in rows]
 
@@ -95,7 +104,7 @@ def history(
     found = model_id(session, model)
     if found is None:
         return []
-    run_rows = list(session.scalars(history_runs_query(found, since=since, node=node, limit=limit)))
+    run_rows = list(session.scalars(history_runs_query(found, since=since, node=node, limit=limit, candidates=None)))
     # Events of the period the runs cover (all of it when fewer than ``limit`` runs came back).
     start = run_rows[-1].started_at if len(run_rows) == limit else since
     stmt = select(s.Event).where(s.Event.model_id == found)

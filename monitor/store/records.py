@@ -51,6 +51,8 @@ class RunRecord:
     outputs: tuple[OutputStats, ...] = ()
     error_ratio: float | None = None
     """The run's error ÷ tolerance: ``results.run_error_ratio`` of its outputs (read from the output rows)."""
+    candidate: bool = False
+    """A rehearsal's run on a candidate stack (``onnxmon rehearse``), not production's."""
 
     def __bool__(self) -> bool:
         return self.verdict is Verdict.PASS

@@ -21,22 +21,19 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event, make_url, select
+from sqlalchemy import Engine, event, make_url, select
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import (
-    ArgumentError,
-    DBAPIError,
-    DisconnectionError,
-    NoSuchModuleError,
-)
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import Session
 
 from monitor.config.settings import StoreConfig, mask_url
 from monitor.errors import BaselineError
 from monitor.results import CheckResult
-from monitor.store import convert, health, leases, queries, retention, text, writes
+from monitor.store import convert, health, leases, queries, recent, retention, text, writes
 from monitor.store import events as transitions
 from monitor.store import schema as s
+from monitor.store.engine import make_engine
+from monitor.store.recent import RecentState
 from monitor.store.records import (
     BaselineRecord,
     EnvironmentRecord,
@@ -63,19 +60,9 @@ class Store:
         self.text_replaced = 0  # results stored with a character replaced (store/text.py), since start
         self._latest_cache: dict[int, RunRecord] = {}
         self._file = health.FileWatch.of(url)
-        # A database that accepts connections but never answers must not hang a write forever.
-        postgres = url.startswith("postgresql")
-        connect_args: dict[str, Any] = {"connect_timeout": 10} if postgres else {"timeout": write_timeout_s}
-        try:
-            self.engine: Engine = create_engine(
-                url, echo=echo, json_serializer=convert.json_dumps, pool_pre_ping=True, connect_args=connect_args
-            )
-        except (ArgumentError, NoSuchModuleError) as exc:  # a URL no driver takes: unusable until it is fixed
-            raise health.StoreUnavailable(f"{mask_url(url)}: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
-        if self.engine.dialect.name == "sqlite":
-            event.listen(self.engine, "connect", health.sqlite_pragmas)
-            if self._file is not None:
-                event.listen(self.engine, "connect", lambda *_: self._file.remember() if self._file else None)
+        self.engine: Engine = make_engine(url, echo=echo, write_timeout_s=write_timeout_s)
+        if self.engine.dialect.name == "sqlite" and self._file is not None:
+            event.listen(self.engine, "connect", lambda *_: self._file.remember() if self._file else None)
 
     @classmethod
     def configured(cls, store: StoreConfig) -> Store:
@@ -167,7 +154,13 @@ class Store:
     # --- writes -------------------------------------------------------------------------------
 
     def record_run(
-        self, result: CheckResult, *, node: str | None = None, pod: str | None = None, key: str | None = None
+        self,
+        result: CheckResult,
+        *,
+        node: str | None = None,
+        pod: str | None = None,
+        key: str | None = None,
+        candidate: bool = False,
     ) -> int:
         """Store one check result; upsert its model and environment; write events for state changes.
 
@@ -175,6 +168,8 @@ class Store:
         and pod come from the arguments or else from the environment snapshot (``k8s.node``).
         ``key`` is the run's identity (a spool entry's): a run already stored under it is not
         written again, its id is returned, so a write-back repeated after a crash stays exactly once.
+        A ``candidate`` run (a rehearsal on another stack) is stored and shown, but is never the
+        model's latest run and makes no events: production's history, alerts and metrics ignore it.
         """
         node = node or convert.replica(result.environment, "node")
         pod = pod or convert.replica(result.environment, "pod")
@@ -192,9 +187,12 @@ class Store:
             previous = writes.previous_state(session, model_id, node or "")
             run = convert.run_row(result, model_id, node, pod)
             run.run_key = key
+            run.candidate = candidate
             session.add(run)
             session.flush()
             session.add_all(convert.output_row(o, run.id) for o in result.outputs)
+            if candidate:
+                return run.id
             for draft in transitions.changes(previous, current, result):
                 session.add(
                     s.Event(
@@ -273,9 +271,11 @@ class Store:
             if meta.get("active") and not row.is_active:  # mirror a baseline already active on disk
                 by = str(meta.get("promoted_by") or "baselines directory")
                 when = convert.parse_when(meta["promoted_at"], "promoted_at") if meta.get("promoted_at") else created
-                writes.promote(session, row, by, when)
+                writes.promote(session, row, by, when, str(meta.get("promotion_note") or ""))
 
-    def record_promotion(self, model: str, baseline_id: str, by: str, *, at: datetime | None = None) -> None:
+    def record_promotion(
+        self, model: str, baseline_id: str, by: str, *, at: datetime | None = None, note: str = ""
+    ) -> None:
         """Make ``baseline_id`` the active baseline of ``model`` and write ``baseline_promoted``.
 
         Idempotent: promoting the baseline that is already active writes nothing.
@@ -291,7 +291,7 @@ class Store:
                     f"baseline '{baseline_id}' of model '{model}' is not recorded in the store; record it first"
                 )
             if not row.is_active:  # promoting the active baseline again changes nothing
-                writes.promote(session, row, by, at)
+                writes.promote(session, row, by, at, note)
 
     def claim(self, model: str, slot: int, holder: str) -> bool:
         """Take the lease of ``model`` for schedule ``slot`` (sharded replicas); False if taken."""
@@ -343,10 +343,11 @@ class Store:
         until: datetime | None = None,
         node: str | None = None,
         limit: int = 200,
+        candidates: bool | None = False,
     ) -> list[RunRecord]:
-        """Runs of ``model``, newest first, without their outputs."""
+        """Runs of ``model``, newest first, without their outputs (production's; ``candidates``: see queries)."""
         with self._session() as session:
-            return queries.runs(session, model, since=since, until=until, node=node, limit=limit)
+            return queries.runs(session, model, since=since, until=until, node=node, limit=limit, candidates=candidates)
 
     def run(self, run_id: int) -> RunRecord | None:
         """One run with every output's metrics."""
@@ -363,6 +364,11 @@ class Store:
             records = queries.latest_per_model(session, self._latest_cache)
         self._latest_cache = {r.id: r for r in records}
         return records
+
+    def recent_state(self, model: str, node: str | None) -> RecentState:
+        """What the alert rules count for ``model`` on ``node``: its last runs and last changes (``recent.py``)."""
+        with self._session() as session:
+            return recent.recent_state(session, model, node)
 
     def events(
         self,

@@ -37,6 +37,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -192,6 +193,8 @@ class Run(Base):
     worst_atol_ratio: Mapped[float | None]
     # the spool entry's key when the run was written back from the spool: a second write-back is a no-op
     run_key: Mapped[str | None] = mapped_column(StoredString(64), unique=True)
+    candidate: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    """A rehearsal's run on a candidate stack (``onnxmon rehearse``): shown, never production's state."""
 
 
 class OutputResult(Base):

@@ -79,7 +79,7 @@ def point_latest(session: Session, model_id: int, node: str, run_id: int) -> Non
     session.execute(stmt.on_conflict_do_update(index_elements=["model_id", "node"], set_={"run_id": run_id}))
 
 
-def promote(session: Session, row: s.Baseline, by: str, at: datetime) -> None:
+def promote(session: Session, row: s.Baseline, by: str, at: datetime, note: str = "") -> None:
     """Flip the model's active baseline to ``row`` and write the ``baseline_promoted`` event."""
     previous = session.scalar(
         select(s.Baseline.baseline_id).where(s.Baseline.model_id == row.model_id, s.Baseline.is_active)
@@ -94,7 +94,7 @@ def promote(session: Session, row: s.Baseline, by: str, at: datetime) -> None:
             at=at,
             old=previous,
             new=row.baseline_id,
-            detail={"by": by},
+            detail={"by": by, **({"note": note} if note else {})},
         )
     )
 

@@ -4,7 +4,7 @@
 the model's benchmark set and stores its outputs (and, mapped to ONNX tensor names, its layers'
 outputs) as a ``reference`` baseline; ``onnxmon check`` and ``onnxmon localize`` then compare ONNX
 Runtime with PyTorch. ``torch`` is imported only inside this package and only when a factory is
-loaded, so onnxmon works without it (``pip install 'onnxmon[torch]'`` adds it).
+loaded, so onnxmon works without it (``pip install -e '.[torch]'`` in the clone adds it).
 """
 
 from __future__ import annotations

@@ -30,6 +30,8 @@ import numpy as np
 from monitor.errors import MonitorError
 
 INPUTS_HOOK = "make_inputs"
+# onnxmon is installed from its clone (it is not on PyPI): the `torch` extra, the same way
+INSTALL = "pip install -e '.[torch]'"
 
 
 class FactoryError(MonitorError):
@@ -51,7 +53,7 @@ def import_torch() -> Any:
         import torch
     except ImportError as exc:
         raise MonitorError(
-            f"PyTorch references need torch ({exc}); install the extra: pip install 'onnxmon[torch]'"
+            f"PyTorch references need torch ({exc}); from the onnxmon clone: {INSTALL} (docs/pytorch.md)"
         ) from None
     return torch
 

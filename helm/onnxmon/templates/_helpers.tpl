@@ -72,12 +72,109 @@ capabilityCheck false). */}}
 {{- end }}
 {{- end }}
 
+{{/* The namespace of every namespaced object: namespaceOverride, else the release's. */}}
+{{- define "onnxmon.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* An object's annotations block: commonAnnotations under the object's own (which win), or
+nothing. Called with (list $ ownAnnotations); prints "\nannotations:\n  k: v" so a template writes
+{{- include "onnxmon.annotations" (list . $own) | replace "\n" "\n  " }} under metadata. */}}
+{{- define "onnxmon.annotations" -}}
+{{- $all := merge (deepCopy (default dict (index . 1))) (deepCopy (default dict (index . 0).Values.commonAnnotations)) }}
+{{- with $all }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* The image reference. The registry is global.imageRegistry (an umbrella chart's mirror), else
+image.registry; when one is set it replaces the registry host image.repository names (its first
+component, when that has a "." or ":" or is "localhost", Docker's rule) and keeps the path, so
+ghcr.io/onnxmon/onnxmon becomes mirror.example/onnxmon/onnxmon. Neither set: the repository as
+it is. */}}
 {{- define "onnxmon.image" -}}
-{{- $tag := default .Chart.AppVersion .Values.image.tag }}
-{{- if .Values.image.digest }}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- include "onnxmon.imageOf" (list . .Values.image) }}
+{{- end }}
+
+{{/* The reference of an image given as (list $ {registry, repository, tag, digest}); global.imageRegistry wins. */}}
+{{- define "onnxmon.imageOf" -}}
+{{- $root := index . 0 }}
+{{- $image := index . 1 }}
+{{- $tag := default $root.Chart.AppVersion $image.tag }}
+{{- $global := default dict $root.Values.global }}
+{{- $registry := default $image.registry (get $global "imageRegistry") | trimSuffix "/" }}
+{{- $repository := $image.repository }}
+{{- if $registry }}
+{{- $parts := splitList "/" $repository }}
+{{- $host := first $parts }}
+{{- if and (gt (len $parts) 1) (or (contains "." $host) (contains ":" $host) (eq $host "localhost")) }}
+{{- $repository = join "/" (rest $parts) }}
+{{- end }}
+{{- $repository = printf "%s/%s" $registry $repository }}
+{{- end }}
+{{- if $image.digest }}
+{{- printf "%s@%s" $repository $image.digest }}
 {{- else }}
-{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- printf "%s:%s" $repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/* Seconds (a float) from an onnxmon duration: 600, "90s", "15m", "1h", "7d", "500ms"
+(monitor/config/fields.py parse_duration). */}}
+{{- define "onnxmon.seconds" -}}
+{{- $text := trim (toString .) }}
+{{- if not (regexMatch "^[0-9]+(\\.[0-9]+)?\\s*(ms|s|m|h|d)?$" $text) }}
+{{- fail (printf "cannot read the duration %q in config (expected 600, \"90s\", \"15m\", \"1h\" or \"7d\")" $text) }}
+{{- end }}
+{{- $number := float64 (regexFind "^[0-9]+(\\.[0-9]+)?" $text) }}
+{{- $unit := trim (regexReplaceAll "^[0-9]+(\\.[0-9]+)?" $text "") }}
+{{- mulf $number (get (dict "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 "d" 86400.0 "" 1.0) $unit) }}
+{{- end }}
+
+{{/*
+How long SIGTERM may take, in whole seconds: the running check finishes or hits its timeout (the
+longest of config.defaults.timeout and every model's timeout: checks run in parallel), then, with
+daemon.diagnose_on_fail, its diagnosis runs up to daemon.diagnose_budget, then the result is
+written within store.write_timeout (else spooled). Keys left out take onnxmon's own defaults
+(monitor/config/schema.py; tests/test_helm_platform.py keeps these numbers equal to them).
+ONNXMON_* overrides in extraEnv are not seen here.
+*/}}
+{{- define "onnxmon.stopSeconds" -}}
+{{- $config := default dict .Values.config }}
+{{- $defaults := default dict (get $config "defaults") }}
+{{- $daemon := default dict (get $config "daemon") }}
+{{- $store := default dict (get $config "store") }}
+{{- $timeout := 600.0 }}
+{{- if not (kindIs "invalid" (index $defaults "timeout")) }}{{ $timeout = float64 (include "onnxmon.seconds" (index $defaults "timeout")) }}{{ end }}
+{{- $longest := $timeout }}
+{{- range $model := (default list (get $config "models")) }}
+{{- if and (kindIs "map" $model) (not (kindIs "invalid" (index $model "timeout"))) }}
+{{- $longest = maxf $longest (float64 (include "onnxmon.seconds" (index $model "timeout"))) }}
+{{- end }}
+{{- end }}
+{{- $budget := 0.0 }}
+{{- if eq (toString (index $daemon "diagnose_on_fail")) "true" }}
+{{- $budget = 120.0 }}
+{{- if not (kindIs "invalid" (index $daemon "diagnose_budget")) }}{{ $budget = float64 (include "onnxmon.seconds" (index $daemon "diagnose_budget")) }}{{ end }}
+{{- end }}
+{{- $write := 10.0 }}
+{{- if not (kindIs "invalid" (index $store "write_timeout")) }}{{ $write = float64 (include "onnxmon.seconds" (index $store "write_timeout")) }}{{ end }}
+{{- int (ceil (addf $longest $budget $write)) }}
+{{- end }}
+
+{{/* terminationGracePeriodSeconds: the value given, refused when shorter than onnxmon.stopSeconds
+(the kubelet would SIGKILL a check in flight and lose its result); empty (null), that plus 50 s for
+the spool, closing the store and the process exit. */}}
+{{- define "onnxmon.terminationGracePeriodSeconds" -}}
+{{- $stop := int (include "onnxmon.stopSeconds" .) }}
+{{- $given := .Values.terminationGracePeriodSeconds }}
+{{- if kindIs "invalid" $given }}
+{{- add $stop 50 }}
+{{- else if lt (int $given) $stop }}
+{{- fail (printf "terminationGracePeriodSeconds=%d is shorter than a stop can take: %ds (the longest check timeout, + daemon.diagnose_budget when daemon.diagnose_on_fail, + store.write_timeout); the kubelet would kill the check in flight and lose its result. Set it to at least %d, or leave it empty (null) for the chart to derive %d" (int $given) $stop $stop (add $stop 50)) }}
+{{- else }}
+{{- int $given }}
 {{- end }}
 {{- end }}
 
@@ -149,6 +246,32 @@ bypass): each fails the render with a message that names the value to change.
 {{- if and (not .Values.persistence.enabled) (not (include "onnxmon.databaseFromSecret" .)) }}
 {{- fail "persistence.enabled=false leaves nowhere to keep the SQLite file (the root filesystem is read-only): enable persistence or set database.url / existingSecret" }}
 {{- end }}
+{{- $strategy := default dict .Values.updateStrategy }}
+{{- with $strategy.type }}
+{{- $kinds := ternary (list "RollingUpdate" "OnDelete") (list "Recreate" "RollingUpdate") (eq $.Values.mode "daemonset") }}
+{{- if not (has . $kinds) }}
+{{- fail (printf "updateStrategy.type %q does not apply to mode=%s: use one of %s" . $.Values.mode (join ", " $kinds)) }}
+{{- end }}
+{{- end }}
+{{- if and $strategy.rollingUpdate (ne (toString (default "RollingUpdate" $strategy.type)) "RollingUpdate") }}
+{{- fail (printf "updateStrategy.rollingUpdate applies only to type RollingUpdate, not %s" $strategy.type) }}
+{{- end }}
+{{- with $strategy.rollingUpdate }}
+{{- if and (hasKey . "maxSurge") (ne (toString .maxSurge) "0") (ne (toString .maxSurge) "0%") }}
+{{- fail (printf "updateStrategy.rollingUpdate.maxSurge=%v would run a new pod beside the old one: two monitors running the same checks (and, on a node, holding GPU memory twice); keep it 0 and use maxUnavailable" .maxSurge) }}
+{{- end }}
+{{- end }}
+{{- with $strategy.rollingUpdate }}
+{{- if and (hasKey . "maxUnavailable") (has (toString .maxUnavailable) (list "0" "0%")) }}
+{{- fail "updateStrategy.rollingUpdate.maxUnavailable=0 with maxSurge 0 never replaces a pod: use 1, a percentage such as 10%, or type OnDelete" }}
+{{- end }}
+{{- end }}
+{{- if and .Values.gpu.shared (not .Values.gpu.enabled) }}
+{{- fail "gpu.shared=true needs gpu.enabled=true (shared: see the node's GPUs without requesting one; enabled=false: no GPU at all)" }}
+{{- end }}
+{{- if and .Values.monitoring.serviceMonitor.enabled .Values.monitoring.podMonitor.enabled }}
+{{- fail "monitoring.serviceMonitor.enabled and monitoring.podMonitor.enabled are both true: every pod would be scraped twice (duplicate series); enable one" }}
+{{- end }}
 {{- end }}
 
 {{/* The onnxmon YAML: .Values.config with what the pod layout dictates forced in. */}}
@@ -175,4 +298,20 @@ bypass): each fails the render with a message that names the value to change.
 {{- end }}
 {{- $_ := set $config "store" $store }}
 {{- toYaml $config }}
+{{- end }}
+
+{{/* The workload's update strategy (spec.updateStrategy of the DaemonSet, spec.strategy of the
+Deployment). Default: a DaemonSet replaces one node's pod at a time, a Deployment is Recreate (two
+pods must never hold the same GPU checks or the SQLite file at once). A RollingUpdate never surges:
+maxSurge is always 0, maxUnavailable defaults to 1. */}}
+{{- define "onnxmon.updateStrategy" -}}
+{{- $strategy := default dict .Values.updateStrategy }}
+{{- $type := default (ternary "RollingUpdate" "Recreate" (eq .Values.mode "daemonset")) $strategy.type }}
+type: {{ $type }}
+{{- if eq $type "RollingUpdate" }}
+{{- $rolling := default dict $strategy.rollingUpdate }}
+rollingUpdate:
+  maxUnavailable: {{ ternary 1 $rolling.maxUnavailable (kindIs "invalid" $rolling.maxUnavailable) }}
+  maxSurge: 0
+{{- end }}
 {{- end }}

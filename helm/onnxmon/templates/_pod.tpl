@@ -36,6 +36,23 @@
 {{- end }}
 {{- end }}
 
+{{/* gpu.shared, the monitor container only: the NVIDIA container runtime exposes the node's GPUs
+without a device-plugin request (as dcgm-exporter does); an extraEnv entry of the same name wins. */}}
+{{- define "onnxmon.gpuEnv" -}}
+{{- if and .Values.gpu.enabled .Values.gpu.shared }}
+{{- $own := list }}
+{{- range .Values.extraEnv }}{{ $own = append $own .name }}{{ end }}
+{{- if not (has "NVIDIA_VISIBLE_DEVICES" $own) }}
+- name: NVIDIA_VISIBLE_DEVICES
+  value: all
+{{- end }}
+{{- if not (has "NVIDIA_DRIVER_CAPABILITIES" $own) }}
+- name: NVIDIA_DRIVER_CAPABILITIES
+  value: compute,utility
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{- define "onnxmon.volumeMounts" -}}
 - name: config
   mountPath: /etc/onnxmon
@@ -63,16 +80,28 @@
 {{- end }}
 {{- end }}
 
+{{/* The restricted container securityContext (as a YAML mapping). runAsUser/runAsGroup follow
+podSecurityContext (left out where that is null: OpenShift assigns them); each key of
+.Values.securityContext replaces the chart's, and a key set to null removes it. */}}
 {{- define "onnxmon.containerSecurityContext" -}}
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-runAsNonRoot: true
-runAsUser: {{ .Values.podSecurityContext.runAsUser }}
-runAsGroup: {{ .Values.podSecurityContext.runAsGroup }}
-capabilities:
-  drop: [ALL]
-seccompProfile:
-  type: RuntimeDefault
+{{- $context := dict "allowPrivilegeEscalation" false "readOnlyRootFilesystem" true "runAsNonRoot" true "capabilities" (dict "drop" (list "ALL")) "seccompProfile" (dict "type" "RuntimeDefault") }}
+{{- $pod := default dict .Values.podSecurityContext }}
+{{- range $key := list "runAsUser" "runAsGroup" }}
+{{- if not (kindIs "invalid" (index $pod $key)) }}{{ $_ := set $context $key (int (index $pod $key)) }}{{ end }}
+{{- end }}
+{{- range $key, $value := (default dict .Values.securityContext) }}
+{{- if kindIs "invalid" $value }}{{ $_ := unset $context $key }}{{ else }}{{ $_ := set $context $key $value }}{{ end }}
+{{- end }}
+{{- toYaml $context }}
+{{- end }}
+
+{{/* An extra (init) container as given, with the monitor's securityContext unless it sets its own. */}}
+{{- define "onnxmon.extraContainer" -}}
+{{- $container := deepCopy (index . 1) }}
+{{- if not (hasKey $container "securityContext") }}
+{{- $_ := set $container "securityContext" (include "onnxmon.containerSecurityContext" (index . 0) | fromYaml) }}
+{{- end }}
+{{- toYaml $container }}
 {{- end }}
 
 {{- define "onnxmon.podTemplate" -}}
@@ -101,18 +130,24 @@ spec:
   {{- with .Values.priorityClassName }}
   priorityClassName: {{ . }}
   {{- end }}
-  {{- with .Values.runtimeClassName }}
+  {{- /* gpu.shared: the NVIDIA runtime class (gpu.runtimeClassName) unless runtimeClassName is set */}}
+  {{- with (default (ternary .Values.gpu.runtimeClassName "" (and .Values.gpu.enabled .Values.gpu.shared)) .Values.runtimeClassName) }}
   runtimeClassName: {{ . }}
   {{- end }}
+  {{- $pod := default dict .Values.podSecurityContext }}
   securityContext:
     runAsNonRoot: true
-    runAsUser: {{ .Values.podSecurityContext.runAsUser }}
-    runAsGroup: {{ .Values.podSecurityContext.runAsGroup }}
-    fsGroup: {{ .Values.podSecurityContext.fsGroup }}
+    {{- range $key := list "runAsUser" "runAsGroup" "fsGroup" }}
+    {{- if not (kindIs "invalid" (index $pod $key)) }}
+    {{ $key }}: {{ int (index $pod $key) }}
+    {{- end }}
+    {{- end }}
+    {{- if not (kindIs "invalid" (index $pod "fsGroup")) }}
     fsGroupChangePolicy: OnRootMismatch
+    {{- end }}
     seccompProfile:
       type: RuntimeDefault
-  terminationGracePeriodSeconds: {{ .Values.terminationGracePeriodSeconds }}
+  terminationGracePeriodSeconds: {{ include "onnxmon.terminationGracePeriodSeconds" . }}
   {{- if or .Values.migrations.enabled .Values.extraInitContainers }}
   initContainers:
   {{- end }}
@@ -124,6 +159,10 @@ spec:
       args: ["db", "upgrade", "-c", "/etc/onnxmon/onnxmon.yaml"]
       env:
         {{- include "onnxmon.containerEnv" . | nindent 8 }}
+      {{- with .Values.envFrom }}
+      envFrom:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
       volumeMounts:
         {{- include "onnxmon.volumeMounts" . | nindent 8 }}
       securityContext:
@@ -134,24 +173,28 @@ spec:
   {{- /* after the migration (a wrong database URL fails in seconds, before any model download) */}}
   {{- /* each gets the monitor's restricted securityContext unless it brings its own */}}
   {{- range .Values.extraInitContainers }}
-    {{- $container := deepCopy . }}
-    {{- if not (hasKey $container "securityContext") }}
-    {{- $_ := set $container "securityContext" (include "onnxmon.containerSecurityContext" $ | fromYaml) }}
-    {{- end }}
-    - {{- toYaml $container | nindent 6 }}
+    - {{- include "onnxmon.extraContainer" (list $ .) | nindent 6 }}
   {{- end }}
   containers:
     - name: onnxmon
       image: {{ include "onnxmon.image" . | quote }}
       imagePullPolicy: {{ .Values.image.pullPolicy }}
       command: ["onnxmon"]
-      args: ["serve", "-c", "/etc/onnxmon/onnxmon.yaml"]
+      args:
+        {{- toYaml (concat (list "serve" "-c" "/etc/onnxmon/onnxmon.yaml") (default list .Values.extraArgs)) | nindent 8 }}
       ports:
         - name: http
           containerPort: {{ .Values.api.port }}
           protocol: TCP
       env:
         {{- include "onnxmon.containerEnv" . | nindent 8 }}
+        {{- with (include "onnxmon.gpuEnv" .) }}
+        {{- . | nindent 8 }}
+        {{- end }}
+      {{- with .Values.envFrom }}
+      envFrom:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
       volumeMounts:
         {{- include "onnxmon.volumeMounts" . | nindent 8 }}
       securityContext:
@@ -178,13 +221,17 @@ spec:
         failureThreshold: {{ .Values.probes.readiness.failureThreshold }}
         timeoutSeconds: {{ .Values.probes.readiness.timeoutSeconds }}
       {{- $resources := deepCopy (default dict .Values.resources) }}
-      {{- if .Values.gpu.enabled }}
+      {{- /* gpu.shared: no device-plugin request (the runtime exposes the node's GPUs) */}}
+      {{- if and .Values.gpu.enabled (not .Values.gpu.shared) }}
       {{- $limits := default dict (get $resources "limits") }}
       {{- $_ := set $limits .Values.gpu.resourceName (int .Values.gpu.count) }}
       {{- $_ := set $resources "limits" $limits }}
       {{- end }}
       resources:
         {{- toYaml $resources | nindent 8 }}
+  {{- range .Values.extraContainers }}
+    - {{- include "onnxmon.extraContainer" (list $ .) | nindent 6 }}
+  {{- end }}
   volumes:
     - name: config
       configMap:
@@ -242,5 +289,16 @@ spec:
   {{- with .Values.tolerations }}
   tolerations:
     {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.topologySpreadConstraints }}
+  {{- /* a constraint without a labelSelector spreads this release's monitor pods */}}
+  topologySpreadConstraints:
+    {{- range . }}
+    {{- $constraint := deepCopy . }}
+    {{- if not (hasKey $constraint "labelSelector") }}
+    {{- $_ := set $constraint "labelSelector" (dict "matchLabels" (include "onnxmon.selectorLabels" $ | fromYaml)) }}
+    {{- end }}
+    - {{- toYaml $constraint | nindent 6 }}
+    {{- end }}
   {{- end }}
 {{- end }}

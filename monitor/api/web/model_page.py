@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 CHART_RUNS = 100
 LISTED_RUNS = 50
 LISTED_EVENTS = 30
+LISTED_REHEARSALS = 20
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -83,6 +84,9 @@ def render(handle: DaemonHandle, name: str, now: datetime) -> str:
         section("Recent events", events_table(events[:LISTED_EVENTS], now)),
         section("Runs", _runs(runs[:LISTED_RUNS], now), anchor="runs"),
     ]
+    rehearsals = handle.store.runs(name, limit=LISTED_REHEARSALS, candidates=True)
+    if rehearsals:  # candidate stacks replayed by `onnxmon rehearse`: beside production, never in it
+        parts.append(section("Rehearsals on candidate stacks", _runs(rehearsals, now), anchor="rehearsals"))
     return page(name, "".join(parts), crumbs=[("Models", "/"), (name, None)])
 
 

@@ -37,6 +37,8 @@ class _Row:
     baseline_id: str | None
     baseline_created: datetime | None
     environment: str
+    rehearsal: RunRecord | None = None
+    """The newest candidate run (``onnxmon rehearse``): shown beside production's, never as it."""
 
     @property
     def verdict(self) -> str | None:
@@ -65,6 +67,7 @@ def render(handle: DaemonHandle, now: datetime) -> str:
         "Environment",
         "Active baseline",
         "Baseline age",
+        "Rehearsal",
     ]
     body = [
         f"<h1>Models {summary}</h1>",
@@ -87,7 +90,9 @@ def _row(handle: DaemonHandle, name: str) -> _Row:
     latest = runs[0] if runs else None
     last_success = next((r.finished_at for r in runs if r.verdict == "pass"), None)
     baseline_id, meta = lookup.active_baseline(handle.settings.store.baselines_dir, name)
+    rehearsed = handle.store.runs(name, limit=1, candidates=True)
     return _Row(
+        rehearsal=rehearsed[0] if rehearsed else None,
         name=name,
         latest=latest,
         last_success=last_success,
@@ -135,4 +140,14 @@ def _cells(row: _Row, now: datetime) -> list[str]:
         + (f"<div>{fingerprint_link(latest.environment_fingerprint)}</div>" if latest is not None else ""),
         baseline,
         esc(ago(row.baseline_created, now)) if row.baseline_created else '<span class="muted">—</span>',
+        _rehearsal(row.rehearsal, now),
     ]
+
+
+def _rehearsal(run: RunRecord | None, now: datetime) -> str:
+    """The newest rehearsal's verdict (go when it passed), linked to its run; a dash when none was made."""
+    if run is None:
+        return '<span class="muted">—</span>'
+    go = "go" if run.verdict.value == "pass" else "no-go"
+    label = f"{go} ({ago(run.finished_at, now)})"
+    return link(url("runs", str(run.id)), label, title=f"candidate run #{run.id}: {run.verdict.value}")

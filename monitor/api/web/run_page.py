@@ -51,8 +51,13 @@ def render(handle: DaemonHandle, run_ref: str, now: datetime) -> str:
     if record is None:
         raise NotFound(404, f"no run {run_ref!r} in the history")
     model_link = link(url("models", record.model), record.model)
+    rehearsal = (
+        f" {badge('candidate stack', 'info', title='a rehearsal (onnxmon rehearse): not a production run')}"
+        if record.candidate
+        else ""
+    )
     head = (
-        f"<h1>Run #{record.id} of {model_link} {verdict_badge(record.verdict.value)}</h1>"
+        f"<h1>Run #{record.id} of {model_link} {verdict_badge(record.verdict.value)}{rehearsal}</h1>"
         f'<p class="sub">finished {when(record.finished_at, now)}</p>'
     )
     parts = [

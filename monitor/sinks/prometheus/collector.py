@@ -13,6 +13,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import prometheus_client
@@ -26,7 +27,7 @@ from monitor.results import CAUSE_CODES, AppliedTolerance, Verdict
 from monitor.sinks.prometheus import exposition
 from monitor.sinks.prometheus import labels as values
 from monitor.sinks.prometheus.counters import VERDICTS, Clock, Metrics, ModelState
-from monitor.store import RunRecord, Store, pick_latest
+from monitor.store import RECENT_RUNS, RecentState, RunRecord, Store, pick_latest
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +166,14 @@ class StoreCollector(Collector):
         run_fingerprint = (last.environment_fingerprint if last is not None else None) or env_fingerprint
         matches = meta is not None and run_fingerprint is not None and run_fingerprint == meta.environment_fingerprint
         f.env_matches.add_metric([name], 1.0 if matches else 0.0)
+        recent = self._recent(name, last)
+        if recent is not None:
+            f.recent_runs.add_metric([name], float(recent.runs))
+            f.recent_errors.add_metric([name], float(recent.errors))
+            for output in state.outputs:
+                f.recent_failing.add_metric([name, output], float(recent.failing.get(output, 0)))
+            f.env_changed_at.add_metric([name], _timestamp(recent.environment_changed_at))
+            f.promoted_at.add_metric([name], _timestamp(recent.baseline_promoted_at))
         measured = {o.name: o for o in last.outputs} if last is not None and last.verdict is not Verdict.ERROR else {}
         for output in state.outputs:
             stats = measured.get(output)
@@ -181,6 +190,23 @@ class StoreCollector(Collector):
             f.mismatch.add_metric(labels, m.mismatch_ratio)
             f.nondeterministic.add_metric(labels, 1.0 if stats.is_nondeterministic else 0.0)
             f.error_ratio.add_metric(labels, stats.error_ratio)
+
+    def _recent(self, model: str, last: RunRecord | None) -> RecentState | None:
+        """The store's count of the model's last runs (on the last run's node); None when it cannot answer.
+
+        Read only when the model's block is rebuilt (a new run, a promotion), not at every scrape.
+        """
+        if last is None:
+            return RecentState()
+        try:
+            return self.store.recent_state(model, last.node)
+        except Exception as exc:  # no values rather than wrong ones; the scrape still answers
+            log.warning("store unreachable reading the recent runs of %r: %s", model, exc)
+            return None
+
+
+def _timestamp(when: datetime | None) -> float:
+    return when.timestamp() if when is not None else 0.0
 
 
 def diagnosed_cause(last: RunRecord | None) -> str:
@@ -236,6 +262,29 @@ class _Families:
         self.fallback = gauge("onnxmon_provider_fallback", "1 when a requested provider is not in use.", model)
         self.env_matches = gauge(
             "onnxmon_environment_matches_baseline", "1 when the environment equals the baseline's.", model
+        )
+        self.env_changed_at = gauge(
+            "onnxmon_environment_changed_timestamp_seconds",
+            "Unix time the environment last differed from the previous run's (from the store); 0 never.",
+            model,
+        )
+        self.promoted_at = gauge(
+            "onnxmon_baseline_promoted_timestamp_seconds",
+            "Unix time a baseline of the model was last promoted (from the store); 0 never.",
+            model,
+        )
+        self.recent_runs = gauge(
+            "onnxmon_recent_runs",
+            f"Runs the recent window holds (the model's last {RECENT_RUNS}, from the store).",
+            model,
+        )
+        self.recent_errors = gauge(
+            "onnxmon_recent_error_runs", "Runs of the recent window that ended in error (from the store).", model
+        )
+        self.recent_failing = gauge(
+            "onnxmon_output_recent_failing_runs",
+            "Runs of the recent window in which the output was out of tolerance (from the store).",
+            output,
         )
         self.diagnosis = gauge(
             "onnxmon_diagnosis_info",

@@ -4,8 +4,8 @@ A spooled result written back and then left on disk by a crash (``kill -9`` betw
 and the unlink) carries the same key the next time; the store sees it and writes nothing.
 NULL for runs written directly (never spooled), which need no key: they are written once.
 
-Revision ID: 0006
-Revises: 0005
+Revision ID: 0007
+Revises: 0006
 Create Date: 2026-12-02
 """
 
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0006"
-down_revision: str | None = "0005"
+revision: str = "0007"
+down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

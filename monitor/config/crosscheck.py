@@ -1,0 +1,157 @@
+"""Cross-checks of a loaded config against the files it names: every problem, with its field path.
+
+The schema (pydantic) says whether each value is well-formed; these say whether the values fit
+the world: a model file that does not exist, a field naming an output the model does not have (a
+typo in ``tolerance.outputs.<name>`` would silently never apply). Each is cheap (a stat, the
+model's output names read without its weights) and certain.
+
+Fields that name outputs are listed in one place, ``output_references``: pairs of (field path,
+output name). A new field that names outputs (``decisions:``, when it comes) adds its pairs there,
+and ``config validate``, ``check`` and ``capture`` check it with the rest.
+
+The config layer sits below ``files/``, so the reader of a model's output names is handed in
+(``OutputsOf``: ``files.signature.output_names``), as ``scope.apply`` is handed the GPU name.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from monitor.config import settings as config
+from monitor.config.settings import ModelConfig, Settings
+from monitor.errors import ConfigError, MonitorError
+
+OutputsOf = Callable[[Path], Sequence[str]]  # the model's output names; MonitorError when unreadable
+
+
+def output_references(model: ModelConfig, where: str) -> list[tuple[str, str]]:
+    """(field path, output name) for every field of ``model`` that names one of its outputs."""
+    return [(f"{where}.tolerance.outputs.{name}", name) for name in model.tolerance.outputs]
+
+
+def unknown_outputs(references: Iterable[tuple[str, str]], outputs: Sequence[str], model_file: str) -> list[str]:
+    """One problem per reference naming an output that ``outputs`` does not hold.
+
+    ``name:part`` is the companion tensor of a non-tensor output ``name`` (``runtime/nontensor.py``:
+    ``labels:keys``), so its prefix is what must be an output.
+    """
+    known = set(outputs)
+    return [
+        f"{path}: {name!r} is not an output of {model_file}; outputs are {list(outputs)}"
+        for path, name in references
+        if name not in known and name.split(":", 1)[0] not in known
+    ]
+
+
+def model_problems(model: ModelConfig, where: str, outputs_of: OutputsOf) -> list[str]:
+    """What is wrong between ``model``'s config and its file: missing, unreadable, unknown outputs."""
+    if not model.path.exists():
+        return [f"{where}.path: model file {model.path} does not exist"]
+    if not model.path.is_file():
+        return [f"{where}.path: {model.path} is not a file"]
+    try:
+        outputs = outputs_of(model.path)
+    except MonitorError as exc:
+        return [f"{where}.path: {exc}"]
+    return unknown_outputs(output_references(model, where), outputs, model.path.name)
+
+
+def problems(settings: Settings, outputs_of: OutputsOf) -> list[str]:
+    """Every cross-check problem of ``settings`` (paths already resolved), in config order."""
+    found: list[str] = []
+    for index, model in enumerate(settings.models):
+        found += model_problems(model, f"models[{index}]", outputs_of)
+    return found
+
+
+def refuse_unknown_outputs(settings: Settings, names: Iterable[str], outputs_of: OutputsOf) -> None:
+    """``ConfigError``-style refusal (exit 2) when a named model's fields name outputs it lacks.
+
+    For ``check`` and ``capture``: a model whose file is missing or unreadable is not refused here
+    (its check says so, as an error result, and the other models still run).
+    """
+    wanted = set(names)
+    found: list[str] = []
+    for index, model in enumerate(settings.models):
+        if model.name not in wanted or not model.path.is_file():
+            continue
+        try:
+            outputs = outputs_of(model.path)
+        except MonitorError:
+            continue
+        found += unknown_outputs(output_references(model, f"models[{index}]"), outputs, model.path.name)
+    if found:
+        where = f"{settings.source}: " if settings.source else ""
+        listed = "\n".join(f"  {p}" for p in found)
+        raise ConfigError(f"{where}{len(found)} problem(s) in config:\n{listed}")
+
+
+def file_problems(
+    path: str | os.PathLike[str] | None,
+    outputs_of: OutputsOf,
+    environ: Mapping[str, str] | None = None,
+    *,
+    files: bool = True,
+) -> tuple[Path, list[str]]:
+    """Every problem of the config file at ``path``, in one list (``config validate``).
+
+    The schema's errors with their paths and the cross-references between sections; then, on a
+    config that loads, the files it names (``problems``); on one that does not, the model files
+    named in the raw YAML still (a missing file and a bad value are reported together).
+    ``files=False`` leaves the files out (a config rendered away from its models).
+    """
+    env = os.environ if environ is None else environ
+    file = config.config_path(path, env)
+    try:
+        settings = config.load(file, env)
+    except ConfigError as exc:
+        raw = _raw(file, env)
+        if raw is None:
+            return file, [str(exc)]
+        return file, [*_schema_problems(raw, file), *(_raw_model_files(raw, file) if files else [])] or [str(exc)]
+    return file, problems(settings, outputs_of) if files else []
+
+
+def _raw(file: Path, environ: Mapping[str, str]) -> dict[str, Any] | None:
+    """The parsed YAML with ``ONNXMON_*`` overrides; None when it cannot even be read or parsed."""
+    try:
+        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
+        return config.apply_env_overrides(raw, environ) if isinstance(raw, dict) else None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ConfigError):
+        return None
+
+
+def _schema_problems(raw: Mapping[str, Any], file: Path) -> list[str]:
+    try:
+        config.Settings.model_validate(dict(raw))
+    except ValidationError as exc:
+        return [config.format_error(e) for e in exc.errors()]
+    try:
+        config.from_mapping(raw, origin=file)
+    except ConfigError as exc:  # undeclared benchsets (one per line after the count), a store URL file
+        return [line.strip() for line in str(exc).splitlines()[1:]] or [str(exc)]
+    return []
+
+
+def _raw_model_files(raw: Mapping[str, Any], file: Path) -> list[str]:
+    """Missing model files and names used twice, read from the raw YAML (the schema did not pass)."""
+    base = file.resolve().parent
+    found = []
+    for kind in ("models", "benchsets"):
+        named = [i.get("name") for i in raw.get(kind) or [] if isinstance(i, Mapping)]
+        found += [
+            f"{kind}: name {n!r} is used twice" for n in sorted({n for n in named if named.count(n) > 1}, key=str)
+        ]
+    for index, model in enumerate(raw.get("models") or []):
+        given = model.get("path") if isinstance(model, Mapping) else None
+        if isinstance(given, str) and given:
+            where = Path(given) if Path(given).is_absolute() else base / given
+            if not where.exists():
+                found.append(f"models[{index}].path: model file {where} does not exist")
+    return found

@@ -1,0 +1,143 @@
+"""The go/no-go report of a rehearsal: per model, and what the candidate changes against production.
+
+A model is ``go`` when its check on the candidate passes against production's active baseline (a
+warning tier, ``tolerance.numeric: warn``, is a pass); anything else is no-go: a ``fail`` (drift beyond
+tolerance, decisions changed) or an ``error`` (the candidate could not measure it). A no-go carries the
+diagnosis the candidate made of it (``likely_cause``: the first hypothesis, its confidence and fix).
+The candidate's environment is diffed against production's, stable fields only, versions first: the
+stack that ran production's latest run of the model (else the active baseline's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from monitor.rehearse.candidate import Candidate
+from monitor.results import CheckResult, Verdict
+from monitor.runtime import envsnap
+
+
+@dataclass(frozen=True)
+class ModelVerdict:
+    """One model's rehearsal: the candidate's result and where it was stored."""
+
+    result: CheckResult
+    production_environment: Mapping[str, Any] | None = None
+    run_id: int | None = None
+
+    @property
+    def go(self) -> bool:
+        return self.result.verdict is Verdict.PASS
+
+    def to_dict(self) -> dict[str, Any]:
+        result = self.result
+        return {
+            "model": result.model,
+            "go": self.go,
+            "verdict": result.verdict.value,
+            "reasons": sorted({r.code for r in result.all_reasons()}),
+            "error_ratio": _finite(max((o.error_ratio for o in result.outputs if o.is_measured), default=None)),
+            "decisions": _decisions(result),
+            "likely_cause": None if self.go else likely_cause(result),
+            "environment_changes": [c.to_dict() for c in self.changes()],
+            "run_id": self.run_id,
+        }
+
+    def changes(self) -> list[envsnap.FieldChange]:
+        """What the candidate's stack changes against production's (stable fields, versions first)."""
+        if not self.production_environment or not self.result.environment:
+            return []
+        try:
+            old = envsnap.EnvSnapshot.from_dict(self.production_environment)
+            new = envsnap.EnvSnapshot.from_dict(self.result.environment)
+        except (KeyError, TypeError, ValueError):
+            return []
+        return [c for c in envsnap.diff(old, new) if c.stable]
+
+
+@dataclass(frozen=True)
+class Report:
+    """The whole rehearsal: the candidate and every model's verdict, in config order."""
+
+    candidate: Candidate
+    models: Sequence[ModelVerdict] = field(default_factory=list)
+
+    @property
+    def go(self) -> bool:
+        return all(m.go for m in self.models)
+
+    def exit_code(self) -> int:
+        """0 when every model is go, 1 when any is no-go (3, the candidate cannot run, is raised earlier)."""
+        return 0 if self.go else 1
+
+    def changes(self) -> list[envsnap.FieldChange]:
+        """The candidate's changes against production, as the first model with both environments shows them."""
+        return next((m.changes() for m in self.models if m.changes()), [])
+
+    def to_dict(self) -> dict[str, Any]:
+        changes = self.changes()
+        return {
+            "candidate": {
+                **self.candidate.to_dict(),
+                "environment_changes": [c.to_dict() for c in changes],
+                "summary": envsnap.summary(changes),
+            },
+            "go": self.go,
+            "models": [m.to_dict() for m in self.models],
+        }
+
+    def text(self) -> str:
+        """The report for a terminal: the candidate, what it changes, then one line per model."""
+        lines = [
+            f"candidate: {self.candidate.python} (onnxruntime {self.candidate.onnxruntime_version}, "
+            f"python {self.candidate.python_version})",
+            f"changes against production: {envsnap.summary(self.changes())}",
+            "",
+        ]
+        width = max((len(m.result.model) for m in self.models), default=5)
+        for verdict in self.models:
+            data = verdict.to_dict()
+            mark = "go   " if verdict.go else "NO-GO"
+            ratio = "-" if data["error_ratio"] is None else format(data["error_ratio"], ".3g")
+            line = f"  {mark}  {data['model']:<{width}}  {data['verdict']:<5}  error ÷ tolerance {ratio}"
+            if data["reasons"]:
+                line += f"  ({', '.join(data['reasons'])})"
+            lines.append(line)
+            for output, decided in data["decisions"].items():
+                lines.append(f"         {output}: {decided.get('flipped')} of {decided.get('total')} decisions flipped")
+            cause = data["likely_cause"]
+            if cause:
+                lines.append(f"         likely cause: {cause['cause']} {cause['confidence']:.0%}; fix: {cause['fix']}")
+        verdict_line = "GO: every model matches production" if self.go else "NO-GO: see the models marked NO-GO"
+        return "\n".join([*lines, "", verdict_line])
+
+
+def likely_cause(result: CheckResult) -> dict[str, Any] | None:
+    """The first hypothesis of the diagnosis the candidate made of a no-go (``None`` when it made none)."""
+    document = result.details.get("diagnosis")
+    hypotheses = document.get("hypotheses") if isinstance(document, Mapping) else None
+    if not isinstance(hypotheses, list) or not hypotheses or not isinstance(hypotheses[0], Mapping):
+        return None
+    first = hypotheses[0]
+    return {
+        "cause": str(first.get("cause")),
+        "confidence": float(first.get("confidence") or 0.0),
+        "fix": str(first.get("fix") or ""),
+    }
+
+
+def _decisions(result: CheckResult) -> dict[str, Any]:
+    """Per output, the decision counts the check made (``outputs[].decisions``), where it made any."""
+    found = {}
+    for output in result.outputs:
+        decided = getattr(output, "decisions", None)
+        if decided:
+            found[output.name] = dict(decided) if isinstance(decided, Mapping) else decided
+    return found
+
+
+def _finite(value: float | None) -> float | None:
+    """NaN (not measured) as None; an infinite ratio (a bitwise tolerance broken) stays infinite."""
+    return value if value is not None and value == value else None

@@ -1,0 +1,54 @@
+"""The SQLAlchemy engine behind a ``Store``: connection time limits, SQLite pragmas, a missing driver named.
+
+Why a module of its own: what an engine needs per backend (PostgreSQL's ``connect_timeout``, SQLite's
+busy timeout, foreign keys and WAL) and what a user sees when the URL's driver is not installed
+(``psycopg`` comes with the ``postgres`` extra, not with ``.[cpu]``) are one concern, apart from the
+queries.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+from monitor.config.settings import mask_url
+from monitor.errors import ConfigError
+from monitor.store import convert
+from monitor.store.health import StoreUnavailable
+
+
+def make_engine(url: str, *, echo: bool = False, write_timeout_s: float = 10.0) -> Engine:
+    """An engine for ``url``; a missing database driver is a ``ConfigError`` naming the extra to install.
+
+    A URL no SQLAlchemy dialect takes is ``StoreUnavailable``, like an unreachable database: the store's
+    own error at its boundary, so callers (``onnxmon check`` spooling, other commands' one line) need
+    no driver class names.
+    """
+    # A database that accepts connections but never answers must not hang a write forever.
+    postgres = url.startswith("postgresql")
+    connect_args: dict[str, Any] = {"connect_timeout": 10} if postgres else {"timeout": write_timeout_s}
+    try:
+        engine = create_engine(
+            url, echo=echo, json_serializer=convert.json_dumps, pool_pre_ping=True, connect_args=connect_args
+        )
+    except ModuleNotFoundError as exc:  # the URL's driver is not installed: say which extra brings it
+        extra = "install onnxmon's 'postgres' extra (psycopg 3): pip install -e '.[postgres]' from a clone"
+        if url.startswith("postgresql") and exc.name != "psycopg":  # another driver (psycopg2, pg8000, ...)
+            extra = f"write the URL as postgresql+psycopg://… and {extra}"
+        raise ConfigError(
+            f"store.url {mask_url(url)}: its database driver is not installed (no module named {exc.name!r}); {extra}"
+        ) from None
+    except (ArgumentError, NoSuchModuleError) as exc:  # a URL no dialect takes: unusable until it is fixed
+        raise StoreUnavailable(f"{mask_url(url)}: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA journal_mode=WAL")  # the API reads while the daemon writes
+    cursor.close()

@@ -1,0 +1,98 @@
+"""The chart's rehearsal Job (issue 24): ``onnxmon rehearse`` from a candidate image, through plain ``helm template``.
+
+What a platform team relies on: the Job runs the candidate image's ``onnxmon rehearse`` with the
+monitor's config, nodes, GPU request and store, the baselines' volume read-only, no spool; its pod is
+selected by nothing that selects the monitor (Service, PodDisruptionBudget, ServiceMonitor); each
+release revision is a new Job; without a database server the candidate runs are not stored (a SQLite
+file on a read-only volume cannot take them). Every rendering passes kubernetes-validate (strict).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.chart import helm_binary, render, run_helm, validate_objects
+
+pytestmark = pytest.mark.helm
+
+CANDIDATE = {"enabled": True, "image": {"tag": "0.2.0-ort1.33"}}
+DATABASE = {"existingSecret": "onnxmon-credentials", "persistence": {"existingClaim": "onnx-models"}}
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    return helm_binary()
+
+
+def job(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (found,) = [o for o in objects if o["kind"] == "Job"]
+    return found
+
+
+def monitor_pod(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (found,) = [o for o in objects if o["kind"] in ("Deployment", "DaemonSet")]
+    spec: dict[str, Any] = found["spec"]["template"]
+    return spec
+
+
+def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+@pytest.mark.parametrize("mode", ["deployment", "daemonset"])
+def test_the_rehearsal_job_runs_the_candidate_image_on_the_monitors_nodes_and_store(
+    helm: str, tmp_path: Path, mode: str
+) -> None:
+    values = {"mode": mode, "rehearsal": CANDIDATE, "nodeSelector": {"gpu": "h200"}, **DATABASE}
+    objects = render(helm, values, tmp_path, operator=True)
+    validate_objects(objects)
+    rehearsal = job(objects)
+    assert rehearsal["metadata"]["name"].endswith("-rehearsal-1"), "the release revision names the Job"
+    assert rehearsal["spec"]["backoffLimit"] == 0
+    pod = rehearsal["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == "ghcr.io/onnxmon/onnxmon:0.2.0-ort1.33"
+    assert container["args"][:3] == ["rehearse", "--python", "/usr/local/bin/python"]
+    assert "--no-store" not in container["args"], "a database server takes the candidate runs"
+    assert pod["spec"]["restartPolicy"] == "Never" and "initContainers" not in pod["spec"]
+    monitor = monitor_pod(objects)
+    assert pod["spec"]["nodeSelector"] == monitor["spec"]["nodeSelector"] == {"gpu": "h200"}
+    (serving,) = monitor["spec"]["containers"]
+    assert container["resources"] == serving["resources"] and container["env"] == serving["env"]
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["data"]["readOnly"] is True and "spool" not in mounts
+    assert "spool" not in {v["name"] for v in pod["spec"]["volumes"]}
+    labels = pod["metadata"]["labels"]
+    for selecting in (o for o in objects if o["kind"] in ("Service", "PodDisruptionBudget", "ServiceMonitor")):
+        selector = selecting["spec"]["selector"]
+        assert not selects(selector.get("matchLabels", selector), labels), f"{selecting['kind']} selects the Job"
+
+
+def test_without_a_database_server_the_job_does_not_store(helm: str, tmp_path: Path) -> None:
+    (container,) = job(render(helm, {"rehearsal": CANDIDATE}, tmp_path))["spec"]["template"]["spec"]["containers"]
+    assert "--no-store" in container["args"]
+
+
+def test_models_a_mirror_and_a_digest_reach_the_job(helm: str, tmp_path: Path) -> None:
+    digest = "sha256:" + "a" * 64
+    values = {
+        "global": {"imageRegistry": "mirror.example:5000"},
+        "rehearsal": {"enabled": True, "image": {"digest": digest}, "models": ["resnet", "bert"]},
+        **DATABASE,
+    }
+    objects = render(helm, values, tmp_path)
+    validate_objects(objects)
+    (container,) = job(objects)["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"mirror.example:5000/onnxmon/onnxmon@{digest}"
+    assert container["args"][-2:] == ["resnet", "bert"]
+
+
+def test_no_job_unless_enabled_and_no_candidate_without_a_tag(helm: str, tmp_path: Path) -> None:
+    assert not [o for o in render(helm, {}, tmp_path) if o["kind"] == "Job"]
+    done = run_helm(helm, {"rehearsal": {"enabled": True}}, tmp=tmp_path)
+    assert done.returncode != 0 and "rehearsal.image.tag" in done.stderr
+    typo = run_helm(helm, {"rehearsal": {"enabled": True, "image": {"tag": "x"}, "pyhton": "/x"}}, tmp=tmp_path)
+    assert typo.returncode != 0 and "pyhton" in typo.stderr, "the strict schema refuses a misspelt value"
