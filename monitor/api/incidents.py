@@ -31,6 +31,7 @@ from monitor.api.web.lookup import error_page
 from monitor.errors import MonitorError
 from monitor.results import CAUSE_CODES
 from monitor.store import knowledge
+from monitor.store.text import NOT_BLANK
 
 RunId = params.Id
 # text and fix at knowledge.MAX_TEXT characters each, 12 bytes per 4-byte character URL-encoded,
@@ -51,7 +52,7 @@ class IncidentIn(BaseModel):
         json_schema_extra={"enum": list[JsonValue](sorted(CAUSE_CODES))},  # the closed set, in the OpenAPI schema too
     )
     # No NUL: the store refuses it (store/text.py); said here too, so the schema tells clients (a 422 like any field)
-    text: str = Field(min_length=1, max_length=knowledge.MAX_TEXT, pattern=_NO_NUL, description="what was found")
+    text: str = Field(min_length=1, max_length=knowledge.MAX_TEXT, pattern=NOT_BLANK, description="what was found")
     fix: str | None = Field(default=None, max_length=knowledge.MAX_TEXT, pattern=_NO_NUL, description="what fixed it")
     by: str = Field(default="api", min_length=1, max_length=200, pattern=_NO_NUL, description="who notes it")
 

@@ -88,7 +88,7 @@ def record_incident(
     """Note an incident on run ``run_id``; ``MonitorError`` naming the field for an unknown run or cause."""
     if cause not in CAUSE_CODES:
         raise MonitorError(f"--cause {cause!r} is not a cause code; known: {', '.join(sorted(CAUSE_CODES))}")
-    if not text.strip():
+    if storable.is_blank(text):  # the API schema's own rule (store/text.py NOT_BLANK)
         raise MonitorError("--text is empty: say what was found")
     if len(text) > MAX_TEXT or len(fix or "") > MAX_TEXT:
         raise MonitorError(f"--text and --fix are limited to {MAX_TEXT} characters")

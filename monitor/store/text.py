@@ -26,6 +26,12 @@ from sqlalchemy.types import TypeDecorator
 from monitor.errors import MonitorError
 
 REPLACEMENT = "\ufffd"
+# JSON Schema's (ECMA-262's) whitespace, written out: Python's str.strip() also strips U+001C-U+001F and
+# U+0085, so "blank" is this one set for the store, the API's schema and every regex engine that reads it.
+BLANK = "\\t\\n\\v\\f\\r \\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff"
+NOT_BLANK = f"^[^\\x00]*[^\\x00{BLANK}][^\\x00]*$"
+"""A pattern for a text a person must write: something besides whitespace, and no NUL."""
+_BLANK = re.compile(f"[{BLANK}]*")
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
@@ -48,6 +54,11 @@ def refuse_unstorable(fields: Iterable[tuple[str, str | None]]) -> None:
         why = problem(value) if value else None
         if why is not None:
             raise UnstorableText(f"{name} holds {why}, which the history store cannot hold; remove it")
+
+
+def is_blank(value: str) -> bool:
+    """True when ``value`` holds nothing but whitespace (the ``BLANK`` set), or nothing at all."""
+    return _BLANK.fullmatch(value) is not None
 
 
 def storable(value: str) -> str:
