@@ -41,6 +41,7 @@ HAZARD_CODES: dict[str, Severity] = {
     "fp16_unsafe_activation": "info",  # an fp32 activation past 512 on the benchmark set: keep it fp32 (AutoCast)
     "qdq_unfused": "warning",  # a float weight quantized at run time, or a Q/DQ pair no kernel fuses
     "qdq_per_tensor": "info",  # per-tensor weight scale where the consuming op takes per-channel
+    "model_invalid": "error",  # ONNX Runtime refuses the model: a tensor short of its dims, a cycle, a shape
     "lint_error": "warning",  # one rule could not run on this model (the rest still did)
 }
 

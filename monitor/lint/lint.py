@@ -18,7 +18,15 @@ from pathlib import Path
 import onnx
 
 from monitor.errors import ModelError
-from monitor.lint import rules_batch, rules_fp16, rules_qdq, rules_resize, rules_training, rules_versions
+from monitor.lint import (
+    rules_batch,
+    rules_fp16,
+    rules_qdq,
+    rules_resize,
+    rules_training,
+    rules_validity,
+    rules_versions,
+)
 from monitor.lint.graph import LintGraph, external_tensors, read
 from monitor.lint.hazards import Hazard, LintReport, hazard, ordered
 from monitor.lint.rules_batch import VariedDims
@@ -26,6 +34,7 @@ from monitor.lint.rules_versions import RuntimeSupport
 
 Rule = Callable[[LintGraph], Iterable[Hazard]]
 RULES: tuple[tuple[str, Rule], ...] = (
+    ("validity", rules_validity.check),
     ("training", rules_training.check),
     ("resize", rules_resize.check),
     ("batch", rules_batch.check),

@@ -86,21 +86,25 @@ class DatabaseSink:
 
         ``last_run_id`` is then the stored run's id, or None when the result went to the spool.
         """
+        self.record(result)
+
+    def record(self, result: CheckResult) -> int | None:
+        """``write``, returning the stored run's id (None: spooled) to this caller, whatever other threads write."""
         self.last_run_id = None
         if self.spool is None:
             try:
-                self.last_run_id = self.store.record_run(result, node=self.node, pod=self.pod)
+                self.last_run_id = run_id = self.store.record_run(result, node=self.node, pod=self.pod)
             except Exception as exc:
                 if not is_outage(exc):
                     self.refused += 1
                 raise
-            return
+            return run_id
         with self.writing():
             if not len(self.spool):
                 try:
-                    self.last_run_id = self.store.record_run(result, node=self.node, pod=self.pod)
+                    self.last_run_id = run_id = self.store.record_run(result, node=self.node, pod=self.pod)
                     self.spool_error = None
-                    return
+                    return run_id
                 except Exception as exc:
                     if not is_outage(exc):
                         self._refused(result, exc)
@@ -110,9 +114,10 @@ class DatabaseSink:
                 self.spool.append(result, node=self.node, pod=self.pod)
             except OSError as exc:
                 self._not_spooled(result, exc)
-                return
+                return None
             self.spool_error = None
         self._retry_in_background()
+        return None
 
     def _refused(self, result: CheckResult, exc: BaseException) -> None:
         """The store refused ``result`` (not an outage): keep it in ``failed/``, count it; the caller raises."""
