@@ -116,15 +116,9 @@ class Daemon:
             "spool_has_room": f"the spool {spool.directory} is full" if spool is not None and spool.full else None,
         }
         self._reasons = {name: why for name, why in reasons.items() if why}
-        return {
-            "config_loaded": bool(self._settings.models) or self._settings.source is not None,
-            "store_reachable": problem is None,
-            "store_writable": sink.last_outage is None,
-            "scheduler_running": bool(self._scheduler.running) and not self._stopping.is_set(),
-            "spool_writable": sink.spool_error is None,
-            "results_writable": reasons["results_writable"] is None,
-            "spool_has_room": reasons["spool_has_room"] is None,
-        }
+        loaded = bool(self._settings.models) or self._settings.source is not None
+        running = bool(self._scheduler.running) and not self._stopping.is_set()
+        return {"config_loaded": loaded, "scheduler_running": running} | {n: w is None for n, w in reasons.items()}
 
     def readiness_reasons(self) -> dict[str, str]:
         """Why each failing check of the last ``readiness()`` fails, one line each."""
@@ -133,8 +127,7 @@ class Daemon:
     def readiness_info(self) -> dict[str, int]:
         """Numbers beside the readiness checks: results waiting in the spool, and dropped ones."""
         sink = self.database_sink
-        dropped = sink.spool.dropped if sink.spool else 0
-        set_aside = sink.spool.set_aside if sink.spool else 0
+        dropped, set_aside = (sink.spool.dropped, sink.spool.set_aside) if sink.spool else (0, 0)
         return {"spooled": sink.spooled, "dropped": dropped, "unspooled": sink.unspooled, "set_aside": set_aside}
 
     def _store_problem(self) -> str | None:
@@ -391,11 +384,11 @@ def _database_sink(daemon: Daemon) -> DatabaseSink:
     spool = spools.configured(daemon.settings.store)
     stall = 3 * daemon.settings.store.write_timeout + 10  # a write never holds the writer's turn this long
     sink = DatabaseSink(daemon.store, node=daemon.node, pod=daemon.pod, spool=spool, stall_after_s=stall)
-    daemon.metrics.spooled.set_function(lambda: float(sink.spooled))
-    daemon.metrics.unspooled.set_function(lambda: float(sink.unspooled))
-    daemon.metrics.refused.set_function(lambda: float(sink.refused))
-    daemon.metrics.spool_set_aside.set_function(lambda: float(spool.set_aside))
-    daemon.metrics.text_replaced.set_function(lambda: float(getattr(daemon.store, "text_replaced", 0)))
+    store, m = daemon.store, daemon.metrics
+    for gauge, count in ((m.spooled, lambda: sink.spooled), (m.unspooled, lambda: sink.unspooled),
+                         (m.refused, lambda: sink.refused), (m.spool_set_aside, lambda: spool.set_aside),
+                         (m.text_replaced, lambda: getattr(store, "text_replaced", 0))):  # fmt: skip
+        gauge.set_function(lambda count=count: float(count()))
     return sink
 
 
