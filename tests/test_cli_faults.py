@@ -237,3 +237,19 @@ def test_baseline_capture_of_a_hung_model_is_cut_at_its_timeout(ws: Workspace) -
     assert "Traceback" not in result.stderr
     assert "did not finish: timeout" in result.stderr
     assert not [p for p in (ws.root / "baselines" / "spin").glob("*") if not p.name.startswith(".")]
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql+psycopg://postgres@127.0.0.1:1/test", "nosuchdriver://host/db"], ids=["refused", "no driver"]
+)
+@pytest.mark.parametrize("command", [["db", "current"], ["db", "upgrade"], ["history", "m"], ["incident", "list"]])
+def test_a_command_whose_store_cannot_be_used_says_so_in_one_line_and_exits_3(
+    tmp_path: Path, url: str, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from monitor.cli import main
+
+    config = tmp_path / "onnxmon.yaml"
+    config.write_text(f"store:\n  url: {url!r}\n")
+    assert main([*command, "-c", str(config)]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("onnxmon: error: the history store cannot be used"), err

@@ -10,6 +10,7 @@ connection holds an exclusive lock on the file, as a backup tool or a stuck writ
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import sqlite3
 import threading
@@ -21,9 +22,9 @@ import pytest
 
 from monitor.daemon.root import Daemon
 from monitor.results import CheckResult, Verdict
-from monitor.sinks.database import DatabaseSink
+from monitor.sinks.database import DatabaseSink, is_outage
 from monitor.sinks.spool import Spool, default_directory, legacy_directory
-from monitor.store import Store
+from monitor.store import Store, StoreOutage
 from tests.databases import postgres_schema
 from tests.serving import two_models
 from tests.workspace import Workspace
@@ -279,15 +280,16 @@ def test_a_write_the_database_refuses_is_raised_not_spooled_and_a_refused_backlo
     naive = a_result(0)
     bad = CheckResult(model="m", verdict=Verdict.PASS, started_at=float("nan"), finished_at=1.0)
     with pytest.raises(ValueError):
-        sink.write(bad)  # not an outage: the dispatcher logs it, the spool stays empty
-    assert sink.spooled == 0
+        sink.write(bad)  # not an outage: the dispatcher logs it, the queue stays empty, failed/ keeps it
+    assert sink.spooled == 0 and sink.refused == 1
     assert sink.spool is not None
     sink.spool.append(bad)  # e.g. spooled by an older version
     sink.spool.append(naive)
     (sink.spool.directory / "000000000099.json").write_text("{not json")
     assert sink.flush() == 1
     assert sink.spooled == 0
-    assert [p.name for p in sink.spool.failed()] == ["000000000001.json", "000000000099.json"]
+    names = [p.name for p in sink.spool.failed()]
+    assert names[:2] == ["000000000001.json", "000000000099.json"] and names[2].startswith("refused-")
     assert [r.started_at.timestamp() for r in store.runs("m")] == [1000.0]
     sink.close()
     store.close()
@@ -296,3 +298,26 @@ def test_a_write_the_database_refuses_is_raised_not_spooled_and_a_refused_backlo
 def test_the_spool_of_onnxmon_0_1_sat_beside_a_sqlite_file_else_beside_the_baselines(tmp_path: Path) -> None:
     assert legacy_directory("sqlite:////data/onnxmon.db", tmp_path / "b") == Path("/data/onnxmon.db.spool")
     assert legacy_directory("postgresql+psycopg://db/x", Path("/data/baselines")) == Path("/data/spool")
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql+psycopg://postgres@127.0.0.1:1/test", f"sqlite:////nonexistent-{os.getpid()}/h.db"]
+)
+def test_the_store_raises_its_own_outage_error_for_an_unreachable_database(url: str) -> None:
+    # Callers (the database sink, the API guard, `onnxmon check`) tell an outage by this class alone.
+    with Store(url) as store:
+        for call in (lambda: store.record_run(a_result(0)), lambda: store.runs("m"), store.upgrade):
+            with pytest.raises(StoreOutage) as caught:
+                call()
+            assert is_outage(caught.value) and "OperationalError" in str(caught.value)
+
+
+def test_no_layer_above_the_store_names_a_driver_error_class() -> None:
+    root = Path(__file__).resolve().parents[1] / "monitor"
+    named = [
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if "store" not in path.relative_to(root).parts[:1]
+        and any(n in path.read_text() for n in ("OperationalError", "InterfaceError", "DisconnectionError"))
+    ]
+    assert named == []

@@ -33,10 +33,10 @@ def tables(store: Store) -> set[str]:
 def test_an_empty_database_upgrades_to_head(empty: Store) -> None:
     assert empty.current_revision() is None
     empty.upgrade()
-    assert empty.current_revision() == empty.head_revision() == "0006"
+    assert empty.current_revision() == empty.head_revision() == "0007"
     assert tables(empty) == ALL_TABLES
     empty.upgrade()  # a second upgrade is a no-op
-    assert empty.current_revision() == "0006"
+    assert empty.current_revision() == "0007"
 
 
 def test_a_database_at_the_previous_revision_upgrades_and_keeps_its_runs(empty: Store) -> None:

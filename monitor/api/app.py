@@ -20,23 +20,23 @@ import errno
 import hmac
 import logging
 import re
-import stat
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi import Path as PathParam
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BeforeValidator
 
-from monitor import __version__, jsonsafe
+from monitor import __version__, bounded, jsonsafe
 from monitor.api import environments as envs
 from monitor.api import incidents, index, params, web
 from monitor.api import schemas as out
 from monitor.api.environments import HEX_PREFIX, NAME
-from monitor.api.guard import ErrorGuard, internal_error
+from monitor.api.guard import ErrorGuard, internal_error, invalid_request
 from monitor.api.handle import DaemonHandle
 from monitor.config.settings import Settings
 from monitor.errors import BusyError, MonitorError
@@ -45,6 +45,7 @@ from monitor.sinks.prometheus import exposition
 from monitor.store import pick_latest
 
 log = logging.getLogger(__name__)
+_MAX_TOKEN_FILE = 64 * 1024  # a bearer token is one short line; a longer file is a mistake, never cut to a prefix
 
 ModelName = Annotated[str, PathParam(pattern=NAME, max_length=200, description="a model name from the config")]
 Limit = Annotated[int, Query(ge=1, le=1000, description="newest first, at most this many")]
@@ -95,6 +96,7 @@ def create_app(handle: DaemonHandle) -> FastAPI:
         responses={500: {"model": out.Problem}, 503: {"model": out.Problem}},
     )
     app.add_middleware(ErrorGuard, on_error=lambda exc: internal_error(handle, exc))
+    app.add_exception_handler(RequestValidationError, invalid_request)
     _health_routes(app, handle)
     _read_routes(app, handle)
     _write_routes(app, handle)
@@ -319,13 +321,18 @@ def _configured_token(settings: Settings) -> str | None:
     if settings.api.token_file is not None:
         path = Path(settings.api.token_file)
         try:
-            # A FIFO (or a device) would block this request's thread on open: only a regular file is read.
-            if not stat.S_ISREG(path.stat().st_mode):
-                raise OSError(errno.EINVAL, "not a regular file")
-            with path.open("rb") as handle:
-                token = handle.read(64 * 1024).decode("utf-8", errors="replace").strip()
+            # Regular files only, bounded: a FIFO would block this request's thread, a long file is no token.
+            token = bounded.read_bytes(path, limit=_MAX_TOKEN_FILE).decode("utf-8").strip()
+            if "\n" in token or "\r" in token:
+                raise OSError(errno.EINVAL, "more than one line")
+        except UnicodeDecodeError:
+            token, why = "", "not UTF-8 text"
         except OSError as exc:
-            log.warning("api.token_file %s cannot be read (%s): mutating calls disabled", path, exc.strerror)
+            token, why = "", str(exc.strerror)
+        else:
+            why = ""
+        if why:
+            log.warning("api.token_file %s cannot be read (%s): mutating calls disabled", path, why)
             return None
         return token or None
     return None

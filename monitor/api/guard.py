@@ -10,8 +10,14 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
+from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+
+from monitor.store import StoreUnavailable
+from monitor.store.text import storable_json
 
 if TYPE_CHECKING:
     from monitor.api.handle import DaemonHandle
@@ -19,16 +25,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("monitor.api.app")
 
 
-# DB-API outage classes (SQLAlchemy wraps the driver's under the same names; only store/ imports it),
-# and the store's own: such an error answers 503 at once, without waiting on a ping of a hung database.
-_OUTAGES = frozenset({"OperationalError", "InterfaceError", "DisconnectionError", "StoreUnavailable"})
-
-
 def internal_error(handle: DaemonHandle, exc: BaseException | None = None) -> JSONResponse:
-    outage = exc is not None and any(kind.__name__ in _OUTAGES for kind in type(exc).__mro__)
-    if outage or not handle.store.ping():
+    """503 for an outage (``StoreUnavailable``, raised by the store at its boundary: no ping needed), else 500."""
+    if isinstance(exc, StoreUnavailable) or not handle.store.ping():
         return JSONResponse({"detail": "the history store is unreachable; retry later"}, status_code=503)
     return JSONResponse({"detail": "internal error; the daemon log has the details"}, status_code=500)
+
+
+async def invalid_request(request: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's 422 body, with the echoed input made encodable: a lone surrogate in a request made it a 500."""
+    assert isinstance(exc, RequestValidationError)
+    return JSONResponse({"detail": storable_json(jsonable_encoder(exc.errors()))}, status_code=422)
 
 
 Scope = MutableMapping[str, Any]

@@ -31,11 +31,15 @@ from monitor.api.web.lookup import error_page
 from monitor.errors import MonitorError
 from monitor.results import CAUSE_CODES
 from monitor.store import knowledge
+from monitor.store.text import NOT_BLANK
 
 RunId = params.Id
 # text and fix at knowledge.MAX_TEXT characters each, 12 bytes per 4-byte character URL-encoded,
 # and room for the rest
 _MAX_FORM = 2 * 12 * knowledge.MAX_TEXT + 16 * 1024
+
+
+_NO_NUL = r"^[^\x00]*$"
 
 
 class IncidentIn(BaseModel):
@@ -47,9 +51,10 @@ class IncidentIn(BaseModel):
         max_length=40,
         json_schema_extra={"enum": list[JsonValue](sorted(CAUSE_CODES))},  # the closed set, in the OpenAPI schema too
     )
-    text: str = Field(min_length=1, max_length=knowledge.MAX_TEXT, description="what was found")
-    fix: str | None = Field(default=None, max_length=knowledge.MAX_TEXT, description="what fixed it")
-    by: str = Field(default="api", min_length=1, max_length=200, description="who notes it")
+    # No NUL: the store refuses it (store/text.py); said here too, so the schema tells clients (a 422 like any field)
+    text: str = Field(min_length=1, max_length=knowledge.MAX_TEXT, pattern=NOT_BLANK, description="what was found")
+    fix: str | None = Field(default=None, max_length=knowledge.MAX_TEXT, pattern=_NO_NUL, description="what fixed it")
+    by: str = Field(default="api", min_length=1, max_length=200, pattern=_NO_NUL, description="who notes it")
 
     @field_validator("cause")
     @classmethod
@@ -124,7 +129,7 @@ def mount(app: FastAPI, handle: DaemonHandle, *, auth: Sequence[Depends], token:
                 return HTMLResponse(error_page(413, "Not noted", too_big), status_code=413)
         body = raw.decode("utf-8", errors="replace")
         form = {key: values[0] for key, values in parse_qs(body, keep_blank_values=True).items()}
-        number = int(run_id) if run_id.isdecimal() and len(run_id) < 20 else 0
+        number = params.page_id(run_id)
         expected = token()
         if expected is None:
             disabled = "mutating calls are disabled: set api.token or api.token_file in the config"

@@ -15,6 +15,17 @@ from pydantic import BeforeValidator
 MAX_ID = 2**63 - 1  # SQLite and PostgreSQL BIGINT
 
 
+def page_id(text: str) -> int:
+    """A page's id (``/runs/{id}``, its incident form) parsed as strictly as the API's: 0 when not one.
+
+    ``str.isdecimal`` also takes Arabic-Indic or Devanagari digits (``/runs/\u0661`` was run 1).
+    """
+    if not (text.isascii() and text.isdigit()) or len(text) > 19:
+        return 0
+    number = int(text)
+    return number if number <= MAX_ID else 0
+
+
 def _digits_only(value: object) -> object:
     if isinstance(value, str) and not (value.isascii() and value.isdigit()):
         raise ValueError(f"expected an id of decimal digits, got {value!r}")

@@ -117,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if type(exc).__name__ == "Abort":
             return 130
+        # The store raises its own StoreUnavailable for a database it cannot use (loaded if it was raised).
+        health = sys.modules.get("monitor.store.health")
+        if health is not None and isinstance(exc, health.StoreUnavailable):
+            typer.echo(f"onnxmon: error: the history store cannot be used: {exc}".splitlines()[0][:500], err=True)
+            return 3
         raise
     return code if isinstance(code, int) else 0
 

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from monitor.cli import output
+from monitor.cli import output, terminal
 from monitor.config import settings as config
 from monitor.errors import MonitorError
 
@@ -140,7 +140,8 @@ class PlainTable(Table):
     """A rich ``Table`` whose string cells are shown exactly as written, never parsed as markup.
 
     Model, output and node names are data: ``[/]`` in one must not crash the command and
-    ``[word]`` must not vanish from the table. Styled cells are passed as ``Text``.
+    ``[word]`` must not vanish from the table, and a terminal escape in one is shown, not obeyed
+    (``terminal.safe``). Styled cells are passed as ``Text``.
     """
 
     def __init__(self, *headers: Any, **kwargs: Any) -> None:
@@ -164,7 +165,7 @@ class PlainTable(Table):
     def add_row(self, *renderables: Any, style: Any = None, end_section: bool = False) -> None:
         """Cells as ``Text``; a column is as wide as its longest short word (names, numbers stay whole),
         while a long token (an id, a hash) still folds, whole and pasteable."""
-        cells = [Text(cell) if isinstance(cell, str) else cell for cell in renderables]
+        cells = [Text(terminal.safe(cell)) if isinstance(cell, str) else cell for cell in renderables]
         for column, cell in zip(self.columns, cells, strict=False):
             if isinstance(cell, Text) and cell.plain.split():
                 longest = min(max(len(word) for word in cell.plain.split()), WHOLE_WORD)

@@ -12,7 +12,7 @@ import getpass
 
 import typer
 
-from monitor.cli import common, output
+from monitor.cli import common, output, terminal
 from monitor.errors import MonitorError
 from monitor.results import CAUSE_CODES
 
@@ -102,7 +102,7 @@ def register(app: typer.Typer) -> None:
             common.print_json(data, chosen)
             return
         for key in ("id", "at", "model", "run_id", "created_by", "cause", "fix", "text"):
-            typer.echo(f"{key}: {data[key]}")
+            typer.echo(terminal.safe(f"{key}: {data[key]}"))  # a person's text: escapes shown, not obeyed
         for part, values in data["signature"].items():
             typer.echo(f"signature.{part}: {', '.join(values) or '-'}")
 

@@ -24,6 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from monitor import jsonsafe
+from monitor.cli import terminal
 
 FORMATS = ("table", "json", "yaml", "wide")
 
@@ -132,7 +133,7 @@ def tsv(table: Table) -> str:
 
 def _plain(cell: Any) -> str:
     text = cell.plain if isinstance(cell, Text) else str(cell)
-    return text.replace("\t", " ").replace("\r", " ").replace("\n", " ")
+    return terminal.safe(text.replace("\t", " ").replace("\r", " ").replace("\n", " "))
 
 
 def emit(fmt: str, data: Callable[[], Any], text: Callable[[bool], Table | str]) -> None:

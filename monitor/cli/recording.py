@@ -59,8 +59,8 @@ def record(settings: Settings, results: Sequence[CheckResult]) -> Recorded:
     spool = spools.configured(store_cfg)
     try:
         store: Store | None = common.open_store(settings)
-    except Exception as exc:  # a bad URL or an unreachable database: the store cannot even open
-        if not (is_outage(exc) or type(exc).__name__ in {"ArgumentError", "NoSuchModuleError"}):
+    except Exception as exc:  # a bad URL or an unreachable database (StoreUnavailable): the store cannot even open
+        if not is_outage(exc):
             raise
         return _spool_all(spool, results, node, pod, _why(exc, store_cfg.url))
     assert store is not None

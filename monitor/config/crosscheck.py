@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from monitor import bounded
 from monitor.config import decisions
 from monitor.config import settings as config
 from monitor.config.settings import ModelConfig, Settings
@@ -143,7 +144,7 @@ def file_problems(
 def _raw(file: Path, environ: Mapping[str, str]) -> dict[str, Any] | None:
     """The parsed YAML with ``ONNXMON_*`` overrides; None when it cannot even be read or parsed."""
     try:
-        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
+        raw = yaml.safe_load(bounded.read_text(file, limit=config.MAX_CONFIG_BYTES))  # as load() reads it
         return config.apply_env_overrides(raw, environ) if isinstance(raw, dict) else None
     except (OSError, UnicodeDecodeError, yaml.YAMLError, ConfigError):
         return None

@@ -46,7 +46,13 @@ MAX_BACKOFF = 7 * DAY
 MAX_RETENTION = 100 * 365 * DAY
 MAX_REPEATS = 1000
 MAX_MEMORY_MB = 16 * 1024 * 1024  # 16 TiB: beyond any node, still a valid RLIMIT_AS
-URL_SHAPE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+URL_SHAPE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # no control character anywhere: see has_control_characters
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def has_control_characters(text: str) -> bool:
+    """True when ``text`` holds a C0 control character or DEL (a NUL, an escape, a newline): never in a URL."""
+    return _CONTROL.search(text) is not None
 
 
 class StrictModel(BaseModel):

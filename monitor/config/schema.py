@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from monitor.config import cron
+from monitor.config import cron, fields
 from monitor.config.benchset_schema import BENCHSET_SOURCES as BENCHSET_SOURCES
 from monitor.config.benchset_schema import BenchsetConfig as BenchsetConfig
 from monitor.config.benchset_schema import GenerateSpec as GenerateSpec
@@ -175,7 +175,7 @@ class StoreConfig(StrictModel):
     @field_validator("url")
     @classmethod
     def _url_shape(cls, url: str) -> str:
-        if not URL_SHAPE.match(url):
+        if not URL_SHAPE.match(url) or fields.has_control_characters(url):
             raise ValueError("expected a SQLAlchemy URL like 'sqlite:///onnxmon.db' or 'postgresql+psycopg://host/db'")
         return url
 

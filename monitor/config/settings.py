@@ -9,9 +9,9 @@ against the directory of the config file, so a config works from any working dir
 
 from __future__ import annotations
 
+import errno
 import os
 import re
-import stat
 import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -24,6 +24,8 @@ from pydantic import (
     model_validator,
 )
 
+from monitor import bounded
+from monitor.config.fields import has_control_characters
 from monitor.config.schema import (
     URL_SHAPE,
     ApiConfig,
@@ -51,6 +53,7 @@ from monitor.errors import ConfigError
 from monitor.results import AppliedTolerance
 
 DEFAULT_CONFIG = "onnxmon.yaml"
+MAX_CONFIG_BYTES = 8 << 20  # a config with thousands of models is well under a megabyte
 ENV_PREFIX = "ONNXMON_"
 
 __all__ = [
@@ -215,7 +218,8 @@ def load(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] 
     env = os.environ if environ is None else environ
     file = config_path(path, env)
     try:
-        text = file.read_text(encoding="utf-8")
+        # Bounded and regular-file-only: `-c /dev/zero` or a FIFO put in its place never hangs a reload.
+        text = bounded.read_text(file, limit=MAX_CONFIG_BYTES)
     except FileNotFoundError:
         raise ConfigError(f"config file {file} not found (pass -c PATH or set ONNXMON_CONFIG)") from None
     except OSError as exc:
@@ -334,18 +338,12 @@ def _url_from_file(store: StoreConfig, rel: Callable[[Path], Path]) -> str:
         raise ConfigError("store: set store.url or store.url_file, not both")
     path = rel(store.url_file)
     try:
-        # Stat first: opening a FIFO nobody writes to blocks forever, /dev/zero never ends.
-        if not stat.S_ISREG(path.stat().st_mode):
-            raise ConfigError(
-                f"store.url_file: {path} is not a regular file (expected a file holding the database URL)"
-            )
-        with path.open("rb") as handle:
-            raw = handle.read(_MAX_URL_FILE + 1)
-        if len(raw) > _MAX_URL_FILE:
-            raise ConfigError(
-                f"store.url_file: {path} is larger than {_MAX_URL_FILE} bytes (expected one line: the database URL)"
-            )
-        url = raw.decode("utf-8").strip()
+        url = bounded.read_text(path, limit=_MAX_URL_FILE).strip()
+    except bounded.FileRefused as exc:
+        too_big = exc.errno == errno.EFBIG
+        what = f"is larger than {_MAX_URL_FILE} bytes" if too_big else "is not a regular file"
+        expected = "one line: the database URL" if too_big else "a file holding the database URL"
+        raise ConfigError(f"store.url_file: {path} {what} (expected {expected})") from None
     except FileNotFoundError:
         raise ConfigError(f"store.url_file: {path} not found (expected a file holding the database URL)") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -353,7 +351,7 @@ def _url_from_file(store: StoreConfig, rel: Callable[[Path], Path]) -> str:
         raise ConfigError(f"store.url_file: {path} cannot be read: {why}") from None
     if not url:
         raise ConfigError(f"store.url_file: {path} is empty (expected one line: the database URL)")
-    if "\n" in url or not URL_SHAPE.match(url):
+    if not URL_SHAPE.match(url) or has_control_characters(url):  # a NUL, an escape, a second line
         raise ConfigError(
             f"store.url_file: {path} does not hold a database URL (expected one line like"
             " 'postgresql+psycopg://user:password@host/db')"

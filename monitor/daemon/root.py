@@ -111,18 +111,14 @@ class Daemon:
             "store_reachable": problem,
             "store_writable": sink.last_outage,  # the last write met an outage (a full disk, a lock)
             "spool_writable": sink.spool_error,  # a result could be neither written nor spooled
+            "results_writable": sink.stalled,  # a write holds the writer's turn far past its time limits
             # a full result spool means a long outage is now dropping the oldest results
             "spool_has_room": f"the spool {spool.directory} is full" if spool is not None and spool.full else None,
         }
         self._reasons = {name: why for name, why in reasons.items() if why}
-        return {
-            "config_loaded": bool(self._settings.models) or self._settings.source is not None,
-            "store_reachable": problem is None,
-            "store_writable": sink.last_outage is None,
-            "scheduler_running": bool(self._scheduler.running) and not self._stopping.is_set(),
-            "spool_writable": sink.spool_error is None,
-            "spool_has_room": reasons["spool_has_room"] is None,
-        }
+        loaded = bool(self._settings.models) or self._settings.source is not None
+        running = bool(self._scheduler.running) and not self._stopping.is_set()
+        return {"config_loaded": loaded, "scheduler_running": running} | {n: w is None for n, w in reasons.items()}
 
     def readiness_reasons(self) -> dict[str, str]:
         """Why each failing check of the last ``readiness()`` fails, one line each."""
@@ -131,8 +127,8 @@ class Daemon:
     def readiness_info(self) -> dict[str, int]:
         """Numbers beside the readiness checks: results waiting in the spool, and dropped ones."""
         sink = self.database_sink
-        dropped = sink.spool.dropped if sink.spool else 0
-        return {"spooled": sink.spooled, "dropped": dropped, "unspooled": sink.unspooled}
+        dropped, set_aside = (sink.spool.dropped, sink.spool.set_aside) if sink.spool else (0, 0)
+        return {"spooled": sink.spooled, "dropped": dropped, "unspooled": sink.unspooled, "set_aside": set_aside}
 
     def _store_problem(self) -> str | None:
         try:
@@ -386,9 +382,13 @@ def _database_sink(daemon: Daemon) -> DatabaseSink:
     from monitor.sinks import spool as spools
 
     spool = spools.configured(daemon.settings.store)
-    sink = DatabaseSink(daemon.store, node=daemon.node, pod=daemon.pod, spool=spool)
-    daemon.metrics.spooled.set_function(lambda: float(sink.spooled))
-    daemon.metrics.unspooled.set_function(lambda: float(sink.unspooled))
+    stall = 3 * daemon.settings.store.write_timeout + 10  # a write never holds the writer's turn this long
+    sink = DatabaseSink(daemon.store, node=daemon.node, pod=daemon.pod, spool=spool, stall_after_s=stall)
+    store, m = daemon.store, daemon.metrics
+    for gauge, count in ((m.spooled, lambda: sink.spooled), (m.unspooled, lambda: sink.unspooled),
+                         (m.refused, lambda: sink.refused), (m.spool_set_aside, lambda: spool.set_aside),
+                         (m.text_replaced, lambda: getattr(store, "text_replaced", 0))):  # fmt: skip
+        gauge.set_function(lambda count=count: float(count()))
     return sink
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from monitor import jsonsafe, lint
+from monitor import bounded, jsonsafe, lint
 from monitor.config.settings import ModelConfig
 from monitor.files import benchsets
 from monitor.files.tensors import sha256_bytes
@@ -81,7 +81,7 @@ def cached_lint(
     }
     where = (directory or cache_dir()) / f"{sha256_bytes(json.dumps(key, sort_keys=True).encode())}.json"
     try:
-        data = jsonsafe.loads(where.read_text(encoding="utf-8"))
+        data = jsonsafe.loads(bounded.read_text(where, limit=16 << 20))  # our own cache file, a few KiB
         if isinstance(data, dict) and data.get("key") == key:
             return lint.LintReport.from_dict(data["report"]), True
     except (OSError, ValueError, KeyError, TypeError):

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from monitor import jsonsafe
+from monitor import bounded, jsonsafe
 from monitor.errors import BaselineError
 from monitor.files import tensors as tensorio
 from monitor.files.baseline_meta import BaselineMeta, created_seconds
@@ -41,6 +41,10 @@ ACTIVE_FILE = "ACTIVE"
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 PROMOTIONS_FILE = "promotions.jsonl"
 FRESH: TensorFiles = FreshFiles()
+
+
+# baseline.json (a line per tensor file), model_manifest.json, the promotion log: a bigger one is not ours
+MAX_DOCUMENT_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -120,7 +124,7 @@ class Baseline:
             return None
         path = self._path(rel)
         try:
-            raw = path.read_bytes()
+            raw = bounded.read_bytes(path, limit=MAX_DOCUMENT_BYTES)
         except OSError as exc:
             raise BaselineError(f"baseline {self.id}: cannot read {path}: {exc.strerror or exc}") from None
         if hashlib.sha256(raw).hexdigest() != expected:
@@ -209,7 +213,9 @@ def active_id(root: Path, model: str) -> str | None:
     if not path.is_file():
         return None
     try:
-        text = path.read_text(encoding="utf-8").strip()
+        text = bounded.read_text(path, limit=4096).strip()  # one id
+    except bounded.FileRefused as exc:
+        raise BaselineError(f"{path}: cannot read the active baseline id: {exc.strerror}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise BaselineError(f"{path}: cannot read the active baseline id: {exc}") from None
     return check_id(text, where=f"{path} names") if text else None
@@ -261,8 +267,10 @@ def promotions(root: Path, model: str) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = bounded.read_text(path, limit=MAX_DOCUMENT_BYTES).splitlines()
         return [json.loads(line) for line in lines if line.strip()]
+    except bounded.FileRefused as exc:
+        raise BaselineError(f"{path}: cannot read the promotion log: {exc.strerror}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BaselineError(f"{path}: cannot read the promotion log: {exc}") from None
 
@@ -279,7 +287,9 @@ def last_promotion(root: Path, model: str, baseline_id: str) -> dict[str, Any] |
 def _open(directory: Path) -> Baseline:
     meta_path = directory / META_FILE
     try:
-        data = json.loads(meta_path.read_text(encoding="utf-8"))
+        data = json.loads(bounded.read_text(meta_path, limit=MAX_DOCUMENT_BYTES))
+    except bounded.FileRefused as exc:
+        raise BaselineError(f"{meta_path}: cannot read baseline metadata: {exc.strerror}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise BaselineError(f"{meta_path}: cannot read baseline metadata: {exc}") from None
     if not isinstance(data, dict):

@@ -30,6 +30,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails
 
+from monitor import bounded
 from monitor.errors import BenchsetError
 from monitor.files.tensors import is_plain_dtype, resolve_inside
 
@@ -116,13 +117,18 @@ class Manifest(_Strict):
     samples: Annotated[list[ManifestSample], Field(max_length=MAX_SAMPLES)]
 
 
+MAX_MANIFEST_BYTES = 512 << 20  # MAX_SAMPLES entries of a few hundred bytes; a bigger file is not a manifest
+
+
 def read_manifest(version_dir: Path, name: str, version: int) -> Manifest:
     """The manifest of ``version_dir``, which must say it is ``name`` v``version``; ``BenchsetError`` if not."""
     path = version_dir / MANIFEST
     try:
-        text = path.read_text(encoding="utf-8")
+        text = bounded.read_text(path, limit=MAX_MANIFEST_BYTES)  # a FIFO or /dev/zero here never hangs a check
     except FileNotFoundError:
         raise BenchsetError(f"benchset manifest {path} not found") from None
+    except bounded.FileRefused as exc:
+        raise BenchsetError(f"benchset manifest {path} cannot be read: {exc.strerror}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise BenchsetError(f"benchset manifest {path} cannot be read: {exc}") from None
     manifest = _validated(text, path)

@@ -40,6 +40,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from monitor import bounded
 from monitor.config.settings import BenchsetConfig, GenerateSpec
 from monitor.errors import BenchsetError
 from monitor.files.polygraphy import read_polygraphy_json
@@ -321,7 +322,11 @@ def _read_test_data(directory: Path, prefix: str, given: Sequence[str] | None) -
 def _read_tensor_proto(path: Path) -> tuple[str, np.ndarray[Any, Any]]:
     tensor = onnx.TensorProto()
     try:
-        tensor.ParseFromString(path.read_bytes())
+        raw = bounded.read_bytes(path, limit=MAX_TENSOR_BYTES)  # a FIFO or a device here never hangs an import
+    except OSError as exc:
+        raise BenchsetError(f"tensor file {path} cannot be read: {exc.strerror or exc}") from None
+    try:
+        tensor.ParseFromString(raw)
     except Exception as exc:  # protobuf's DecodeError and friends
         raise BenchsetError(f"tensor file {path} is not a TensorProto: {exc}") from None
     if tensor.data_location == onnx.TensorProto.EXTERNAL:

@@ -25,17 +25,24 @@ from typing import Any
 
 import numpy as np
 
+from monitor import bounded
 from monitor.errors import BenchsetError, MonitorError
 from monitor.files.tensors import load_npy_bytes, load_npz
 
 Sample = dict[str, np.ndarray[Any, Any]]
 
 
+# The whole file is decoded at once (base64 arrays inside JSON): past this, import the data as .npz instead.
+MAX_JSON_BYTES = 512 << 20
+
+
 def _read_json(path: Path, what: str, error: type[MonitorError]) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(bounded.read_text(path, limit=MAX_JSON_BYTES))
     except FileNotFoundError:
         raise error(f"{what} {path} not found") from None
+    except bounded.FileRefused as exc:
+        raise error(f"{what} {path} cannot be read: {exc.strerror}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise error(f"{what} {path} cannot be read: {exc}") from None
     except RecursionError:

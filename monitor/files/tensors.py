@@ -19,11 +19,9 @@ only real code points. Benchmark sets do not pass it: their manifest names plain
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import io
 import os
-import stat
 import tokenize
 import zipfile
 from collections.abc import Sequence
@@ -33,6 +31,7 @@ from typing import IO, Any, Protocol
 import numpy as np
 import numpy.lib.format as npy_format
 
+from monitor import bounded
 from monitor.errors import BenchsetError, MonitorError
 
 # Plain numeric and boolean kinds: bool, signed/unsigned int, float, complex.
@@ -63,22 +62,12 @@ def _storable(dtype: np.dtype[Any], text: bool) -> bool:
 
 
 def open_regular(path: Path) -> IO[bytes]:
-    """Open ``path`` for reading only if it is a regular file; ``OSError`` otherwise.
+    """Open ``path`` for reading only if it is a regular file; ``OSError`` otherwise (``monitor.bounded``).
 
     Opened non-blocking first, so a FIFO (or a device) put where a tensor or model file belongs is
     refused at once instead of hanging the check until its hard timeout.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "not a plain file"
-            raise OSError(errno.EINVAL, f"not a regular file ({kind})", str(path))
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+    return bounded.open_regular(path)
 
 
 def sha256_file(path: Path) -> str:

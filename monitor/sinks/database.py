@@ -1,13 +1,15 @@
 """The database sink: every check result becomes a run row (plus events) in the ``Store``.
 
 With a ``Spool`` the sink survives database outages without losing results. A write that
-fails because the database is *unavailable* (a DB-API ``OperationalError`` or
-``InterfaceError``: refused or dropped connections, a locked SQLite file, a full disk under
-the database) queues the result on disk; while the queue is not empty every new result
+fails because the database is *unavailable* (the store's ``StoreUnavailable``, which it raises
+for refused or dropped connections, a locked SQLite file, a full disk under the database) queues
+the result on disk; while the queue is not empty every new result
 joins its tail, so history is written in the order it was measured. A background thread,
 running only while there is a backlog, retries every ``retry_s`` seconds and writes the queue
-back oldest first. Any other failure (a bug, a constraint) is not an outage: it is raised to
-the dispatcher as before, so that one bad result can never block the queue. A database without
+back oldest first. Any other failure (a bug, a constraint) is not an outage: the result is kept in the
+spool's ``failed/`` folder for a person to inspect, counted in ``refused``
+(``onnxmon_results_refused``) and raised to the dispatcher, which logs it, so that one bad result
+can never block the queue and is never lost silently. A database without
 its schema (dropped and recreated empty: ``StoreUnavailable``) is an outage too: the results wait
 until ``onnxmon db upgrade`` ran.
 
@@ -22,6 +24,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from monitor import jsonsafe
 from monitor.results import CheckResult
@@ -30,17 +34,14 @@ from monitor.store import Store, StoreUnavailable
 
 log = logging.getLogger("onnxmon.sinks.database")
 
-# DB-API (PEP 249) exception classes that mean "the database cannot be used right now".
-# Matched by name along the class hierarchy: SQLAlchemy wraps the driver's exception in a
-# class of the same name, and only ``monitor/store`` may import SQLAlchemy.
-_OUTAGE_ERRORS = frozenset({"OperationalError", "InterfaceError", "DisconnectionError"})
-
 
 def is_outage(exc: BaseException) -> bool:
-    """True when ``exc`` says the database is unreachable or unusable, not that the write is wrong."""
-    if isinstance(exc, OSError | StoreUnavailable):
-        return True
-    return any(kind.__name__ in _OUTAGE_ERRORS for kind in type(exc).__mro__)
+    """True when ``exc`` says the database is unreachable or unusable, not that the write is wrong.
+
+    The store translates its driver's errors at its boundary (``store.StoreUnavailable``); an
+    ``OSError`` is the disk under the spool or the database.
+    """
+    return isinstance(exc, OSError | StoreUnavailable)
 
 
 class DatabaseSink:
@@ -54,6 +55,7 @@ class DatabaseSink:
         pod: str | None = None,
         spool: Spool | None = None,
         retry_s: float = 5.0,
+        stall_after_s: float = 60.0,
     ) -> None:
         self.store = store
         self.node = node
@@ -63,8 +65,11 @@ class DatabaseSink:
         self.last_outage: str | None = None
         self.spool_error: str | None = None  # why the last result could be neither written nor spooled
         self.unspooled = 0  # such results since start, each logged in full
+        self.refused = 0  # results the store refused (not an outage) since start, each kept in failed/
+        self.stall_after_s = stall_after_s  # a write (or write-back) running longer is reported as stuck
         self.last_run_id: int | None = None  # the id the last write got from the store (None: spooled)
         self._order = threading.Lock()  # one writer at a time keeps the history in measured order
+        self._writing_since: float | None = None
         self._retrying: threading.Thread | None = None
         self._closed = threading.Event()
         if spool is not None and len(spool):  # a backlog left by a previous process
@@ -87,9 +92,14 @@ class DatabaseSink:
         """``write``, returning the stored run's id (None: spooled) to this caller, whatever other threads write."""
         self.last_run_id = None
         if self.spool is None:
-            self.last_run_id = run_id = self.store.record_run(result, node=self.node, pod=self.pod)
+            try:
+                self.last_run_id = run_id = self.store.record_run(result, node=self.node, pod=self.pod)
+            except Exception as exc:
+                if not is_outage(exc):
+                    self.refused += 1
+                raise
             return run_id
-        with self._order:
+        with self.writing():
             if not len(self.spool):
                 try:
                     self.last_run_id = run_id = self.store.record_run(result, node=self.node, pod=self.pod)
@@ -97,6 +107,7 @@ class DatabaseSink:
                     return run_id
                 except Exception as exc:
                     if not is_outage(exc):
+                        self._refused(result, exc)
                         raise
                     self._note_outage(exc)
             try:
@@ -107,6 +118,15 @@ class DatabaseSink:
             self.spool_error = None
         self._retry_in_background()
         return None
+
+    def _refused(self, result: CheckResult, exc: BaseException) -> None:
+        """The store refused ``result`` (not an outage): keep it in ``failed/``, count it; the caller raises."""
+        self.refused += 1
+        assert self.spool is not None
+        try:
+            self.spool.keep_refused(result, node=self.node, pod=self.pod, why=f"{type(exc).__name__}: {exc}")
+        except OSError as error:
+            self._not_spooled(result, error)
 
     def _not_spooled(self, result: CheckResult, exc: OSError) -> None:
         """Neither the database nor the spool took ``result``: log all of it, count it, say why."""
@@ -127,7 +147,7 @@ class DatabaseSink:
         """Write the queued results back, oldest first; returns how many were written."""
         if self.spool is None:
             return 0
-        with self._order:
+        with self.writing():
             began = time.monotonic()
             written, outage = self.spool.drain(self._write_spooled, transient=is_outage)
         if written:
@@ -138,6 +158,28 @@ class DatabaseSink:
             self.last_outage = None
         return written
 
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold the one writer's turn, stamped so that ``stalled`` can tell a write that hangs."""
+        with self._order:
+            self._writing_since = time.monotonic()
+            try:
+                yield
+            finally:
+                self._writing_since = None
+
+    @property
+    def stalled(self) -> str | None:
+        """Why results cannot be written now (one write holding the writer's turn too long), else None.
+
+        A write is bounded by the store's time limits and an entry by ``monitor.bounded``; this is the
+        guard for what nothing else bounds, so that ``/readyz`` never says ready while nothing is written.
+        """
+        since = self._writing_since
+        if since is None or time.monotonic() - since < self.stall_after_s:
+            return None
+        return f"the database sink has been writing for {time.monotonic() - since:.0f} s: results cannot be written"
+
     def close(self) -> None:
         """Stop retrying; what is still queued stays on disk for the next start."""
         self._closed.set()
@@ -145,7 +187,8 @@ class DatabaseSink:
             self._retrying.join(timeout=30)
 
     def _write_spooled(self, entry: SpooledResult) -> None:
-        self.store.record_run(entry.result, node=entry.node, pod=entry.pod)
+        self._writing_since = time.monotonic()  # progress: a long write-back is not a stuck one
+        self.store.record_run(entry.result, node=entry.node, pod=entry.pod, key=entry.key)
 
     def _note_outage(self, exc: BaseException) -> None:
         detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]

@@ -7,12 +7,19 @@ restarted during the outage still delivers what it measured before.
 
 Layout: one JSON file per result, ``<directory>/<sequence:012d>.json``, written to a
 ``.tmp-*`` file, fsynced and renamed into place, so a crash never leaves a half-written entry
-that a reader would see. The sequence number gives the order; it continues across restarts.
+that a reader would see. The sequence number gives the order (numerically: past 10^12 it simply
+has more digits, which the entry pattern still matches); it continues across restarts.
+Each entry carries a ``key`` (a uuid) that the store keeps with the run it becomes, so an entry
+written back and then left on disk by a crash (``kill -9`` between the commit and the unlink) is
+recognised on the next write-back instead of being written twice.
+Entries are read as files a person or a crash could have replaced (``monitor.bounded``): a FIFO,
+a device, a symlink to one or an entry over ``MAX_ENTRY_BYTES`` is set aside at once, never read.
 Entries are strict JSON (``monitor.jsonsafe``): a non-finite metric is the string ``"Infinity"``,
 ``"-Infinity"`` or ``"NaN"``, turned back into a float when read; entries written before that
 rule, with bare ``NaN``/``Infinity`` tokens, are still read.
-An entry the database *refuses* (not an outage: a bug, a constraint) is moved to ``failed/``
-so that one poison result cannot block the queue; it stays on disk for a person to inspect.
+An entry the database *refuses* (not an outage: a bug, a constraint), or that cannot be read, is
+moved to ``failed/`` (and counted in ``set_aside``) so that one poison result cannot block the
+queue; it stays on disk for a person to inspect.
 
 The queue is bounded (``max_results``): when full, the oldest entry is dropped, logged and
 counted in ``dropped``, because during a long outage the newest results matter most.
@@ -30,12 +37,14 @@ import logging
 import os
 import re
 import threading
+import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from monitor import jsonsafe
+from monitor import bounded, jsonsafe
 from monitor.config.settings import StoreConfig, mask_url
 from monitor.results import CheckResult
 
@@ -43,7 +52,8 @@ log = logging.getLogger("onnxmon.spool")
 
 DEFAULT_MAX_RESULTS = 10_000
 FAILED_DIR = "failed"
-_ENTRY = re.compile(r"^(\d{12})\.json$")
+MAX_ENTRY_BYTES = 64 << 20  # a result with its details is kilobytes; a bigger entry is not ours
+_ENTRY = re.compile(r"^(\d{12,})\.json$")
 _FORMAT = 1
 _FLOATS = ("metrics", "tolerance", "timings", "started_at", "finished_at", "duration_s", "details", "environment")
 """Keys of ``CheckResult.to_dict`` whose non-finite strings are read back as floats (all but names and reasons)."""
@@ -57,6 +67,7 @@ class SpooledResult:
     result: CheckResult
     node: str | None = None
     pod: str | None = None
+    key: str | None = None  # the run's identity in the store (None: an entry written before keys)
 
 
 class Spool:
@@ -68,6 +79,7 @@ class Spool:
         self.directory = Path(directory)
         self.max_results = max_results
         self.dropped = 0
+        self.set_aside = 0  # entries moved to failed/ since start: unreadable, or refused by the database
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -81,12 +93,22 @@ class Spool:
         """Queued entry files, oldest first."""
         if not self.directory.is_dir():
             return []
-        return sorted(p for p in self.directory.iterdir() if _ENTRY.match(p.name))
+        return sorted((p for p in self.directory.iterdir() if _ENTRY.match(p.name)), key=_sequence)
 
-    def append(self, result: CheckResult, *, node: str | None = None, pod: str | None = None) -> Path:
-        """Queue ``result`` durably; when the queue is full, drop (and count) the oldest entry first."""
-        payload = {"format": _FORMAT, "node": node, "pod": pod, "result": result.to_dict()}
+    def append(
+        self, result: CheckResult, *, node: str | None = None, pod: str | None = None, key: str | None = None
+    ) -> Path:
+        """Queue ``result`` durably; when the queue is full, drop (and count) the oldest entry first.
+
+        ``key`` is the run's identity (a fresh uuid unless an entry moved from another queue keeps its
+        own). An entry too big to be read back is refused here (``OSError``), while the caller can still
+        report the result, rather than set aside later.
+        """
+        payload = {"format": _FORMAT, "key": key or uuid.uuid4().hex, "node": node, "pod": pod}
+        payload["result"] = result.to_dict()
         data = jsonsafe.dumps(payload, default=str).encode("utf-8")
+        if len(data) > MAX_ENTRY_BYTES:
+            raise bounded.FileRefused(self.directory, f"a spool entry of {len(data)} bytes is over the limit")
         with self._lock:
             self.directory.mkdir(parents=True, exist_ok=True)
             entries = self.entries()
@@ -97,7 +119,7 @@ class Spool:
                 log.error(
                     "result spool %s is full (%d): dropped the oldest, %s", self.directory, self.max_results, oldest
                 )
-            sequence = int(entries[-1].name[:12]) + 1 if entries else 1
+            sequence = _sequence(entries[-1]) + 1 if entries else 1
             final = self.directory / f"{sequence:012d}.json"
             temp = self.directory / f".tmp-{sequence:012d}-{os.getpid()}-{os.urandom(4).hex()}"
             try:
@@ -114,13 +136,19 @@ class Spool:
     def read(self, path: Path) -> SpooledResult:
         """Decode one entry; ``ValueError`` naming the file when it is not a spooled result."""
         try:
-            payload = jsonsafe.loads(path.read_text(encoding="utf-8"), floats=_FLOATS)
+            raw = bounded.read_bytes(path, limit=MAX_ENTRY_BYTES)
+            payload = jsonsafe.loads(raw.decode("utf-8"), floats=_FLOATS)
             if not isinstance(payload, Mapping) or payload.get("format") != _FORMAT:
                 raise ValueError(f"expected a JSON object with format {_FORMAT}")
             result = CheckResult.from_dict(payload["result"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"spool entry {path} cannot be read: {exc}") from None
-        return SpooledResult(path, result, _text(payload.get("node")), _text(payload.get("pod")))
+        except bounded.FileRefused as exc:
+            raise ValueError(f"spool entry {path} cannot be read: {exc.strerror}") from None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+            # anything a hostile file makes the decoder raise (a 200k-deep array is a RecursionError)
+            raise ValueError(f"spool entry {path} cannot be read: {type(exc).__name__}: {exc}"[:1000]) from None
+        # An entry from before keys gets one from its bytes: the same file always names the same run.
+        key = _text(payload.get("key")) or hashlib.sha256(raw).hexdigest()[:32]
+        return SpooledResult(path, result, _text(payload.get("node")), _text(payload.get("pod")), key)
 
     def drain(
         self, write: Callable[[SpooledResult], Any], *, transient: Callable[[BaseException], bool]
@@ -159,12 +187,31 @@ class Spool:
             except ValueError as exc:
                 other._set_aside(path, str(exc))
                 continue
-            self.append(entry.result, node=entry.node, pod=entry.pod)
+            self.append(entry.result, node=entry.node, pod=entry.pod, key=entry.key)
             path.unlink(missing_ok=True)
             moved += 1
         if moved:
             log.warning("moved %d spooled result(s) from %s to %s", moved, directory, self.directory)
         return moved
+
+    def keep_refused(self, result: CheckResult, *, node: str | None, pod: str | None, why: str) -> Path:
+        """Write ``result``, which the database refused, straight into ``failed/`` for a person to inspect."""
+        folder = self.directory / FAILED_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        payload = {"format": _FORMAT, "key": uuid.uuid4().hex, "node": node, "pod": pod, "refused": why[:500]}
+        payload["result"] = result.to_dict()
+        path = folder / f"refused-{int(time.time() * 1000):015d}-{os.urandom(4).hex()}.json"
+        temp = folder / f".tmp-{path.name}"
+        try:
+            with temp.open("wb") as handle:
+                handle.write(jsonsafe.dumps(payload, default=str).encode("utf-8"))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temp, path)
+        finally:
+            temp.unlink(missing_ok=True)
+        log.error("result of %r refused by the database, kept in %s: %s", result.model, path, why[:500])
+        return path
 
     def failed(self) -> list[Path]:
         """Entries set aside because the database refused them, oldest first."""
@@ -172,10 +219,24 @@ class Spool:
         return sorted(folder.iterdir()) if folder.is_dir() else []
 
     def _set_aside(self, path: Path, why: str) -> None:
+        """Move ``path`` (whatever it is: a FIFO, a device link, a directory) into ``failed/``; never opens it.
+
+        Never raises: a name already taken there gets a suffix, and an entry that cannot be moved at all
+        is logged and left, since a poison entry must not stop the write-back of the others.
+        """
         folder = self.directory / FAILED_DIR
-        folder.mkdir(exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            os.replace(path, folder / path.name)
+        try:
+            folder.mkdir(exist_ok=True)
+            target = folder / path.name
+            if target.exists() or target.is_symlink():
+                target = folder / f"{path.name}.{os.urandom(4).hex()}"
+            os.replace(path, target)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            log.error("spooled result %s cannot be set aside in %s (%s): %s", path.name, folder, exc, why[:500])
+            return
+        self.set_aside += 1
         log.error("spooled result %s set aside in %s: %s", path.name, folder, why[:500])
 
 
@@ -216,6 +277,10 @@ def legacy_directory(store_url: str, baselines_dir: Path) -> Path:
             path = Path(file)
             return path.with_name(path.name + ".spool")
     return Path(baselines_dir).parent / "spool"
+
+
+def _sequence(path: Path) -> int:
+    return int(path.name.removesuffix(".json"))
 
 
 def _text(value: Any) -> str | None:

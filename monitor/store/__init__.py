@@ -6,7 +6,7 @@ Only this package imports SQLAlchemy; everything it hands out is a plain frozen 
 from __future__ import annotations
 
 from monitor.store.events import EVENT_KINDS
-from monitor.store.health import StoreUnavailable
+from monitor.store.health import StoreOutage, StoreUnavailable
 from monitor.store.recent import RECENT_RUNS, RecentState
 from monitor.store.records import (
     BaselineRecord,
@@ -30,6 +30,7 @@ __all__ = [
     "RecentState",
     "RunRecord",
     "Store",
+    "StoreOutage",
     "StoreUnavailable",
     "pick_latest",
 ]

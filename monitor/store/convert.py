@@ -11,6 +11,7 @@ rows written before it existed already followed. Metric columns are real floats 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import PurePath
 from typing import Any
@@ -27,13 +28,13 @@ from monitor.results import (
     run_error_ratio,
     worst_output,
 )
-from monitor.store import schema
+from monitor.store import schema, text
 from monitor.store.records import BaselineRecord, EventRecord, RunRecord
 
 
 def json_dumps(value: Any) -> str:
-    """Strict JSON (no NaN tokens) for every backend; tuples become lists, paths strings."""
-    return jsonsafe.dumps(json_safe(value), separators=(",", ":"))
+    """Strict JSON (no NaN tokens) for every backend; tuples become lists, paths strings; storable text only."""
+    return jsonsafe.dumps(text.storable_json(json_safe(value)), separators=(",", ":"))
 
 
 def json_safe(value: Any) -> Any:
@@ -213,3 +214,14 @@ def _reasons(raw: list[Any]) -> tuple[Reason, ...]:
 def _number(value: Any) -> Any:
     """Undo ``json_safe`` for a scalar: the strings it wrote for non-finite floats become floats."""
     return jsonsafe.to_float(value)
+
+
+def replica(environment: Mapping[str, Any], what: str) -> str | None:
+    """``k8s.node`` / ``k8s.pod`` from a snapshot, flat (``"k8s.node"``) or nested (``{"k8s": {"node"}}``)."""
+    for key in (f"k8s.{what}", f"k8s_{what}", what):
+        if environment.get(key):
+            return str(environment[key])
+    nested = environment.get("k8s")
+    if isinstance(nested, Mapping) and nested.get(what):
+        return str(nested[what])
+    return None

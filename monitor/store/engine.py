@@ -11,14 +11,21 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from monitor.config.settings import mask_url
 from monitor.errors import ConfigError
 from monitor.store import convert
+from monitor.store.health import StoreUnavailable
 
 
 def make_engine(url: str, *, echo: bool = False, write_timeout_s: float = 10.0) -> Engine:
-    """An engine for ``url``; a missing database driver is a ``ConfigError`` naming the extra to install."""
+    """An engine for ``url``; a missing database driver is a ``ConfigError`` naming the extra to install.
+
+    A URL no SQLAlchemy dialect takes is ``StoreUnavailable``, like an unreachable database: the store's
+    own error at its boundary, so callers (``onnxmon check`` spooling, other commands' one line) need
+    no driver class names.
+    """
     # A database that accepts connections but never answers must not hang a write forever.
     postgres = url.startswith("postgresql")
     connect_args: dict[str, Any] = {"connect_timeout": 10} if postgres else {"timeout": write_timeout_s}
@@ -33,6 +40,8 @@ def make_engine(url: str, *, echo: bool = False, write_timeout_s: float = 10.0) 
         raise ConfigError(
             f"store.url {mask_url(url)}: its database driver is not installed (no module named {exc.name!r}); {extra}"
         ) from None
+    except (ArgumentError, NoSuchModuleError) as exc:  # a URL no dialect takes: unusable until it is fixed
+        raise StoreUnavailable(f"{mask_url(url)}: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine

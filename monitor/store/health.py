@@ -14,18 +14,29 @@ is noticed. A database without the onnxmon schema (dropped and recreated empty) 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 UPGRADE_HINT = "run `onnxmon db upgrade`"
 _UNDEFINED_TABLE = "42P01"  # PostgreSQL SQLSTATE undefined_table
 
 
 class StoreUnavailable(Exception):
-    """The database answers but cannot take onnxmon's writes now (no schema, file gone): an outage."""
+    """The history database cannot be used now: an outage that callers wait out, never a refused write.
+
+    Raised by the store at its boundary for every such cause (no schema, the file gone, a URL no
+    driver takes, and, as ``StoreOutage``, the driver's own "unavailable" errors), so that the
+    sinks, the API and the CLI tell an outage by this class, never by the driver's class names.
+    """
+
+
+class StoreOutage(StoreUnavailable):
+    """The driver says the database is unavailable: refused or cut connection, locked or full file, timeout."""
 
 
 def limit(connection: Connection, timeout_s: float | None) -> None:
@@ -65,6 +76,8 @@ def probe(connection: Connection) -> str | None:
 
 def describe(exc: BaseException) -> str:
     """One line saying why the database did not answer (the driver's message, no SQL, no parameters)."""
+    if isinstance(exc, StoreOutage):  # already described at the boundary
+        return str(exc)[:300]
     cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
     first = (str(cause).strip().splitlines() or [""])[0]
     return f"{type(cause).__name__}: {first}"[:300]
@@ -112,3 +125,27 @@ class FileWatch:
                 " restart onnxmon to use the new file (results wait in the spool)"
             )
         return None
+
+
+@contextmanager
+def outages() -> Iterator[None]:
+    """Raise ``StoreOutage`` instead of a driver error that means "unavailable now" (``translated``)."""
+    try:
+        yield
+    except DBAPIError as exc:
+        outage = translated(exc)
+        if outage is exc:
+            raise
+        raise outage from exc
+
+
+def translated(exc: DBAPIError) -> Exception:
+    """The store's own ``StoreOutage`` for a driver error that means "unavailable now", else ``exc`` itself.
+
+    PEP 249's ``OperationalError`` and ``InterfaceError`` (refused or cut connections, a locked or full
+    SQLite file, a statement timeout) and a connection SQLAlchemy invalidated are outages: the sinks wait
+    them out, the API answers 503. Everything else (``DataError``, ``IntegrityError``...) is a refused write.
+    """
+    if isinstance(exc, OperationalError | InterfaceError) or exc.connection_invalidated:
+        return StoreOutage(describe(exc))
+    return exc

@@ -19,6 +19,7 @@ from sqlalchemy import select
 from monitor.errors import MonitorError
 from monitor.results import CAUSE_CODES
 from monitor.store import schema as s
+from monitor.store import text as storable
 from monitor.store import writes
 
 if TYPE_CHECKING:
@@ -99,10 +100,12 @@ def record_incident(
     """Note an incident on run ``run_id``; ``MonitorError`` naming the field for an unknown run or cause."""
     if cause not in CAUSE_CODES:
         raise MonitorError(f"--cause {cause!r} is not a cause code; known: {', '.join(sorted(CAUSE_CODES))}")
-    if not text.strip():
+    if storable.is_blank(text):  # the API schema's own rule (store/text.py NOT_BLANK)
         raise MonitorError("--text is empty: say what was found")
     if len(text) > MAX_TEXT or len(fix or "") > MAX_TEXT:
         raise MonitorError(f"--text and --fix are limited to {MAX_TEXT} characters")
+    # what a person typed is refused, not altered: they can fix it (store/text.py)
+    storable.refuse_unstorable((("--text", text), ("--fix", fix), ("--by", by)))
     with store._session(write=True) as session:
         run = session.get(s.Run, run_id)
         if run is None:

@@ -23,13 +23,13 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, event, make_url, select
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import Session
 
 from monitor.config.settings import StoreConfig, mask_url
 from monitor.errors import BaselineError
 from monitor.results import CheckResult
-from monitor.store import convert, health, leases, queries, recent, retention, writes
+from monitor.store import convert, health, leases, queries, recent, retention, text, writes
 from monitor.store import events as transitions
 from monitor.store import schema as s
 from monitor.store.engine import make_engine
@@ -57,6 +57,7 @@ class Store:
         self.read_timeout_s = read_timeout_s
         self.write_timeout_s = write_timeout_s
         self.problem: str | None = None  # what the last health check found (logged when it changes)
+        self.text_replaced = 0  # results stored with a character replaced (store/text.py), since start
         self._latest_cache: dict[int, RunRecord] = {}
         self._file = health.FileWatch.of(url)
         self.engine: Engine = make_engine(url, echo=echo, write_timeout_s=write_timeout_s)
@@ -93,12 +94,12 @@ class Store:
 
     def upgrade(self, revision: str = "head") -> None:
         """Bring the schema to ``revision`` (``alembic upgrade head``)."""
-        with self.engine.begin() as connection:
+        with health.outages(), self.engine.begin() as connection:
             command.upgrade(self.migration_config(connection), revision)
 
     def current_revision(self) -> str | None:
         """The revision the database is at, ``None`` for an empty database."""
-        with self.engine.connect() as connection:
+        with health.outages(), self.engine.connect() as connection:
             return MigrationContext.configure(connection).get_current_revision()
 
     def head_revision(self) -> str | None:
@@ -143,30 +144,49 @@ class Store:
                 raise health.StoreUnavailable(
                     f"the database has no onnxmon schema (empty or recreated): {health.UPGRADE_HINT}"
                 ) from exc
-            raise
+            outage = health.translated(exc)
+            if outage is exc:
+                raise
+            raise outage from exc
+        except DisconnectionError as exc:
+            raise health.StoreOutage(health.describe(exc)) from exc
 
     # --- writes -------------------------------------------------------------------------------
 
     def record_run(
-        self, result: CheckResult, *, node: str | None = None, pod: str | None = None, candidate: bool = False
+        self,
+        result: CheckResult,
+        *,
+        node: str | None = None,
+        pod: str | None = None,
+        key: str | None = None,
+        candidate: bool = False,
     ) -> int:
         """Store one check result; upsert its model and environment; write events for state changes.
 
         State changes compare with the previous run of the same model on the same node; the node
         and pod come from the arguments or else from the environment snapshot (``k8s.node``).
+        ``key`` is the run's identity (a spool entry's): a run already stored under it is not
+        written again, its id is returned, so a write-back repeated after a crash stays exactly once.
         A ``candidate`` run (a rehearsal on another stack) is stored and shown, but is never the
         model's latest run and makes no events: production's history, alerts and metrics ignore it.
         """
-        node = node or _lookup(result.environment, "node")
-        pod = pod or _lookup(result.environment, "pod")
+        node = node or convert.replica(result.environment, "node")
+        pod = pod or convert.replica(result.environment, "pod")
         at = convert.utc(result.started_at)
+        if text.needs_replacing([result.to_dict(), node, pod]):  # kept, never lost: replaced, counted, logged
+            self.text_replaced += 1
+            log.warning("run of %r stored with characters the store cannot hold replaced by U+FFFD", result.model)
         with self._session(write=True) as session:
+            if key is not None and (stored := session.scalar(select(s.Run.id).where(s.Run.run_key == key))):
+                return stored
             model_id = writes.model_id(session, result.model, at, result.model_sha256)
             current = transitions.state_of(result)
             if current.environment_fingerprint:
                 writes.touch_environment(session, current.environment_fingerprint, result.environment, at)
             previous = writes.previous_state(session, model_id, node or "")
             run = convert.run_row(result, model_id, node, pod)
+            run.run_key = key
             run.candidate = candidate
             session.add(run)
             session.flush()
@@ -378,16 +398,3 @@ class Store:
         """Environments whose fingerprint starts with ``prefix`` (for ``env diff abc12 def34``)."""
         with self._session() as session:
             return queries.find_environments(session, prefix, limit=limit)
-
-    # --- helpers ------------------------------------------------------------------------------
-
-
-def _lookup(environment: Mapping[str, Any], what: str) -> str | None:
-    """``k8s.node`` / ``k8s.pod`` from a snapshot, flat (``"k8s.node"``) or nested (``{"k8s": {"node"}}``)."""
-    for key in (f"k8s.{what}", f"k8s_{what}", what):
-        if environment.get(key):
-            return str(environment[key])
-    nested = environment.get("k8s")
-    if isinstance(nested, Mapping) and nested.get(what):
-        return str(nested[what])
-    return None

@@ -15,6 +15,9 @@ Two numeric pitfalls are handled by column types here, once:
   ``NaN`` into ``NULL``, which would read back as "not applicable". On SQLite we therefore store
   NaN as the text ``'NaN'`` (a REAL-affinity column keeps non-numeric text as text) and turn
   it back into ``nan`` on read. ``NULL`` keeps meaning "not applicable".
+
+And text: every string column is ``text.StoredString`` / ``text.StoredText`` and every JSON value goes
+through ``text.storable_json``, so a NUL or a lone surrogate is stored the same on both backends.
 """
 
 from __future__ import annotations
@@ -33,14 +36,14 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
-    String,
-    Text,
     UniqueConstraint,
     false,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
+
+from monitor.store.text import StoredString, StoredText
 
 # One naming convention so that constraint names are identical on every backend and in migrations.
 NAMING_CONVENTION = {
@@ -120,8 +123,8 @@ class Model(Base):
     __tablename__ = "models"
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    name: Mapped[str] = mapped_column(String(200), unique=True)
-    current_sha256: Mapped[str | None] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(StoredString(200), unique=True)
+    current_sha256: Mapped[str | None] = mapped_column(StoredString(64))
     first_seen: Mapped[datetime]
     last_seen: Mapped[datetime]
 
@@ -133,9 +136,9 @@ class Benchset(Base):
     __table_args__ = (UniqueConstraint("name", "sha256"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    name: Mapped[str] = mapped_column(String(200))
-    version: Mapped[str | None] = mapped_column(String(100))
-    sha256: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(StoredString(200))
+    version: Mapped[str | None] = mapped_column(StoredString(100))
+    sha256: Mapped[str] = mapped_column(StoredString(64))
     created_at: Mapped[datetime]
 
 
@@ -145,7 +148,7 @@ class Environment(Base):
     __tablename__ = "environments"
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    fingerprint: Mapped[str] = mapped_column(String(128), unique=True)
+    fingerprint: Mapped[str] = mapped_column(StoredString(128), unique=True)
     snapshot: Mapped[dict[str, Any]]
     first_seen: Mapped[datetime]
     last_seen: Mapped[datetime]
@@ -167,27 +170,29 @@ class Run(Base):
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     model_id: Mapped[int] = mapped_column(ForeignKey("models.id"))
-    baseline_id: Mapped[str | None] = mapped_column(String(200))
+    baseline_id: Mapped[str | None] = mapped_column(StoredString(200))
     environment_fingerprint: Mapped[str | None] = mapped_column(ForeignKey("environments.fingerprint"))
-    model_sha256: Mapped[str | None] = mapped_column(String(64))
-    benchset: Mapped[str | None] = mapped_column(String(200))
-    benchset_sha256: Mapped[str | None] = mapped_column(String(64))
+    model_sha256: Mapped[str | None] = mapped_column(StoredString(64))
+    benchset: Mapped[str | None] = mapped_column(StoredString(200))
+    benchset_sha256: Mapped[str | None] = mapped_column(StoredString(64))
     started_at: Mapped[datetime]
     finished_at: Mapped[datetime]
     duration_s: Mapped[float]
-    verdict: Mapped[str] = mapped_column(String(8))
+    verdict: Mapped[str] = mapped_column(StoredString(8))
     reasons: Mapped[list[Any]]
-    attribution: Mapped[str | None] = mapped_column(Text)
-    node: Mapped[str] = mapped_column(String(253), default="")
-    pod: Mapped[str | None] = mapped_column(String(253))
+    attribution: Mapped[str | None] = mapped_column(StoredText)
+    node: Mapped[str] = mapped_column(StoredString(253), default="")
+    pod: Mapped[str | None] = mapped_column(StoredString(253))
     sample_count: Mapped[int] = mapped_column(Integer)
     providers_requested: Mapped[list[Any]]
     providers_effective: Mapped[list[Any]]
     timings: Mapped[dict[str, Any]]
     details: Mapped[dict[str, Any]]
-    worst_output: Mapped[str | None] = mapped_column(String(200))
+    worst_output: Mapped[str | None] = mapped_column(StoredString(200))
     worst_max_abs_error: Mapped[float | None]
     worst_atol_ratio: Mapped[float | None]
+    # the spool entry's key when the run was written back from the spool: a second write-back is a no-op
+    run_key: Mapped[str | None] = mapped_column(StoredString(64), unique=True)
     candidate: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     """A rehearsal's run on a candidate stack (``onnxmon rehearse``): shown, never production's state."""
 
@@ -199,9 +204,9 @@ class OutputResult(Base):
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
-    name: Mapped[str] = mapped_column(String(200))
-    verdict: Mapped[str] = mapped_column(String(8))
-    dtype: Mapped[str] = mapped_column(String(32))
+    name: Mapped[str] = mapped_column(StoredString(200))
+    verdict: Mapped[str] = mapped_column(StoredString(8))
+    dtype: Mapped[str] = mapped_column(StoredString(32))
     shape: Mapped[list[Any]]
     element_count: Mapped[int] = mapped_column(BigInteger)
     max_abs_error: Mapped[float]
@@ -233,17 +238,17 @@ class Baseline(Base):
     __table_args__ = (Index("ix_baselines_model_id_created_at", "model_id", "created_at"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    baseline_id: Mapped[str] = mapped_column(String(200), unique=True)
+    baseline_id: Mapped[str] = mapped_column(StoredString(200), unique=True)
     model_id: Mapped[int] = mapped_column(ForeignKey("models.id"))
     created_at: Mapped[datetime]
-    source: Mapped[str] = mapped_column(String(16))  # captured | imported | reference
-    model_sha256: Mapped[str | None] = mapped_column(String(64))
+    source: Mapped[str] = mapped_column(StoredString(16))  # captured | imported | reference
+    model_sha256: Mapped[str | None] = mapped_column(StoredString(64))
     benchset_id: Mapped[int | None] = mapped_column(ForeignKey("benchsets.id"))
     environment_fingerprint: Mapped[str | None] = mapped_column(ForeignKey("environments.fingerprint"))
-    path: Mapped[str | None] = mapped_column(Text)
+    path: Mapped[str | None] = mapped_column(StoredText)
     is_active: Mapped[bool] = mapped_column(Boolean, default=False)
     promoted_at: Mapped[datetime | None]
-    promoted_by: Mapped[str | None] = mapped_column(String(200))
+    promoted_by: Mapped[str | None] = mapped_column(StoredString(200))
     run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id"), index=True)
 
 
@@ -253,7 +258,7 @@ class LatestRun(Base):
     __tablename__ = "latest_runs"
 
     model_id: Mapped[int] = mapped_column(ForeignKey("models.id"), primary_key=True)
-    node: Mapped[str] = mapped_column(String(253), primary_key=True)
+    node: Mapped[str] = mapped_column(StoredString(253), primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))
 
 
@@ -265,12 +270,12 @@ class Event(Base):
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     model_id: Mapped[int] = mapped_column(ForeignKey("models.id"))
-    node: Mapped[str] = mapped_column(String(253), default="")
-    kind: Mapped[str] = mapped_column(String(32))
+    node: Mapped[str] = mapped_column(StoredString(253), default="")
+    kind: Mapped[str] = mapped_column(StoredString(32))
     at: Mapped[datetime]
     run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"), index=True)
-    old: Mapped[str | None] = mapped_column(Text)
-    new: Mapped[str | None] = mapped_column(Text)
+    old: Mapped[str | None] = mapped_column(StoredText)
+    new: Mapped[str | None] = mapped_column(StoredText)
     detail: Mapped[dict[str, Any]]
 
 
@@ -285,9 +290,9 @@ class Lease(Base):
     __tablename__ = "leases"
     __table_args__ = (Index("ix_leases_acquired_at", "acquired_at"),)
 
-    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    model: Mapped[str] = mapped_column(StoredString(200), primary_key=True)
     slot: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
-    holder: Mapped[str] = mapped_column(String(253))
+    holder: Mapped[str] = mapped_column(StoredString(253))
     acquired_at: Mapped[datetime]
 
 
@@ -301,7 +306,7 @@ class Diagnosis(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     model_id: Mapped[int] = mapped_column(ForeignKey("models.id"))
     created_at: Mapped[datetime]
-    cause: Mapped[str] = mapped_column(String(40))  # one of results.CAUSE_CODES
+    cause: Mapped[str] = mapped_column(StoredString(40))  # one of results.CAUSE_CODES
     confidence: Mapped[float]
     document: Mapped[dict[str, Any]]
 
@@ -317,10 +322,10 @@ class Incident(Base):
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"), index=True)
-    model: Mapped[str] = mapped_column(String(200))
+    model: Mapped[str] = mapped_column(StoredString(200))
     created_at: Mapped[datetime]
-    created_by: Mapped[str] = mapped_column(String(200))
-    cause: Mapped[str] = mapped_column(String(40))
-    text: Mapped[str] = mapped_column(Text)
-    fix: Mapped[str | None] = mapped_column(Text)
+    created_by: Mapped[str] = mapped_column(StoredString(200))
+    cause: Mapped[str] = mapped_column(StoredString(40))
+    text: Mapped[str] = mapped_column(StoredText)
+    fix: Mapped[str | None] = mapped_column(StoredText)
     signature: Mapped[dict[str, Any]]

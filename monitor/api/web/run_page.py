@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from monitor.api.environments import run_env_diff
+from monitor.api.params import page_id
 from monitor.api.web import decisions, diagnosis, localization, model_diff
 from monitor.api.web.env_page import NotFound, diff_view
 from monitor.api.web.html import (
@@ -32,7 +33,6 @@ from monitor.store import RunRecord
 if TYPE_CHECKING:
     from monitor.api.handle import DaemonHandle
 
-MAX_ID = 2**63 - 1
 # (label, OutputMetrics field) of the main table; every metric is in "all metrics" below it.
 _MAIN_METRICS = (
     ("max |err|", "max_abs_error"),
@@ -46,8 +46,8 @@ _MAIN_METRICS = (
 
 
 def render(handle: DaemonHandle, run_ref: str, now: datetime) -> str:
-    run_id = int(run_ref) if run_ref.isdecimal() and len(run_ref) < 20 else 0
-    record = handle.store.run(run_id) if 1 <= run_id <= MAX_ID else None
+    run_id = page_id(run_ref)
+    record = handle.store.run(run_id) if run_id else None
     if record is None:
         raise NotFound(404, f"no run {run_ref!r} in the history")
     model_link = link(url("models", record.model), record.model)

@@ -165,6 +165,10 @@ class Metrics:
             "Results since start that neither the database nor the spool took (each logged in full).",
             registry=r,
         )
+        # each since start: refused by the database (kept in failed/), spool entries set aside, text replaced
+        self.refused = Gauge("onnxmon_results_refused", "Results the database refused (not an outage).", registry=r)
+        self.spool_set_aside = Gauge("onnxmon_spool_set_aside", "Spool entries moved to failed/.", registry=r)
+        self.text_replaced = Gauge("onnxmon_results_text_replaced", "Results stored with text replaced.", registry=r)
         Gauge("onnxmon_build_info", "Always 1; the onnxmon version.", ["version"], registry=r).labels(version).set(1)
         self.reload_ok.set(1)
         self.reload_timestamp.set(self.started_at)
