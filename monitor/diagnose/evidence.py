@@ -96,7 +96,7 @@ def from_run(run: Mapping[str, Any], *, repeats_differ: bool = False) -> list[Hy
                 "evidence",
             )
         )
-    found += _env_hypotheses(details.get("env_diff") or [])
+    found += _env_hypotheses(details.get("env_diff") or [], gpu=_ran_on_gpu(run))
     found += _throttling(run.get("environment") or {})
     return found
 
@@ -222,12 +222,30 @@ def model_change_kinds(model_diff: Any) -> set[str]:
     return kinds
 
 
-def _env_hypotheses(env_diff: Iterable[Mapping[str, Any]]) -> list[Hypothesis]:
+_GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "NvTensorRTRTXExecutionProvider")
+
+
+def _ran_on_gpu(run: Mapping[str, Any]) -> bool:
+    """Whether ONNX Runtime used a CUDA-library provider; a run that does not say is given the benefit."""
+    effective = run.get("providers_effective")
+    if not effective:
+        return True
+    return any(str(p) in _GPU_PROVIDERS for p in effective)
+
+
+def _env_hypotheses(env_diff: Iterable[Mapping[str, Any]], *, gpu: bool = True) -> list[Hypothesis]:
+    """Stable environment changes as causes; CUDA libraries only when a CUDA-library provider ran.
+
+    Why: a CPU-only session never calls cuBLAS or cuDNN, so their versions cannot move its numbers (a
+    reference made in a CUDA torch's process recorded them; a check of the CPU stack lacks them).
+    """
     found = []
     for change in env_diff:
         if not change.get("stable"):
             continue
         name = str(change.get("field"))
+        if name.startswith("cuda.") and not gpu:
+            continue
         for prefix, cause, confidence, fix in _ENV_CAUSES:
             if name.startswith(prefix):
                 evidence = f"{name}: {change.get('old')!r} → {change.get('new')!r}"

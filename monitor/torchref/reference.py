@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,9 @@ from monitor.localize.graph import load_model, value_types
 from monitor.runtime import envsnap
 from monitor.torchref import deadline, hooks, inputs, naming
 from monitor.torchref import factory as factories
+
+# plan -> the environment a check of it records, and how it was taken
+StackEnvironment = Callable[[CheckPlan], tuple[envsnap.EnvSnapshot, str]]
 
 
 @dataclass(frozen=True)
@@ -79,8 +82,13 @@ def reference_torch(
     promote: bool = False,
     note: str = "",
     timeout: float = 0.0,
+    environment: StackEnvironment,
 ) -> TorchReference:
     """Run the factory's module over ``plan``'s benchmark set and store a ``reference`` baseline.
+
+    ``environment(plan)`` snapshots the ONNX Runtime stack the check will run, with how it was taken
+    (the CLI injects a fresh isolated child: this process has torch, and a CUDA torch's libraries,
+    mapped, which no check of the ONNX model uses). It runs before torch touches the benchmark set.
 
     ``timeout`` (seconds, 0 for none) bounds the user's code: loading the factory and the passes over
     the benchmark set; past it, ``FactoryTimeout`` (exit 3) and nothing is stored.
@@ -89,6 +97,7 @@ def reference_torch(
         raise MonitorError(f"--samples must be >= 1, got {samples}")
     torch = factories.import_torch()
     model = plan.model
+    snapshot, snapshot_source = environment(plan)
     ends = time.monotonic() + timeout
     with deadline.within(timeout, factory_spec):
         factory = factories.load(factory_spec)
@@ -128,6 +137,7 @@ def reference_torch(
         facts: dict[str, Any] = {
             "kind": "torch",
             "torch_version": str(torch.__version__),
+            "environment_source": snapshot_source,
             "factory": factory_spec,
             "make_inputs": factory.make_inputs is not None,
             "exporter": naming.node_scopes(graph)[1],
@@ -146,7 +156,7 @@ def reference_torch(
             },
         }
         writer.add_document(baselines.REFERENCE_DOC, facts)
-        meta = _meta(plan, bench, facts, note)
+        meta = _meta(plan, bench, facts, note, snapshot)
         first = baselines.active_id(plan.baselines_dir, model.name) is None
         described = capture.model_manifest(model.path)
         if described is not None:
@@ -233,7 +243,9 @@ def _fits(shape: tuple[int, ...], expected: list[int | str]) -> bool:
     )
 
 
-def _meta(plan: CheckPlan, bench: benchset.Benchset, facts: Mapping[str, Any], note: str) -> baselines.BaselineMeta:
+def _meta(
+    plan: CheckPlan, bench: benchset.Benchset, facts: Mapping[str, Any], note: str, snapshot: envsnap.EnvSnapshot
+) -> baselines.BaselineMeta:
     identity = modelfile.identify(plan.model.path)
     return baselines.BaselineMeta(
         id="",
@@ -247,6 +259,6 @@ def _meta(plan: CheckPlan, bench: benchset.Benchset, facts: Mapping[str, Any], n
         benchset_version=bench.version,
         benchset_sha256=bench.sha256,
         session={"reference": "torch", "torch": {k: facts[k] for k in ("torch_version", "factory", "exporter")}},
-        environment=envsnap.capture().to_dict(),
+        environment=snapshot.to_dict(),
         note=note,
     )
