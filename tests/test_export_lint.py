@@ -134,6 +134,43 @@ def test_dropout_off_is_clean_and_a_computed_training_mode_is_a_warning(
     assert [(h["code"], h["severity"]) for h in report["hazards"]] == expected
 
 
+def random_mask_dropout(metadata: bool) -> onnx.ModelProto:
+    """A Dropout the dynamo exporter wrote as ops: ``RandomUniformLike → Less → Cast → Div → Mul``."""
+    nodes = [
+        helper.make_node("RandomUniformLike", ["x"], ["rands"], name="n1"),
+        helper.make_node("Less", ["rands", "keep"], ["sampled"], name="n4"),
+        helper.make_node("Cast", ["sampled"], ["mask"], name="node_Cast_8", to=TensorProto.FLOAT),
+        helper.make_node("Div", ["mask", "keep"], ["scaled"], name="node_div"),
+        helper.make_node("Mul", ["x", "scaled"], ["y"], name="node_mul"),
+    ]
+    if metadata:
+        for node in nodes[:2]:
+            for key, value in (
+                ("pkg.torch.onnx.class_hierarchy", "['M', 'torch.nn.modules.dropout.Dropout', 'aten.bernoulli.p']"),
+                ("pkg.torch.onnx.name_scopes", "['', 'classifier.2', 'bernoulli']"),
+            ):
+                node.metadata_props.add(key=key, value=value)
+    return make(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 64])],
+        [numpy_helper.from_array(np.array(0.8, np.float32), "keep")],
+    )
+
+
+@pytest.mark.parametrize("metadata", [True, False], ids=["with-metadata", "pattern-only"])
+def test_a_dropout_written_as_a_random_mask_is_an_error_naming_its_module(tmp_path: Path, metadata: bool) -> None:
+    path = save(tmp_path, random_mask_dropout(metadata))
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    x = {"x": np.ones((2, 64), np.float32)}
+    assert not np.array_equal(sess.run(None, x)[0], sess.run(None, x)[0])  # ground truth: random each run
+    code, report = run_lint(path)
+    assert code == 1
+    assert [(h["code"], h["node"], h["severity"]) for h in report["hazards"]] == [("dropout_training", "n1", "error")]
+    assert ("module 'classifier.2'" in report["hazards"][0]["detail"]) is metadata
+    assert "keep 0.8" in report["hazards"][0]["detail"]
+
+
 def batchnorm_model(opset: int, training: bool) -> onnx.ModelProto:
     c = 3
     inits = [
