@@ -252,6 +252,24 @@ def test_a_train_mode_encoder_export_fails_at_level_disable_and_localizes_to_the
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("exporter", ["legacy", "dynamo"])
+def test_a_train_mode_encoder_whose_check_passes_is_not_out_of_tolerance_in_localize_either(
+    exported: Export, space: Callable[..., Space], capsys: pytest.CaptureFixture[str], exporter: str
+) -> None:
+    """At the production level ORT removes the Dropouts and the check passes; exposing their outputs keeps
+    them, so localization falls to a level where they drop: that is information, not a failing node."""
+    path = exported("encoder", exporter, train=True)
+    ws = space(path, "encoder")  # level all, as production runs it
+    assert ws.reference(capsys, factory_of("encoder"), "--intermediates")[0] == 0
+    assert ws.check(capsys)[0] == 0
+    code, report = ws.localize(capsys)
+    assert code == 0, report
+    assert report["first_out_of_tolerance"] is None
+    below = [n for n in report["notes"] if "information" in n]
+    assert below and "Dropout" in below[0], report["notes"]
+
+
+@pytest.mark.slow
 def test_the_dynamo_exporter_makes_an_eval_graph_of_a_train_mode_cnn_so_it_passes(
     exported: Export, space: Callable[..., Space], capsys: pytest.CaptureFixture[str]
 ) -> None:

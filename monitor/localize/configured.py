@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
+
 from monitor.config.plan import CheckPlan
 from monitor.errors import BaselineError
 from monitor.files import baselines
@@ -75,6 +77,7 @@ def localize_model(
         against=side,
         reference_model_path=reference_model if side == "model" else None,
         reference_intermediates=baseline.intermediates(sample) if side == "baseline" and baseline else None,
+        reference_outputs=_sample_outputs(baseline, sample),
         same_stack=side == "baseline" and baseline is not None and _same_stack(plan, baseline, capture_env),
         mode=mode,
         graph_level=graph_level,
@@ -100,6 +103,13 @@ def _same_stack(plan: CheckPlan, baseline: baselines.Baseline, capture_env: Call
         return False
     before = envsnap.EnvSnapshot.from_dict(dict(meta.environment))
     return before.fingerprint == capture_env().fingerprint
+
+
+def _sample_outputs(baseline: baselines.Baseline | None, sample: int) -> dict[str, np.ndarray] | None:
+    """The baseline's outputs of ``sample`` (what the check compares with), None when it has none."""
+    if baseline is None or sample >= baseline.meta.sample_count:
+        return None
+    return baseline.sample_outputs(sample)
 
 
 def _stored_samples(baseline: baselines.Baseline | None) -> set[int]:
