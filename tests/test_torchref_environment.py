@@ -35,7 +35,8 @@ CHECK = ["check", "m", "--json", "--no-store", "-c", "onnxmon.yaml"]
 
 
 def _fake_cuda_library(root: Path) -> Path:
-    source = next((p for p in (Path("/lib/x86_64-linux-gnu/libz.so.1"), Path("/usr/lib/libz.so.1")) if p.exists()), None)
+    candidates = (Path("/lib/x86_64-linux-gnu/libz.so.1"), Path("/usr/lib/libz.so.1"))
+    source = next((p for p in candidates if p.exists()), None)
     if source is None:
         pytest.skip("no libz.so.1 to stand in for a CUDA library")
     target = root / FAKE_CUDA_LIBRARY

@@ -25,7 +25,6 @@ from collections.abc import Iterator
 from monitor.lint.graph import DEFAULT_DOMAINS, LintGraph, Node
 from monitor.lint.hazards import Hazard, hazard
 
-
 RANDOM_OPS = frozenset({"RandomUniformLike", "RandomUniform", "RandomNormalLike", "RandomNormal", "Bernoulli"})
 _MASK_COMPARISONS = frozenset({"Less", "LessOrEqual", "Greater", "GreaterOrEqual"})
 _DROPOUT_MARKERS = ("dropout", "bernoulli")
