@@ -3,7 +3,8 @@
 ``localize`` names two of the model's nodes: the first whose output *changed* while its inputs
 did not, and the first *out of tolerance* (the check's own tolerance, or ``--threshold-rule
 std``). Exit codes: 0 no node out of tolerance, 1 a node is, 2 a usage or config mistake, 3
-localization itself failed (a crash is never reported as "a node diverged").
+localization itself failed (a crash is never reported as "a node diverged"). Localization runs in an
+isolated child (``daemon/localization.py``): an ONNX Runtime crash there is exit 3 naming the signal.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def register(app: typer.Typer) -> None:
         quiet: bool = common.QuietOption,
     ) -> None:
         """Re-run one input with the model's tensors exposed: first node that changed, first out of tolerance."""
-        from monitor.localize import configured
+        from monitor.daemon import localization
         from monitor.localize import engine as localize
 
         as_json = output.structured(output.chosen(fmt, as_json))
@@ -72,23 +73,25 @@ def register(app: typer.Typer) -> None:
         if graph_view not in ("auto", "model", "optimized"):
             raise typer.BadParameter(f"--graph-view must be auto, model or optimized, not {graph_view!r}")
         reference = reference_model(against, reference_path)
-        plan = plan_for(common.settings(config_file), model)
+        settings = common.settings(config_file)
+        plan = plan_for(settings, model)
         console = common.console()
+        options = {
+            "sample": sample,
+            "against": "model" if reference is not None else against,
+            "reference_model": reference,
+            "mode": mode,
+            "graph_level": graph_level,
+            "graph_view": graph_view,
+            "threshold_rule": threshold_rule,
+            "chunk_size": chunk_size,
+            "rel_threshold": threshold,
+            "time_budget_s": parse_duration(budget) if budget else None,
+        }
         try:
             with console.status(f"localizing {model} …", spinner="dots") if not (quiet or as_json) else _nothing():
-                report = configured.localize_model(
-                    plan,
-                    sample=sample,
-                    against="model" if reference is not None else against,  # type: ignore[arg-type]
-                    reference_model=reference,
-                    mode=mode,  # type: ignore[arg-type]
-                    graph_level=graph_level,
-                    graph_view=graph_view,  # type: ignore[arg-type]
-                    threshold_rule=threshold_rule,  # type: ignore[arg-type]
-                    chunk_size=chunk_size,
-                    rel_threshold=threshold,
-                    time_budget_s=parse_duration(budget) if budget else None,
-                )
+                # In an isolated child, like every check: an ORT crash there is exit 3 with a message.
+                report = localization.localize_isolated(plan, options, memory_limit_mb=settings.daemon.memory_limit_mb)
         except MonitorError as exc:
             if exc.exit_code != 1:
                 raise
