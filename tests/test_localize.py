@@ -220,6 +220,26 @@ def test_chunk_size_does_not_change_the_answer(models: dict[str, Path], mlp_feed
     assert small.runs > large.runs
 
 
+def test_an_fp16_build_against_fp32_intermediates_is_measured_in_float64_not_infinitely_different(
+    models: dict[str, Path], mlp_feeds: dict[str, np.ndarray], tmp_path: Path
+) -> None:
+    """The check compares an fp16 output with an fp32 baseline in float64; localization must too, or
+    every intermediate reads "dtype changed", infinitely different, and the ranking means nothing."""
+    from onnxconverter_common import float16
+
+    baseline = capture_intermediates(models["mlp"], mlp_feeds, providers=CPU, session=PRODUCTION, graph_view="model")
+    fp16 = float16.convert_float_to_float16(onnx.load(str(models["mlp"])), keep_io_types=True)
+    path = modelzoo.save(fp16, tmp_path / "fp16.onnx")
+    report = localize(
+        path, mlp_feeds, providers=CPU, session=PRODUCTION, against="baseline", reference_intermediates=baseline
+    )
+    compared = [n for n in report.profile if n.op_type in ("MatMul", "Relu", "Add")]
+    assert len(compared) > 50
+    assert all(math.isfinite(n.max_abs_error) and n.max_abs_error < 0.05 for n in compared)
+    assert report.first_changed is not None and report.first_changed.max_abs_error > 0
+    assert math.isfinite(report.top[0].rel_error)
+
+
 def test_baseline_intermediates_localize_the_perturbed_node(
     models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]
 ) -> None:

@@ -130,7 +130,9 @@ def localize(
     search_mode: Literal["all", "bisect"] = (
         ("bisect" if len(model.graph.node) > AUTO_BISECT_NODES else "all") if mode == "auto" else mode
     )
-    rule = Rule(threshold_rule, tolerance, rel_threshold, abs_floor, cast_floats=side == "model")
+    # Float tensors of different float dtypes (an fp16 build against fp32 intermediates or a PyTorch
+    # reference) are compared by value in float64, as the check compares outputs, on every side.
+    rule = Rule(threshold_rule, tolerance, rel_threshold, abs_floor, cast_floats=True)
     budget = Budget(started, time_budget_s)
     stored_level: str | None = None
     foreign: str | None = None
