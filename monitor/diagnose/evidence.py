@@ -132,6 +132,11 @@ _HAZARD_CAUSES: dict[str, tuple[str, float, str]] = {
         "export Resize with the framework's coordinate mode (align_corners / half_pixel as the model used)",
     ),
     "baked_batch": ("export_baked_shape", 0.7, "export with a dynamic batch dim (dynamic_axes / dynamic_shapes)"),
+    "baked_dim": (
+        "export_baked_shape",
+        0.7,
+        "export with the dynamic dim (e.g. seq) left dynamic: x.shape[i], not a constant",
+    ),
     "fixed_dim": ("export_baked_shape", 0.7, "export with the dims the benchmark set varies left dynamic"),
     "fp16_overflow": ("model_precision_changed", 0.6, "keep the weights past 65504 in float32 when converting"),
 }
