@@ -338,7 +338,10 @@ class CheckResult:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "duration_s": self.duration_s,
+            # check-level reasons (model or benchmark set changed, fallback, timeout): a numeric failure lives
+            # on its output; all_reasons holds both, each output's named, so a failing run says why at the top
             "reasons": [dataclasses.asdict(r) for r in self.reasons],
+            "all_reasons": [dataclasses.asdict(r) for r in self.all_reasons()],
             "outputs": [o.to_dict() for o in self.outputs],
             "baseline_id": self.baseline_id,
             "model_sha256": self.model_sha256,
