@@ -246,8 +246,9 @@ def test_a_failing_run_says_why_at_the_top_of_its_json_naming_each_output(
 
     from monitor import cli
 
-    ws.add_model("mlp", modelzoo.layernorm_gelu(), count=8, dims={"batch": 16},
-                 session={"graph_optimization_level": "disable"}, tolerance={"default": {"atol": 1e-8, "rtol": 1e-7}})  # fmt: skip
+    tight = {"default": {"atol": 1e-8, "rtol": 1e-7}}
+    level = {"graph_optimization_level": "disable"}
+    ws.add_model("mlp", modelzoo.layernorm_gelu(), count=8, dims={"batch": 16}, session=level, tolerance=tight)
     captured(ws, "mlp")
     ws.set("mlp", session={"graph_optimization_level": "all"})  # fused kernels round differently
     config = str(ws.write())

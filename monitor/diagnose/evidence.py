@@ -45,14 +45,19 @@ _ENV_CAUSES: tuple[tuple[str, str, float, str], ...] = (
 )
 
 
-def from_run(run: Mapping[str, Any], *, repeats_differ: bool = False) -> list[Hypothesis]:
+def from_run(
+    run: Mapping[str, Any], *, repeats_differ: bool = False, model_kinds: Iterable[str] = ()
+) -> list[Hypothesis]:
     """Hypotheses supported by the run's own record (``CheckResult.to_dict()`` shape).
 
     ``repeats_differ``: a replay measured two identical runs disagreeing beyond tolerance.
+    ``model_kinds``: what the model file itself is (``quantized``, ``precision``: QDQ or integer ops,
+    float16/bfloat16 tensors), for the verify flow below.
     """
     details = run.get("details") or {}
     codes = _reason_codes(run)
     found = _model_hypotheses(codes, details.get("model_diff"))
+    found += _verify_hypotheses(details, codes, set(model_kinds))
     if "benchset_changed" in codes:
         found.append(
             Hypothesis(
@@ -199,6 +204,26 @@ def _model_hypotheses(codes: set[str], model_diff: Any) -> list[Hypothesis]:
     ordered = ["model_quantized", "model_precision_changed", "model_structure_changed", "model_weights_changed"]
     causes = [c for c in ordered if c.removeprefix("model_").split("_")[0] in kinds] or ["model_weights_changed"]
     return [Hypothesis(c, 0.8 - 0.1 * i, evidence, fixes[c], "evidence") for i, c in enumerate(causes)]
+
+
+def _verify_hypotheses(details: Mapping[str, Any], codes: set[str], kinds: set[str]) -> list[Hypothesis]:
+    """The verify flow: a quantized or fp16 file checked directly against its framework's (fp32) outputs.
+
+    The file is the baseline's own (no ``model_changed``), yet what it computes in lower precision is
+    exactly what a reference made in the framework does not: the conversion is the likely cause.
+    """
+    if details.get("baseline_source") != "reference" or "model_changed" in codes:
+        return []
+    found = []
+    if "quantized" in kinds:
+        evidence = ("the model file is quantized (QDQ or integer ops) and is checked against its framework's outputs",)
+        fix = "judge the quantized model by its task metric, or keep the sensitive layers in float (onnxmon sqnr)"
+        found.append(Hypothesis("model_quantized", 0.65, evidence, fix, "evidence"))
+    if "precision" in kinds:
+        evidence = ("the model file computes in float16/bfloat16 and is checked against its framework's outputs",)
+        fix = "loosen the tolerance to fp16's rounding, or keep sensitive ops in float32 when converting"
+        found.append(Hypothesis("model_precision_changed", 0.6, evidence, fix, "evidence"))
+    return found
 
 
 def model_change_kinds(model_diff: Any) -> set[str]:
