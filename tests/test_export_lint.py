@@ -461,6 +461,21 @@ def test_lint_of_a_configured_model_knows_the_dims_its_benchmark_set_varies(tmp_
     assert "[1, 8]" in report["hazards"][0]["detail"]
 
 
+def test_lint_of_a_configured_model_materializes_the_set_its_config_names(tmp_path: Path) -> None:
+    """Before the set exists on disk, the config still names it: lint makes it (as check would), not
+    ``skipped: fixed_dims (no benchmark set given)``."""
+    from tests.workspace import Workspace
+
+    fixed = onnx.load(str(CORPUS / "torch" / "cnn_legacy.onnx"))
+    fixed.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1
+    ws = Workspace(tmp_path)
+    ws.add_model("cnn", fixed, count=2, dims={})
+    ws.set("cnn", checks={"batch_invariance": {"batch": 8}})
+    code, report = run_lint("cnn", "-c", str(ws.write()))  # no `benchset create` first
+    assert not any(s.startswith("fixed_dims") for s in report["facts"]["skipped"]), report["facts"]["skipped"]
+    assert code == 1 and [h["code"] for h in report["hazards"]] == ["fixed_dim"]
+
+
 def test_a_name_that_is_neither_a_file_nor_a_configured_model_exits_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -290,6 +290,7 @@ def test_a_factory_returning_a_training_module_is_refused_with_the_reason(
     code, out = ws.reference(capsys, f"{factory}:make_model")
     assert code == 2
     assert "training mode" in out and "stem.1" in out and ".eval()" in out
+    assert "((" not in out and "the model itself" in out  # named once, without doubled parentheses
     assert not (ws.root / "baselines" / "m").exists() or not any((ws.root / "baselines" / "m").iterdir())
 
 
