@@ -74,6 +74,8 @@ def register(app: typer.Typer) -> None:
             )
             if intermediates:
                 typer.echo(made.coverage)
+                if made.facts["coverage"].get("hint"):
+                    typer.echo(f"  {made.facts['coverage']['hint']}")
             for mismatch in made.facts["input_check"]["mismatches"]:
                 typer.echo(f"input_mismatch: {mismatch['description']}")
         raise typer.Exit(0 if made else 1)

@@ -146,6 +146,7 @@ def reference_torch(
                 "tensors": len(counted),
                 "stored": tensor_map is not None,
                 "samples": min(samples, len(bench)) if intermediates else 0,
+                "hint": tensor_map.hint() if tensor_map else "",
             },
             "tensor_map": {m: t for m, t in tensor_map.tensors.items() if t not in dropped} if tensor_map else {},
             "folded_batchnorm": dict(tensor_map.folded) if tensor_map else {},
