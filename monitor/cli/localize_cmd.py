@@ -2,9 +2,11 @@
 
 ``localize`` names two of the model's nodes: the first whose output *changed* while its inputs
 did not, and the first *out of tolerance* (the check's own tolerance, or ``--threshold-rule
-std``). Exit codes: 0 no node out of tolerance, 1 a node is, 2 a usage or config mistake, 3
-localization itself failed (a crash is never reported as "a node diverged"). Localization runs in an
-isolated child (``daemon/localization.py``): an ONNX Runtime crash there is exit 3 naming the signal.
+std``). ``--against self`` compares ``--runs`` identical runs instead: the first node whose output
+differs between them (where nondeterminism enters) and each node's run-to-run spread. Exit codes:
+0 no node out of tolerance, 1 a node is, 2 a usage or config mistake, 3 localization itself failed
+(a crash is never reported as "a node diverged"). Localization runs in an isolated child
+(``daemon/localization.py``): an ONNX Runtime crash there is exit 3 naming the signal.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from monitor.config.settings import parse_duration
 from monitor.errors import MonitorError
 
 CRASHED = 3
-KEYWORDS = ("auto", "baseline", "unoptimized", "reference")
+KEYWORDS = ("auto", "baseline", "unoptimized", "reference", "self")
 
 
 def register(app: typer.Typer) -> None:
@@ -33,8 +35,9 @@ def register(app: typer.Typer) -> None:
             "auto",
             "--against",
             help="auto | baseline | unoptimized | model (with --reference PATH) | model:PATH | PATH of a reference"
-            " model (e.g. the fp32 build).",
+            " model (e.g. the fp32 build) | self (identical runs: the first nondeterministic node).",
         ),
+        runs: int = typer.Option(3, "--runs", min=2, max=100, help="With --against self: identical runs compared."),
         reference_path: Path | None = typer.Option(
             None, "--reference", help="With --against model: the reference model file (e.g. the fp32 build)."
         ),
@@ -87,6 +90,7 @@ def register(app: typer.Typer) -> None:
             "chunk_size": chunk_size,
             "rel_threshold": threshold,
             "time_budget_s": parse_duration(budget) if budget else None,
+            "runs": runs,
         }
         try:
             with console.status(f"localizing {model} …", spinner="dots") if not (quiet or as_json) else _nothing():

@@ -76,7 +76,8 @@ def from_run(
                 "nondeterminism",
                 0.85,
                 tuple(_details(run, "nondeterministic"))[:2] or ("nondeterministic",),
-                "set session.deterministic_compute: true; for CUDA also cudnn_conv_algo_search: DEFAULT",
+                "set session.deterministic_compute: true; for CUDA also cudnn_conv_algo_search: DEFAULT;"
+                " `onnxmon localize MODEL --against self` names the first node that differs between runs",
                 "evidence",
             )
         )

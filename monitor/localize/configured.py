@@ -22,12 +22,13 @@ from monitor.errors import BaselineError
 from monitor.files import baselines
 from monitor.files import benchsets as benchset
 from monitor.localize import engine as localize
+from monitor.localize import selfruns
 from monitor.localize.levels import View
 from monitor.localize.report import LocalizationReport
-from monitor.localize.rule import ThresholdRule
+from monitor.localize.rule import Rule, ThresholdRule
 from monitor.runtime import envsnap
 
-Against = Literal["auto", "baseline", "unoptimized", "reference", "model"]
+Against = Literal["auto", "baseline", "unoptimized", "reference", "model", "self"]
 Mode = Literal["auto", "all", "bisect"]
 
 
@@ -45,8 +46,12 @@ def localize_model(
     rel_threshold: float = 0.01,
     time_budget_s: float | None = None,
     capture_env: Callable[[], envsnap.EnvSnapshot] = envsnap.capture,
+    runs: int = 3,
 ) -> LocalizationReport:
-    """Localize ``plan``'s model on one benchmark sample: first changed and first out-of-tolerance node."""
+    """Localize ``plan``'s model on one benchmark sample: first changed and first out-of-tolerance node.
+
+    ``against="self"``: the model against itself over ``runs`` identical runs (``selfruns.py``).
+    """
     model = plan.model
     baseline = baselines.active(plan.baselines_dir, model.name)
     if baseline is not None:
@@ -54,6 +59,12 @@ def localize_model(
     else:
         bench = benchset.ensure(plan.benchset, plan.benchsets_dir)
     feeds = bench.load_sample(sample)
+    if against == "self":
+        rule = Rule(threshold_rule, plan.default_tolerance, rel_threshold, cast_floats=True)
+        return selfruns.localize_self(
+            model.path, feeds, providers=model.providers, session=model.session, rule=rule, runs=runs,
+            chunk_size=chunk_size, graph_level=graph_level, time_budget_s=time_budget_s,
+        )  # fmt: skip
     stored = _stored_samples(baseline)
     side: str
     if against == "baseline" or (against == "auto" and sample in stored and reference_model is None):
