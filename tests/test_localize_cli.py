@@ -10,6 +10,7 @@ the option and the file, never a crash (3) or a verdict (1).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +165,67 @@ def test_against_self_on_a_deterministic_model_finds_nothing(workspace: tuple[Wo
     report = json.loads(result.stdout)
     assert report["first_changed"] is None and report["first_out_of_tolerance"] is None
     assert any("deterministic" in n for n in report["notes"])
+
+
+# Model Explorer's node-data format (ModelNodeData -> GraphNodeData -> NodeDataResult / GradientItem /
+# ThresholdItem) as its node_data_builder.py defines it, written out as a JSON Schema.
+_CSS = {"type": "string", "minLength": 1}
+GRAPH_NODE_DATA = {
+    "type": "object",
+    "required": ["results"],
+    "additionalProperties": False,
+    "properties": {
+        "results": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "required": ["value"],
+                "additionalProperties": False,
+                "properties": {"value": {"type": "number"}, "bgColor": _CSS, "textColor": _CSS},
+            },
+        },
+        "thresholds": {
+            "type": "array",
+            "items": {"type": "object", "required": ["value", "bgColor"], "additionalProperties": False,
+                      "properties": {"value": {"type": "number"}, "bgColor": _CSS, "textColor": _CSS}},
+        },  # fmt: skip
+        "gradient": {
+            "type": "array",
+            "items": {"type": "object", "required": ["stop"], "additionalProperties": False,
+                      "properties": {"stop": {"type": "number", "minimum": 0, "maximum": 1}, "bgColor": _CSS,
+                                     "textColor": _CSS}},
+        },  # fmt: skip
+        "hideInAggregatedStatsTable": {"type": "boolean"},
+        "hideInChildrenStatsTable": {"type": "boolean"},
+        "hideAggregatedStats": {"type": "array", "items": {"enum": ["min", "max", "sum", "avg"]}},
+        "showExpandedSummaryOnGroupNode": {"type": "boolean"},
+        "showLabelCountColumnsInChildrenStatsTable": {"type": "boolean"},
+    },
+}
+MODEL_NODE_DATA = {"type": "object", "minProperties": 1, "additionalProperties": GRAPH_NODE_DATA}
+
+
+def test_model_explorer_node_data_follows_its_format_and_marks_the_localized_node(
+    workspace: tuple[Workspace, Path], tmp_path: Path
+) -> None:
+    import jsonschema
+
+    ws, reference = workspace
+    target = tmp_path / "mlp.nodes.json"
+    result = invoke("localize", "mlp", "--reference", str(reference), "--json", "--model-explorer", str(target),
+                    "-c", str(ws.config_file))  # fmt: skip
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    model = onnx.load(str(ws.root / "models" / "mlp.onnx"))
+    for path in (target, tmp_path / "mlp.nodes.max_abs.json"):
+        data = json.loads(path.read_text(encoding="utf-8"))  # strict: no Infinity / NaN
+        jsonschema.validate(data, MODEL_NODE_DATA)
+        assert list(data) == [model.graph.name]  # model-explorer-onnx's graph id
+        results = data[model.graph.name]["results"]
+        assert set(results) <= {n.name for n in model.graph.node}  # its node ids are the node names
+        first = report["first_out_of_tolerance"]["name"]
+        assert results[first]["bgColor"] == "#d62728"
+    rel = json.loads(target.read_text(encoding="utf-8"))[model.graph.name]["results"]
+    by_name = {n["name"]: n for n in report["profile"]}
+    assert all(math.isclose(rel[k]["value"], by_name[k]["rel_error"]) for k in rel if k in by_name
+               and isinstance(by_name[k]["rel_error"], float))  # fmt: skip

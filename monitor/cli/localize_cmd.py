@@ -59,6 +59,11 @@ def register(app: typer.Typer) -> None:
         threshold: float = typer.Option(0.01, "--threshold", help="With --threshold-rule std: fraction of the std."),
         budget: str | None = typer.Option(None, "--budget", help="Time budget, e.g. 60s; partial report after it."),
         svg: Path | None = typer.Option(None, "--svg", help="Write the per-node error plot (SVG) here."),
+        model_explorer: Path | None = typer.Option(
+            None,
+            "--model-explorer",
+            help="Write Google Model Explorer node data (per-node relative error; a .max_abs.json sibling) here.",
+        ),
         as_json: bool = common.JsonOption,
         fmt: str | None = common.OutputOption,
         quiet: bool = common.QuietOption,
@@ -104,6 +109,10 @@ def register(app: typer.Typer) -> None:
             _crashed(exc)
         if svg is not None:
             svg.write_text(localize.plot_svg(report), encoding="utf-8")
+        if model_explorer is not None:
+            from monitor.localize import explorer
+
+            explorer.write(report, explorer.graph_name(plan.model.path), model_explorer)
         if as_json:
             common.print_json(report.to_dict())
         elif not quiet:
