@@ -186,15 +186,26 @@ GRAPH_NODE_DATA = {
         },
         "thresholds": {
             "type": "array",
-            "items": {"type": "object", "required": ["value", "bgColor"], "additionalProperties": False,
-                      "properties": {"value": {"type": "number"}, "bgColor": _CSS, "textColor": _CSS}},
-        },  # fmt: skip
+            "items": {
+                "type": "object",
+                "required": ["value", "bgColor"],
+                "additionalProperties": False,
+                "properties": {"value": {"type": "number"}, "bgColor": _CSS, "textColor": _CSS},
+            },
+        },
         "gradient": {
             "type": "array",
-            "items": {"type": "object", "required": ["stop"], "additionalProperties": False,
-                      "properties": {"stop": {"type": "number", "minimum": 0, "maximum": 1}, "bgColor": _CSS,
-                                     "textColor": _CSS}},
-        },  # fmt: skip
+            "items": {
+                "type": "object",
+                "required": ["stop"],
+                "additionalProperties": False,
+                "properties": {
+                    "stop": {"type": "number", "minimum": 0, "maximum": 1},
+                    "bgColor": _CSS,
+                    "textColor": _CSS,
+                },
+            },
+        },
         "hideInAggregatedStatsTable": {"type": "boolean"},
         "hideInChildrenStatsTable": {"type": "boolean"},
         "hideAggregatedStats": {"type": "array", "items": {"enum": ["min", "max", "sum", "avg"]}},

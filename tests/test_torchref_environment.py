@@ -108,7 +108,7 @@ def test_a_torch_reference_records_no_cuda_library_the_onnx_runtime_side_never_l
 
 
 def _failing_run(providers: list[str]) -> dict[str, object]:
-    change = {"field": "cuda.cublas.version", "old": "12.4.5", "new": None, "stable": True}
+    change = {"field": "cuda.cudnn.version", "old": "9.1.0", "new": None, "stable": True}
     return {
         "verdict": "fail",
         "reasons": [{"code": "atol_rtol", "detail": "y: 3.1 x tolerance"}],
@@ -126,3 +126,13 @@ def test_diagnose_never_blames_cuda_libraries_when_onnx_runtime_ran_on_the_cpu_o
 def test_diagnose_still_blames_cuda_libraries_when_the_cuda_provider_ran() -> None:
     causes = {h.cause for h in evidence.from_run(_failing_run(["CUDAExecutionProvider", "CPUExecutionProvider"]))}
     assert "gpu_library_version" in causes
+
+
+def test_no_rule_blames_cuda_libraries_on_a_cpu_session_either() -> None:
+    from monitor.knowledge import rules as knowledge
+
+    run = _failing_run(["CPUExecutionProvider"])
+    matched = knowledge.match(knowledge.load(), evidence.facts(run))
+    assert "gpu_library_version" not in {m.rule.cause for m in matched}
+    gpu = _failing_run(["CUDAExecutionProvider"])
+    assert "gpu_library_version" in {m.rule.cause for m in knowledge.match(knowledge.load(), evidence.facts(gpu))}
