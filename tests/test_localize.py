@@ -282,6 +282,10 @@ def test_on_the_optimized_graph_the_perturbed_weight_is_named_on_its_fused_gemm(
             assert first is not None and not first.inputs_changed
             assert (first.name, first.fused_from) == ("tanh_20", ("matmul_20", "add_20", "tanh_20"))
             assert first.optimized_node and first.optimized_node not in first.fused_from
+            assert first.fused_op_types == ("MatMul", "Add", "Tanh")  # what a knowledge rule matches on
+        from monitor.knowledge.incidents import localized_op_types
+
+        assert "MatMul" in localized_op_types(report.to_dict())  # the MatMul inside the fused Tanh
 
 
 def test_time_budget_cuts_the_search_short(models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]) -> None:
