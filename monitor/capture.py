@@ -14,7 +14,6 @@ baseline still appears atomically, with the same ids and checksums as before.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -22,11 +21,11 @@ from typing import Any, Literal
 import numpy as np
 import onnx
 
-from monitor import jsonsafe, modeldiff
+from monitor import modeldiff
 from monitor.config.plan import CheckPlan
 from monitor.config.settings import ModelConfig, ProviderSpec, SessionConfig
 from monitor.errors import BaselineError, MonitorError
-from monitor.files import baseline_writer, baselines, modelfile, polygraphy, tensors
+from monitor.files import baseline_meta, baseline_writer, baselines, polygraphy, tensors
 from monitor.files import benchsets as benchset
 from monitor.runtime import envsnap
 from monitor.runtime.session import Session
@@ -201,31 +200,18 @@ def _meta(
     model: ModelConfig,
     bench: benchset.Benchset,
     session: Session,
-    source: baselines.Source,
+    source: baseline_meta.Source,
     snapshot: envsnap.EnvSnapshot,
     note: str,
-) -> baselines.BaselineMeta:
-    identity = modelfile.identify(model.path)
+) -> baseline_meta.BaselineMeta:
     session_facts: dict[str, Any] = session.info.to_dict() | {"options": model.session.model_dump(mode="json")}
-    return baselines.BaselineMeta(
-        id="",
-        model=model.name,
-        created_at=jsonsafe.timestamp(dt.datetime.now(dt.UTC)),
-        source=source,
-        model_sha256=identity.sha256,
-        model_md5=identity.md5,
-        external_data=identity.external_data,
-        benchset=bench.name,
-        benchset_version=bench.version,
-        benchset_sha256=bench.sha256,
-        session=session_facts,
-        environment=snapshot.to_dict(),
-        note=note,
+    return baseline_meta.new_meta(
+        model.name, model.path, bench, source=source, session=session_facts, environment=snapshot.to_dict(), note=note
     )
 
 
 def _store(
-    plan: CheckPlan, meta: baselines.BaselineMeta, writer: baseline_writer.BaselineWriter, promote: bool
+    plan: CheckPlan, meta: baseline_meta.BaselineMeta, writer: baseline_writer.BaselineWriter, promote: bool
 ) -> baselines.Baseline:
     """Commit the written samples as a baseline; the model's first baseline becomes active."""
     root = plan.baselines_dir

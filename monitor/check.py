@@ -37,7 +37,7 @@ from monitor.errors import BaselineError, BenchsetError, ConfigError, ModelError
 from monitor.files import baselines, modelfile
 from monitor.files import benchsets as benchset
 from monitor.results import CheckResult, OutputStats, Reason, Verdict, error_result
-from monitor.runtime import envsnap
+from monitor.runtime import envsnap, footprint
 from monitor.runtime.kept import FreshModels, ModelSource
 from monitor.runtime.session import Deadline, RunTimeout, Session
 
@@ -168,7 +168,7 @@ def _run_check(plan: CheckPlan, *, clock: Clock, capture_env: EnvCapture | None,
         return error_result(model_name, code, str(exc), started, clock())
     except Exception as exc:  # a bug or an ORT failure: still a verdict, never a crash
         where = traceback.extract_tb(exc.__traceback__)[-1]
-        detail = f"{type(exc).__name__}: {exc} (at {where.filename}:{where.lineno})"
+        detail = f"{type(exc).__name__}: {exc} (at {where.filename}:{where.lineno}){footprint.cap_note(exc)}"
         code = "run_error" if "onnxruntime" in type(exc).__module__ else "internal_error"
         return error_result(model_name, code, detail, started, clock())
 
@@ -197,6 +197,7 @@ def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCaptur
         tolerances,
         samples=baseline.meta.sample_count,
         elements=baseline.element_counts(files=files),
+        decisions=model.decisions,  # counted per sample beside the metrics (compare/decisions.py)
     )
 
     def feed(index: int, produced: Mapping[str, np.ndarray]) -> None:
@@ -363,28 +364,13 @@ def _with_repeat_spread(stats: OutputStats, spread: float | None) -> OutputStats
     """Attach run-to-run spread; a spread above the output's atol fails it as nondeterministic."""
     if spread is None:
         return stats
-    metrics = stats.metrics.__class__(**(stats.metrics.to_dict() | {"nondeterminism_max_abs": spread}))
-    reasons = stats.reasons
-    verdict = stats.verdict
-    if spread > stats.tolerance.atol:
-        reasons = (
-            *reasons,
-            Reason(
-                "nondeterministic",
-                f"repeats differ by up to {spread:.3g} (> atol {stats.tolerance.atol:g})",
-                stats.name,
-            ),
-        )
-        verdict = Verdict.worst([verdict, Verdict.FAIL])
-    return OutputStats(
-        name=stats.name,
-        verdict=verdict,
-        metrics=metrics,
-        tolerance=stats.tolerance,
-        reasons=reasons,
-        dtype=stats.dtype,
-        shape=stats.shape,
-    )
+    metrics = dataclasses.replace(stats.metrics, nondeterminism_max_abs=spread)
+    if spread <= stats.tolerance.atol:
+        return dataclasses.replace(stats, metrics=metrics)
+    detail = f"repeats differ by up to {spread:.3g} (> atol {stats.tolerance.atol:g})"
+    reasons = (*stats.reasons, Reason("nondeterministic", detail, stats.name))
+    verdict = Verdict.worst([stats.verdict, Verdict.FAIL])
+    return dataclasses.replace(stats, metrics=metrics, reasons=reasons, verdict=verdict)
 
 
 def _env_changes(baseline_env: Mapping[str, Any], snapshot: envsnap.EnvSnapshot) -> list[dict[str, Any]]:

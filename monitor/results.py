@@ -1,14 +1,10 @@
 """The values a check produces: verdicts, per-output statistics and the check result.
 
-Everything here is a frozen dataclass built from the standard library only, so sinks,
-the store and the API can consume results without importing numpy or ONNX Runtime.
-Values answer ``bool()``: ``if stats:`` means "within tolerance" while the numbers stay
-attached for metrics and reports (a habit borrowed from Polygraphy's compare results).
-
-``OutputStats`` is the one record of an output's comparison: a check produces it and the store
-reads it back from its rows, so the figures derived from it (``error_ratio``, ``atol_ratio``,
-``is_measured``, ``worst_output``) live here once, for the metrics, the log sink, the API and
-the pages alike.
+Frozen dataclasses of the standard library only, so sinks, the store and the API consume results
+without numpy or ONNX Runtime. Values answer ``bool()``: ``if stats:`` means "within tolerance".
+``OutputStats`` is the one record of an output's comparison, fresh from a check or read back from
+the store, so the figures derived from it (``error_ratio``, ``atol_ratio``, ``is_measured``,
+``worst_output``) live here once.
 """
 
 from __future__ import annotations
@@ -42,8 +38,7 @@ class Verdict(enum.StrEnum):
 _SEVERITY = {Verdict.PASS: 0, Verdict.FAIL: 1, Verdict.ERROR: 2}
 
 
-# Machine-readable reason codes. The set is closed so that Prometheus labels stay bounded;
-# the human detail travels next to the code in ``Reason.detail``.
+# Machine-readable reason codes, a closed set (bounded Prometheus labels); the human detail is ``Reason.detail``.
 REASON_CODES: frozenset[str] = frozenset(
     {
         # drift (verdict fail)
@@ -60,6 +55,7 @@ REASON_CODES: frozenset[str] = frozenset(
         "benchset_changed",  # the benchmark set hash differs from the baseline's
         "batch_variant",  # checks.batch_invariance: a batched run differs from single-sample runs
         "input_mismatch",  # a PyTorch reference consumed other inputs than the benchmark set (described)
+        "decision_changed",  # models[].decisions: more decisions differ than tolerance.max_decision_flip_ratio
         # could not measure (verdict error)
         "shape_changed",
         "dtype_changed",  # a float output that became another float dtype is measured and fails instead
@@ -168,18 +164,39 @@ class AppliedTolerance:
     max_mismatch_ratio: float = 0.0
     topk_k: int | None = None
     topk_min_agreement: float | None = None
+    max_decision_flip_ratio: float = 0.0
+    numeric: str = "fail"  # "warn": a numeric drift that flips no decision is a warning (the two-tier rule)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
-class OutputStats:
-    """Comparison of one named output with its baseline; truthy when within tolerance.
+class DecisionStats:
+    """An output's decisions (``models[].decisions``) counted against the baseline's; ``flips``: the first
+    flipped (sample, row), a row indexing the sample's raveled decisions (docs/concepts.md)."""
 
-    The same value whether it comes fresh from a check or back from the store (``Store.run``,
-    ``Store.latest_per_model``), so every consumer reads one type.
-    """
+    kind: str
+    total: int = 0
+    flipped: int = 0
+    flips: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def ratio(self) -> float:
+        return self.flipped / self.total if self.total else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self) | {"flips": [list(f) for f in self.flips], "ratio": self.ratio}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DecisionStats:
+        flips = tuple((int(s), int(r)) for s, r in data.get("flips", ()))
+        return cls(str(data["kind"]), int(data["total"]), int(data["flipped"]), flips)
+
+
+@dataclass(frozen=True)
+class OutputStats:
+    """One output against its baseline, truthy when within tolerance; the same value fresh or from the store."""
 
     name: str
     verdict: Verdict
@@ -188,6 +205,8 @@ class OutputStats:
     reasons: tuple[Reason, ...] = ()
     dtype: str = ""
     shape: tuple[int, ...] = ()
+    decisions: DecisionStats | None = None
+    warnings: tuple[Reason, ...] = ()  # numeric reasons demoted by ``tolerance.numeric: warn``
 
     def __bool__(self) -> bool:
         return self.verdict is Verdict.PASS
@@ -206,12 +225,9 @@ class OutputStats:
     def error_ratio(self) -> float:
         """Worst error ÷ tolerance: max over elements of ``|a-b| / (atol + rtol*|b|)`` (docs/metrics.md).
 
-        The exact value needs every element, so it is taken from ``OutputMetrics.error_ratio`` when
-        the comparison provides it. Without it the value is still exact in these cases: a NaN/Inf
-        position mismatch or a differing integer element (+Inf), no difference at all (0), and
-        ``rtol == 0`` (``max_abs_error / atol``). Otherwise ``max_abs_error`` alone cannot tell which
-        element had which ``|b|``, and the result is NaN rather than a guess.
-        """
+        ``OutputMetrics.error_ratio`` when the comparison gave it; else exact where it can be (a NaN/Inf
+        mismatch or a differing integer: +Inf; no difference: 0; ``rtol == 0``: ``max_abs_error / atol``)
+        and NaN rather than a guess otherwise."""
         metrics, tolerance = self.metrics, self.tolerance
         if metrics.error_ratio is not None:
             return float(metrics.error_ratio)
@@ -229,11 +245,8 @@ class OutputStats:
 
     @property
     def atol_ratio(self) -> float:
-        """``max_abs_error / atol``: inf when atol is 0 and the outputs differ, nan stays nan.
-
-        How many absolute tolerances away the worst element is (``rtol`` adds headroom, so > 1
-        alone is not a failure); the store keeps it per run as ``worst_atol_ratio``.
-        """
+        """``max_abs_error / atol`` (inf when atol is 0 and they differ, nan stays nan); > 1 alone is no
+        failure (``rtol`` adds headroom); the store keeps it per run as ``worst_atol_ratio``."""
         error, atol = self.metrics.max_abs_error, self.tolerance.atol
         if atol > 0:
             return error / atol
@@ -248,6 +261,8 @@ class OutputStats:
             "metrics": self.metrics.to_dict(),
             "tolerance": self.tolerance.to_dict(),
             "reasons": [dataclasses.asdict(r) for r in self.reasons],
+            "decisions": self.decisions.to_dict() if self.decisions is not None else None,
+            "warnings": [dataclasses.asdict(r) for r in self.warnings],
         }
 
     @classmethod
@@ -261,17 +276,15 @@ class OutputStats:
             metrics=OutputMetrics(**data["metrics"]),
             tolerance=AppliedTolerance(**data["tolerance"]),
             reasons=tuple(Reason(**r) for r in data.get("reasons", ())),
+            decisions=DecisionStats.from_dict(data["decisions"]) if data.get("decisions") else None,
+            warnings=tuple(Reason(**r) for r in data.get("warnings", ())),
         )
 
 
 def run_error_ratio(ratios: Iterable[float | None]) -> float | None:
-    """A run's one "error ÷ tolerance" figure: the largest ``error_ratio`` of its outputs.
+    """A run's one "error ÷ tolerance" figure (``error_ratio`` everywhere; 1 is the line): its outputs' largest.
 
-    NaN (not knowable) and None (not stored) are skipped while any output has a known value;
-    NaN when none has one; None when there are no outputs. The CLI, the API and every page show
-    this figure under the one name ``error_ratio`` ("error ÷ tolerance"), as Prometheus exports
-    ``onnxmon_output_error_ratio`` per output: 1 is the line.
-    """
+    NaN and None are skipped while any output has a known value; NaN when none has; None without outputs."""
     seen = [r for r in ratios if r is not None]
     known = [r for r in seen if not math.isnan(r)]
     if known:
@@ -280,10 +293,7 @@ def run_error_ratio(ratios: Iterable[float | None]) -> float | None:
 
 
 def worst_output(outputs: Iterable[OutputStats]) -> OutputStats | None:
-    """The output furthest from its line: most severe verdict first, then the largest atol ratio (nan worst).
-
-    The store records this one as a run's ``worst_output`` and the log line names it.
-    """
+    """The output furthest from its line (the run's ``worst_output``): worst verdict, then largest atol ratio."""
 
     def key(output: OutputStats) -> tuple[int, float]:
         ratio = output.atol_ratio
@@ -324,8 +334,7 @@ class CheckResult:
     @property
     def environment_fingerprint(self) -> str | None:
         """The fingerprint of the environment snapshot, as the store records it on the run."""
-        value = self.environment.get("fingerprint")
-        return str(value) if value else None
+        return fingerprint_of(self.environment)
 
     def all_reasons(self) -> tuple[Reason, ...]:
         """Check-level reasons followed by every output's reasons."""
@@ -338,9 +347,7 @@ class CheckResult:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "duration_s": self.duration_s,
-            # check-level reasons (model or benchmark set changed, fallback, timeout): a numeric failure lives
-            # on its output; all_reasons holds both, each output's named, so a failing run says why at the top
-            "reasons": [dataclasses.asdict(r) for r in self.reasons],
+            "reasons": [dataclasses.asdict(r) for r in self.reasons],  # check-level; all_reasons: outputs' too
             "all_reasons": [dataclasses.asdict(r) for r in self.all_reasons()],
             "outputs": [o.to_dict() for o in self.outputs],
             "baseline_id": self.baseline_id,
@@ -381,12 +388,13 @@ class CheckResult:
         )
 
 
+def fingerprint_of(snapshot: Mapping[str, Any] | None) -> str | None:
+    """The ``fingerprint`` of an environment snapshot dict (``EnvSnapshot.to_dict``), None when it has none."""
+    value = snapshot.get("fingerprint") if snapshot else None
+    return str(value) if value else None
+
+
 def error_result(model: str, code: str, detail: str, started_at: float, finished_at: float) -> CheckResult:
     """A result with verdict ``error`` for a check that could not measure anything."""
-    return CheckResult(
-        model=model,
-        verdict=Verdict.ERROR,
-        started_at=started_at,
-        finished_at=finished_at,
-        reasons=(Reason(code, detail[:2000]),),
-    )
+    reasons = (Reason(code, detail[:2000]),)
+    return CheckResult(model, Verdict.ERROR, started_at=started_at, finished_at=finished_at, reasons=reasons)

@@ -284,3 +284,57 @@ def scale(factor: float = 1.5, width: int = 8, *, output_dtype: int = TensorProt
         [numpy_helper.from_array(np.array(factor, np.float32), "k")],
     )
     return _model(graph)
+
+
+def labelled_classifier(
+    seed: int = 0, features: int = 4, labels: tuple[str, ...] = ("cat", "dog", "émeu"), *, scale: float = 1.0
+) -> onnx.ModelProto:
+    """x[batch, features] -> MatMul -> ``class_id`` (int64 ArgMax), ``label`` (its string via LabelEncoder)
+    and ``probabilities`` (Softmax through a ZipMap: ``seq(map(int64, tensor(float)))``), as skl2onnx does.
+
+    ``scale`` multiplies the weights' second column: values away from 1 move scores and flip labels.
+    """
+    rng = np.random.default_rng(seed)
+    weights = rng.normal(0, 1.0, (features, len(labels))).astype(np.float32)
+    weights[:, 1] *= scale
+    n = helper.make_node
+    nodes = [
+        n("MatMul", ["x", "w"], ["scores"], name="fc"),
+        n("Softmax", ["scores"], ["soft"], name="softmax", axis=1),
+        n("ArgMax", ["scores"], ["class_id"], name="argmax", axis=1, keepdims=0),
+        n(
+            "LabelEncoder",
+            ["class_id"],
+            ["label"],
+            name="encode",
+            domain="ai.onnx.ml",
+            keys_int64s=list(range(len(labels))),
+            values_strings=list(labels),
+            default_string="?",
+        ),
+        n(
+            "ZipMap",
+            ["soft"],
+            ["probabilities"],
+            name="zipmap",
+            domain="ai.onnx.ml",
+            classlabels_int64s=list(range(len(labels))),
+        ),
+    ]
+    value = helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, None))
+    graph = helper.make_graph(
+        nodes,
+        "labelled_classifier",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", features])],
+        [
+            helper.make_tensor_value_info("class_id", TensorProto.INT64, ["batch"]),
+            helper.make_tensor_value_info("label", TensorProto.STRING, ["batch"]),
+            helper.make_value_info("probabilities", helper.make_sequence_type_proto(value)),
+        ],
+        [numpy_helper.from_array(weights, "w")],
+    )
+    opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid("ai.onnx.ml", 3)]
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="onnxmon-tests")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model

@@ -35,6 +35,7 @@ REQUIRED_ALERTS = {
     "OnnxmonProviderFallback": "critical",
     "OnnxmonEnvironmentChanged": "info",
     "OnnxmonNondeterministic": "warning",
+    "OnnxmonNumericDriftWarning": "warning",
     "OnnxmonDown": "warning",
     "OnnxmonConfigReloadFailed": "warning",
 }
@@ -53,6 +54,7 @@ DRIFT_REASONS = frozenset(
         "provider_fallback",
         "model_changed",
         "benchset_changed",
+        "decision_changed",
     }
 )
 
@@ -140,6 +142,7 @@ STORE_GAUGES = frozenset(
         "onnxmon_last_run_timestamp_seconds",
         "onnxmon_provider_fallback",
         "onnxmon_output_nondeterministic",
+        "onnxmon_output_numeric_warning",
         "onnxmon_schedule_interval_seconds",
         "onnxmon_config_last_reload_successful",
     }

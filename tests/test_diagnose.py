@@ -261,7 +261,9 @@ def test_with_stored_intermediates_the_failure_is_localized_and_its_op_type_is_e
     assert set(named) & set(readers), (first, readers)
     if first["name"] in readers:
         assert first["op_type"] == readers[first["name"]]
-    assert any(f"op_types={first['op_type']}" in note for note in diagnosis.notes)  # in the incident signature
+    signed = [n.split("op_types=", 1)[1].split(";")[0].split(",") for n in diagnosis.notes if "op_types=" in n]
+    assert any(first["op_type"] in ops for ops in signed), diagnosis.notes  # in the incident signature
+    assert all(set(first.get("fused_op_types", ())) <= set(ops) for ops in signed)  # with the fused members
 
 
 @pytest.mark.parametrize("kind", ["fp16", "qdq"])

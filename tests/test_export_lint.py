@@ -331,6 +331,63 @@ def test_fp16_weights_with_inf_and_subnormals_are_found(tmp_path: Path) -> None:
     ]
 
 
+def test_fp32_weights_past_autocasts_init_max_are_flagged_before_an_fp16_build(tmp_path: Path) -> None:
+    # NVIDIA ModelOpt AutoCast keeps initializers past --init_max (65504) in fp32; fp16 would make them inf
+    weight = np.array([1.0, 7e4, -9e4, 0.5], np.float32)
+    model = make(
+        [helper.make_node("Mul", ["x", "w"], ["y"], name="scale")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    code, report = run_lint(save(tmp_path, model))
+    assert code == 0, "info: the model is fine as it is; an fp16 conversion is what breaks it"
+    ((found),) = [h for h in report["hazards"] if h["code"] == "fp16_unsafe_initializer"]
+    assert (found["node"], found["severity"]) == ("scale", "info") and "2 of 4" in found["detail"]
+    assert np.isinf(weight.astype(np.float16)[1:3]).all(), "the numbers the hazard is about"
+    within = make(
+        [helper.make_node("Mul", ["x", "w"], ["y"], name="scale")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(np.full(4, 65504.0, np.float32), "w")],
+    )
+    assert not run_lint(save(tmp_path, within, "within.onnx"))[1]["hazards"]
+
+
+def test_activations_past_autocasts_data_max_on_the_benchmark_set_are_flagged(tmp_path: Path) -> None:
+    from tests.workspace import Workspace
+
+    # y = x @ W with W = 300: random inputs in [0, 1) give activations up to ~1200 > 512 (data_max);
+    # z = y / 1e4 stays small. Ground truth from plain ORT below, not from lint.
+    w = np.full((4, 3), 300.0, np.float32)
+    model = make(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["y"], name="big"),
+            helper.make_node("Div", ["y", "k"], ["z"], name="small"),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 3])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(1e4, np.float32), "k")],
+    )
+    ws = Workspace(tmp_path)
+    ws.add_model("m", model, count=2)
+    config = str(ws.write())
+    code, report = run_lint("m", "--activations", "-c", config)
+    assert code == 0
+    found = [(h["code"], h["node"]) for h in report["hazards"] if h["code"] == "fp16_unsafe_activation"]
+    from monitor.files import benchsets
+
+    bench = benchsets.open_benchset(ws.root / "benchsets", "m-bench")
+    feeds = [bench.load_sample(i) for i, label in enumerate(bench.labels) if label == "random"][:2]
+    session = ort.InferenceSession(str(ws.root / "models" / "m.onnx"), providers=["CPUExecutionProvider"])
+    largest = max(float(np.abs(f["x"] @ w).max()) for f in feeds)
+    assert (found == [("fp16_unsafe_activation", "big")]) == (largest > 512), (found, largest)
+    assert largest > 512 and session.run(None, feeds[0])[0].max() < 512
+    assert "fp16_unsafe_activation" not in {h["code"] for h in run_lint("m", "-c", config)[1]["hazards"]}, (
+        "lint alone never runs the model"
+    )
+
+
 def qdq_conv(per_channel: bool, weight_is_float: bool) -> onnx.ModelProto:
     w = np.random.default_rng(0).normal(size=(4, 2, 3, 3)).astype(np.float32)
     scale = np.full(4, 0.02, np.float32) if per_channel else np.array(0.02, np.float32)

@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from monitor import capture
 from monitor.api.app import create_app
 from monitor.config.plan import plan_for
+from monitor.config.settings import ModelConfig
 from monitor.sinks.database import DatabaseSink
 from monitor.sinks.prometheus import exposition
 from monitor.store import Store
@@ -151,3 +152,45 @@ def test_pieces_are_reused_in_each_format_and_hostile_accept_headers_keep_memory
         body, _ = exposition.render(daemon.registry, f"application/openmetrics-text; version=1.{minor}.0")
         assert body == generate_openmetrics(daemon.registry)
     assert len(cache._kept) <= 4
+
+
+def test_a_config_declared_at_a_freed_configs_address_is_not_served_that_configs_blocks(
+    scenario: Scenario, store: Store
+) -> None:
+    """Blocks were keyed by ``id(settings)``: a text scrape under A, an OpenMetrics one under B (A freed),
+    then C at A's address, and the text scrape served A's tolerances. Now the key is the declare count."""
+    daemon = RealDaemon(scenario.settings, store)
+    daemon.dispatch(scenario.passing)
+
+    def models_with_atol(atol: float) -> list[ModelConfig]:
+        clf = scenario.settings.model("clf")
+        logits = clf.tolerance.outputs["logits"].model_copy(update={"atol": atol})
+        tolerance = clf.tolerance.model_copy(update={"outputs": {"logits": logits}})
+        models = scenario.settings.models
+        return [m.model_copy(update={"tolerance": tolerance}) if m.name == "clf" else m for m in models]
+
+    first = scenario.settings.model_copy(update={"models": models_with_atol(0.5)})
+    address = id(first)
+    daemon.metrics.declare(first)
+    exposition.render(daemon.registry, "")  # text: blocks of the first config kept
+    daemon.metrics.declare(scenario.settings.model_copy(update={"models": models_with_atol(0.25)}))
+    exposition.render(daemon.registry, OPENMETRICS)  # the first config is now referenced only here
+    update = {"models": models_with_atol(0.125)}
+    del first  # freed now: the next object of its size may take its address
+    candidates = []
+    for _ in range(5000):  # allocate configs (keeping each) until one sits where the first one was
+        candidate = scenario.settings.model_copy(update=update)
+        if id(candidate) == address:
+            break
+        candidates.append(candidate)
+    else:
+        pytest.skip("no config was allocated at the freed address")
+    daemon.metrics.declare(candidate)
+    text = assert_cached_equals_uncached(daemon)
+    atol = next(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "onnxmon_output_tolerance_atol" and s.labels == {"model": "clf", "output": "logits"}
+    )
+    assert atol == 0.125

@@ -204,3 +204,24 @@ def test_a_promotion_is_dated_when_it_happened_with_who_and_why(
     assert (promoted["detail"]["by"], promoted["detail"]["note"]) == ("alice", note)
     code, out, _ = run_cli(capsys, "history", "clf", "-c", config)
     assert f"by alice: {note}" in out
+
+
+def test_tables_on_an_80_column_terminal_keep_words_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.console import Console
+
+    from monitor.cli import check_cmd, common, output
+    from monitor.results import CheckResult as Result
+    from tests.test_store import result as made
+
+    monkeypatch.setattr(output, "is_terminal", lambda: True)
+    monkeypatch.setattr(output, "console", lambda: Console(width=80))
+    assert common.narrow_terminal()
+    run: Result = made(T0, Verdict.FAIL)
+    console = Console(width=80, record=True, color_system=None)
+    console.print(check_cmd.render([run]))
+    screen = console.export_text()
+    header = next(line for line in screen.splitlines() if "verdict" in line)
+    for word in ("model", "output", "verdict", "cosine", "reasons"):
+        assert re.search(rf"\b{word}\b", header), (word, screen)
+    assert "│" not in screen, "no vertical rules where width is short"
+    assert run.model in screen and "fail" in screen

@@ -259,3 +259,16 @@ def test_each_third_party_boundary_of_the_map_is_a_ruff_entry_and_a_contract_ove
             if not any(module == s or module.startswith(s + ".") for s in sources):
                 uncovered.append(f"{package}: {module}")
     assert uncovered == [], "modules no forbidden contract keeps the package out of"
+
+
+def test_baseline_metadata_is_made_in_one_place_with_one_timestamp_form() -> None:
+    # issue 26: capture.py wrote created_at "...Z", torchref/reference.py "+00:00", and baselines were
+    # sorted by that string
+    root = Path(__file__).resolve().parent.parent / "monitor"
+    made = re.compile(r"\bBaselineMeta\(\s*\n?\s*id=")
+    makers = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if made.search(p.read_text()))
+    assert makers == ["files/baseline_meta.py"], makers
+    from monitor.files.baseline_meta import created_seconds
+
+    assert created_seconds("2026-12-01T10:00:00Z") == created_seconds("2026-12-01T10:00:00+00:00")
+    assert created_seconds("2026-12-01T09:00:00+00:00") < created_seconds("2026-12-01T10:00:00.5Z")

@@ -147,7 +147,12 @@ def build_scenario(tmp_path_factory: pytest.TempPathFactory) -> Scenario:
     ws = Workspace(tmp_path_factory.mktemp("ws"))
     model = modelzoo.classifier()
     # rtol 0 on logits: its error_ratio is then exact without a per-element value from compare.py
-    ws.add_model("clf", model, tolerance={"outputs": {"logits": {"atol": 1e-4, "rtol": 0.0}}})
+    ws.add_model(
+        "clf",
+        model,
+        tolerance={"outputs": {"logits": {"atol": 1e-4, "rtol": 0.0}}},
+        decisions={"logits": {"kind": "argmax"}},  # so that the decision series are exported too
+    )
     ws.add_model("fresh", modelzoo.classifier(seed=1), schedule={"cron": "0 */6 * * *", "jitter": "1m"})
     baseline = capture.capture_baseline(plan_for(ws.settings(), "clf"))
     settings = ws.settings()

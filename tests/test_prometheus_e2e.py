@@ -73,6 +73,7 @@ CONDITION_LESS: dict[str, str] = {
     "alert:OnnxmonProviderFallback": "CPU only: the requested provider is always the effective one",
     "alert:OnnxmonEnvironmentChanged": "the stack does not change here (tests/test_upgrade_alerts.py changes it)",
     "alert:OnnxmonNondeterministic": "repeats: 1 never measures nondeterminism",
+    "alert:OnnxmonNumericDriftWarning": "no model here sets tolerance.numeric: warn (broken decides logits)",
     "alert:OnnxmonDown": "the daemon is up and scraped (its `absent()` side needs no target at all)",
 }
 _COMPARISON = re.compile(r" (==|!=|>=|<=|>|<) (?!bool\b)")
@@ -208,7 +209,14 @@ class Scenario:
         timeout, interval = f"{INTERVAL_S - 1}s", f"{INTERVAL_S}s"
         self.healthy_drift_model = modelzoo.deep_mlp(layers=8)
         ws.add_model(DRIFT, self.healthy_drift_model, count=2, timeout=timeout, schedule={"interval": interval})
-        ws.add_model(BROKEN, modelzoo.classifier(), count=2, timeout=timeout, schedule={"interval": interval})
+        ws.add_model(
+            BROKEN,
+            modelzoo.classifier(),
+            count=2,
+            timeout=timeout,
+            schedule={"interval": interval},
+            decisions={"logits": {"kind": "argmax"}},  # the decision series exist (numeric: warn is nobody's)
+        )
         ws.extra["daemon"] = {"startup_spread": 0}
         settings = ws.settings()
         for model in (DRIFT, BROKEN):

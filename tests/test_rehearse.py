@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -39,7 +40,14 @@ def workspace(tmp_path_factory: pytest.TempPathFactory, stacks: tuple[Stack, Sta
     current, _ = stacks
     ws = Workspace(tmp_path_factory.mktemp("rehearse"))
     session = {"graph_optimization_level": "all", "intra_op_num_threads": 1}
-    ws.add_model("ln", modelzoo.layernorm_gelu(), count=4, tolerance={"default": BITWISE}, session=session)
+    ws.add_model(
+        "ln",
+        modelzoo.layernorm_gelu(),
+        count=4,
+        tolerance={"default": BITWISE},
+        session=session,
+        decisions={"y": {"kind": "argmax", "axis": -1}},
+    )
     ws.add_model("clf", modelzoo.classifier(), count=4, tolerance={"default": DEFAULT}, session=session)
     ws.write()
     for model in ("ln", "clf"):
@@ -71,18 +79,21 @@ options.intra_op_num_threads = 1
 session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 inputs = [i.name for i in session.get_inputs()]
 outputs = [o.name for o in session.get_outputs()]
-worst = -1.0
+worst, flips, rows = -1.0, 0, 0
 for s in range(int(data["samples"])):
     got = session.run(None, {name: data[f"in/{s}/{name}"] for name in inputs})
     for name, actual in zip(outputs, got):
         b = data[f"out/{s}/{name}"].astype(np.float64)
         over = np.abs(np.asarray(actual).astype(np.float64) - b) - (atol + rtol * np.abs(b))
         worst = max(worst, float(over.max()))
-print(json.dumps({"beyond_tolerance": worst > 0, "version": ort.__version__}))
+        if name == "y":
+            flips += int((np.argmax(actual, axis=-1) != np.argmax(data[f"out/{s}/{name}"], axis=-1)).sum())
+            rows += int(np.prod(np.asarray(actual).shape[:-1]))
+print(json.dumps({"beyond_tolerance": worst > 0, "version": ort.__version__, "flips": flips, "rows": rows}))
 """
 
 
-def plain_ort_drifts(stack: Stack, ws: Workspace, model: str, tolerance: dict[str, float], tmp: Path) -> bool:
+def plain_ort(stack: Stack, ws: Workspace, model: str, tolerance: dict[str, float], tmp: Path) -> dict[str, Any]:
     """Whether plain ONNX Runtime of ``stack`` leaves the tolerance anywhere on the benchmark set (numpy rule)."""
     settings = ws.settings()
     bench = benchsets.open_benchset(settings.store.benchsets_dir, f"{model}-bench")
@@ -99,9 +110,9 @@ def plain_ort_drifts(stack: Stack, ws: Workspace, model: str, tolerance: dict[st
          str(tolerance["atol"]), str(tolerance["rtol"])],
         capture_output=True, text=True, check=True, env=child_env(), timeout=300,
     )  # fmt: skip
-    found = json.loads(done.stdout)
+    found: dict[str, Any] = json.loads(done.stdout)
     assert found["version"] == stack.ort_version
-    return bool(found["beyond_tolerance"])
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -131,15 +142,22 @@ def test_go_and_no_go_are_exactly_where_plain_ort_of_the_candidate_leaves_the_to
     report = rehearsal["report"]
     assert isinstance(report, dict)
     by_model = {m["model"]: m for m in report["models"]}
-    truth = {
-        "ln": plain_ort_drifts(older, workspace, "ln", BITWISE, tmp_path),
-        "clf": plain_ort_drifts(older, workspace, "clf", DEFAULT, tmp_path),
+    plain = {
+        "ln": plain_ort(older, workspace, "ln", BITWISE, tmp_path),
+        "clf": plain_ort(older, workspace, "clf", DEFAULT, tmp_path),
     }
+    truth = {model: bool(found["beyond_tolerance"]) for model, found in plain.items()}
     assert truth["ln"], "the releases differ on ln's LayerNorm: the scenario needs a real drift"
     assert {m: not by_model[m]["go"] for m in truth} == truth
     assert rehearsal["code"] == (1 if any(truth.values()) else 0)
     assert report["go"] is False
     assert by_model["ln"]["verdict"] == "fail" and "atol_rtol" in by_model["ln"]["reasons"]
+    decided = by_model["ln"]["decisions"]["y"]
+    assert (decided["kind"], decided["flipped"], decided["total"]) == (
+        "argmax",
+        plain["ln"]["flips"],
+        plain["ln"]["rows"],
+    )
 
 
 def test_every_no_go_names_a_cause_and_the_candidate_names_the_release_change(

@@ -52,3 +52,22 @@ def test_a_shared_scope_leaves_the_configured_directory_alone(tmp_path: Path) ->
     ws = Workspace(tmp_path)
     settings = ws.settings()
     assert scope.apply(settings, environ={"ONNXMON_NODE_NAME": "x"}, gpu_name=lambda: None) is settings
+
+
+def test_node_identity_has_one_reader_and_one_fallback_order() -> None:
+    from monitor.config.identity import identity
+
+    assert identity({"ONNXMON_NODE_NAME": "a", "NODE_NAME": "b", "POD_NAME": "p"}).node == "a"
+    assert identity({"NODE_NAME": "b"}).node == "b"
+    none = identity({})
+    assert (none.node, none.pod, none.namespace) == (None, None, None) and none.node_or_host()
+    # every module that needs the node reads it through monitor/config/identity.py
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "monitor"
+    readers = sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if '"ONNXMON_NODE_NAME"' in p.read_text(encoding="utf-8") or '"NODE_NAME"' in p.read_text(encoding="utf-8")
+    )
+    assert readers == ["config/identity.py"], readers

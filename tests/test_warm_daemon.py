@@ -177,3 +177,43 @@ def test_a_benchset_manifest_edited_between_warm_checks_is_read_again(ws: Worksp
         assert edited.verdict is Verdict.ERROR and edited.reasons[0].code == "benchset_error", edited.reasons
         manifest.write_text(text)
         assert daemon.run_now("clf").verdict is Verdict.PASS
+
+
+@pytest.mark.parametrize("change", [{"warm_workers": 1}, {"rehash_every": 7}, {"worker": "fresh"}])
+def test_a_reload_that_resizes_the_pool_never_kills_a_warm_check_in_flight(
+    ws: Workspace, change: dict[str, Any]
+) -> None:
+    """Issue 30, B4: a SIGHUP changing ``daemon.warm_workers`` closed the pool, and its busy worker was
+    SIGKILLed 10 s later (``error/crash`` "killed by SIGKILL"). A change applies as workers free up."""
+    import threading
+
+    ws.replace_model("spin", modelzoo.hang(iterations=15_000_000))  # one sample: a check of ~20 s or more
+    ws.set("spin", timeout="120s")
+    with running(ws, warm_workers=2) as daemon:
+        daemon.run_now("clf")
+        results: list[CheckResult] = []
+        thread = threading.Thread(target=lambda: results.append(daemon.run_now("spin")))
+        thread.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "spin" not in (daemon.pool.pids() if daemon.pool else {}):
+            time.sleep(0.05)
+        assert daemon.pool is not None
+        pids = daemon.pool.pids()
+        ws.extra["daemon"].update(change)
+        ws.write()
+        reloaded_at = time.monotonic()
+        assert daemon.reload()
+        assert not pid_alive(pids["clf"]), "the idle worker (the least recently used) stops at once"
+        thread.join(180)
+        took = time.monotonic() - reloaded_at
+        assert results, "the check never returned"
+        checked = results[0]
+        assert checked.verdict is not Verdict.ERROR, (checked.reasons, f"{took:.1f} s after the reload")
+        assert took > 10, f"the check ended {took:.1f} s after the reload: too quick to show the old 10 s kill"
+        if "warm_workers" in change:  # the size is 1 now: the busy worker is the one kept
+            assert daemon.pool is not None and daemon.pool.pids() == {"spin": pids["spin"]}
+        else:
+            assert not pid_alive(pids["spin"]), "a retired worker stops once its check is done"
+        if daemon.pool is not None:
+            assert daemon.pool.limit == (1 if "warm_workers" in change else 2)
+            assert daemon.run_now("clf").verdict is Verdict.PASS

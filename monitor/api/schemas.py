@@ -172,17 +172,29 @@ def _run_fields(run: RunRecord) -> dict[str, Any]:
     }
 
 
+class DecisionsOut(_Out):
+    """What the output decides (``models[].decisions``) and how many of its decisions differ from the baseline's."""
+
+    kind: Literal["argmax", "threshold", "equal"]
+    total: int
+    flipped: int
+    ratio: float
+    flips: list[list[int]] = Field(description="the first flipped decisions, as [sample, row]")
+
+
 class OutputOut(_Out):
-    """One output's comparison: every metric, the tolerance applied, its reasons."""
+    """One output's comparison: every metric, the tolerance applied, its reasons, decisions and warnings."""
 
     name: str
     verdict: VerdictName
     dtype: str
     shape: list[int]
     metrics: dict[str, JsonNumber | int | bool | None]
-    tolerance: dict[str, JsonNumber | int | None]
+    tolerance: dict[str, JsonNumber | int | str | None]
     error_ratio: JsonNumber | None
     reasons: list[ReasonOut]
+    decisions: DecisionsOut | None = None
+    warnings: list[ReasonOut] = Field(default=[], description="numeric drift that flipped no decision (numeric: warn)")
 
     @classmethod
     def of(cls, output: OutputStats) -> OutputOut:
@@ -195,6 +207,8 @@ class OutputOut(_Out):
             tolerance=json_safe(output.tolerance.to_dict()),
             error_ratio=num(output.error_ratio),
             reasons=[ReasonOut.of(r) for r in output.reasons],
+            decisions=DecisionsOut(**output.decisions.to_dict()) if output.decisions is not None else None,
+            warnings=[ReasonOut.of(r) for r in output.warnings],
         )
 
 

@@ -49,7 +49,7 @@ def register(app: typer.Typer) -> None:
         chosen = output.chosen(fmt, as_json)
         settings = common.settings(config_file)
         plan = plan_for(settings, model)  # an unknown name fails before the progress bar shows
-        crosscheck.refuse_unknown_outputs(settings, [model], signature.output_names)  # a typo'd tolerance
+        crosscheck.refuse_unknown_outputs(settings, [model], signature.output_names, signature.output_types)
         store = common.open_store(settings)  # an un-migrated store stops here, before a baseline is written
         limit = _duration("--timeout", timeout) if timeout else 3 * plan.timeout_s
         options = {

@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
             raise MonitorError(f"{settings.source}: no models configured")
         plans = [plan_for(settings, name) for name in names]  # an unknown name fails before anything runs
         # a field naming an output the model lacks would never apply: refused as the config error it is
-        crosscheck.refuse_unknown_outputs(settings, names, signature.output_names)
+        crosscheck.refuse_unknown_outputs(settings, names, signature.output_names, signature.output_types)
         if store:
             common.refuse_unready_store(settings)  # an un-migrated store or a missing driver: before measuring
         memory = settings.daemon.memory_limit_mb
@@ -138,7 +138,8 @@ def render(results: list[CheckResult], *, wide: bool = False) -> Table:
             continue
         for i, out in enumerate(result.outputs):
             m = out.metrics
-            reasons = "; ".join(r.code for r in out.reasons)
+            decided = [f"{d.kind} decisions {d.flipped}/{d.total} flipped"] if (d := out.decisions) is not None else []
+            reasons = "; ".join([r.code for r in out.reasons] + [f"warning {w.code}" for w in out.warnings] + decided)
             if i == 0 and check_reasons:
                 reasons = "; ".join(x for x in (check_reasons, reasons) if x)
             table.add_row(
@@ -159,7 +160,13 @@ def render(results: list[CheckResult], *, wide: bool = False) -> Table:
             table.add_row(*blank, f"attribution: {result.attribution}", *([""] if wide else []))
         for hazard in _lint_lines(result):
             table.add_row(*[""] * 9, hazard, *([""] if wide else []))
+    if common.narrow_terminal() and not wide:  # 80 columns: reasons keep room; -o wide and JSON have all
+        table.columns = [c for c in table.columns if c.header not in NARROW_DROPS]
     return table
+
+
+NARROW_DROPS = ("max rel", "SNR dB")
+"""Columns a narrow terminal's check table leaves out: max abs, error ÷ tolerance and cosine say as much."""
 
 
 def _lint_lines(result: CheckResult, most: int = 5) -> list[str]:

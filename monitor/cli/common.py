@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -97,8 +97,10 @@ def refuse_unready_store(settings: config.Settings) -> None:
 
 def node_identity() -> tuple[str | None, str | None]:
     """Node and pod from the Kubernetes downward API env (the Helm chart sets them)."""
-    node = os.environ.get("ONNXMON_NODE_NAME") or os.environ.get("NODE_NAME")
-    return node, os.environ.get("POD_NAME")
+    from monitor.config.identity import identity
+
+    here = identity()
+    return here.node, here.pod
 
 
 def print_json(data: Any, fmt: str = "json") -> None:
@@ -123,6 +125,17 @@ def fmt(value: float | int | None, spec: str = ".3g") -> str:
     return format(value, spec)
 
 
+NARROW = 110
+"""Terminal widths below this get compact tables (``PlainTable``; ``history`` goes further)."""
+WHOLE_WORD = 12
+"""A word up to this long is never split across lines in a table; a longer token (an id, a hash) folds."""
+
+
+def narrow_terminal() -> bool:
+    """True on a terminal narrower than ``NARROW`` columns (never when piped: TSV has no width)."""
+    return output.is_terminal() and output.console().width < NARROW
+
+
 class PlainTable(Table):
     """A rich ``Table`` whose string cells are shown exactly as written, never parsed as markup.
 
@@ -130,11 +143,30 @@ class PlainTable(Table):
     ``[word]`` must not vanish from the table. Styled cells are passed as ``Text``.
     """
 
+    def __init__(self, *headers: Any, **kwargs: Any) -> None:
+        """On a terminal narrower than ``NARROW`` columns: no vertical rules and one space between columns,
+        so an 80-column terminal keeps words whole (boxes and padding took a third of its width)."""
+        if narrow_terminal() and "box" not in kwargs:
+            kwargs |= {"box": box.SIMPLE_HEAD, "show_edge": False, "padding": (0, 1), "collapse_padding": True}
+        super().__init__(*headers, **kwargs)
+
     def add_column(self, header: Any = "", *args: Any, **kwargs: Any) -> None:
-        """Columns fold long cells onto the next line instead of cutting them: ids must stay pasteable."""
+        """Columns fold long cells onto the next line instead of cutting them: ids must stay pasteable.
+
+        A header word is never split ("verdi / ct"): the column is at least as wide as its longest word.
+        """
         kwargs.setdefault("overflow", "fold")
+        words = str(header.plain if isinstance(header, Text) else header).split()
+        if words and kwargs.get("min_width") is None:
+            kwargs["min_width"] = max(len(w) for w in words)
         super().add_column(header, *args, **kwargs)
 
     def add_row(self, *renderables: Any, style: Any = None, end_section: bool = False) -> None:
+        """Cells as ``Text``; a column is as wide as its longest short word (names, numbers stay whole),
+        while a long token (an id, a hash) still folds, whole and pasteable."""
         cells = [Text(cell) if isinstance(cell, str) else cell for cell in renderables]
+        for column, cell in zip(self.columns, cells, strict=False):
+            if isinstance(cell, Text) and cell.plain.split():
+                longest = min(max(len(word) for word in cell.plain.split()), WHOLE_WORD)
+                column.min_width = max(column.min_width or 0, longest)
         super().add_row(*cells, style=style, end_section=end_section)

@@ -27,13 +27,16 @@ def register(app: typer.Typer) -> None:
         """Validate the config and the files it names; print every problem with its path and exit 2 if any.
 
         The schema, the cross-references between sections, missing model files, and fields naming
-        outputs a model does not have (``tolerance.outputs.<name>``), all in one report.
+        outputs a model does not have (``tolerance.outputs.<name>``, ``decisions.<name>``), decisions an
+        output cannot take (its type or shape), all in one report.
         """
         from monitor.config import crosscheck
         from monitor.files import signature
 
         chosen = output.chosen(fmt, as_json)
-        file, problems = crosscheck.file_problems(output.config_file(config_file), signature.output_names, files=files)
+        file, problems = crosscheck.file_problems(
+            output.config_file(config_file), signature.output_names, files=files, types_of=signature.output_types
+        )
         if problems:
             if output.structured(chosen):
                 common.print_json({"config": str(file), "ok": False, "problems": problems}, chosen)

@@ -28,6 +28,12 @@ def register(app: typer.Typer) -> None:
         benchset: str | None = typer.Option(
             None, "--benchset", help="Benchmark set whose input shapes the model must accept (default: the model's)."
         ),
+        activations: bool = typer.Option(
+            False,
+            "--activations",
+            help="A configured model only: run its benchmark set's first samples with every tensor exposed and"
+            " flag float32 activations past 512 (AutoCast's data_max) before an fp16 build. Runs the model.",
+        ),
         as_json: bool = common.JsonOption,
         fmt: str | None = common.OutputOption,
         quiet: bool = common.QuietOption,
@@ -37,7 +43,8 @@ def register(app: typer.Typer) -> None:
         from monitor.runtime import support
 
         path, varied = _target(model, config_file, benchset)
-        report = lint.lint_model(path, support=support.probe(), varied=varied)
+        maxima = _activation_maxima(model, config_file, benchset) if activations else None
+        report = lint.lint_model(path, support=support.probe(), varied=varied, activations=maxima)
         chosen = output.chosen(fmt, as_json)
         if output.structured(chosen):
             output.print_data(report.to_dict(), chosen)
@@ -74,3 +81,43 @@ def _target(model: str, config_file: str | None, benchset: str | None) -> tuple[
             bench = None  # a set that cannot be made (a missing source file): lint what the file alone tells
     varied = exportcheck.varied_dims(bench) if bench is not None else {}
     return configured.path, exportcheck.with_batch(varied, configured, bench)
+
+
+SAMPLES_FOR_RANGES = 2
+
+
+def _activation_maxima(model: str, config_file: str | None, benchset: str | None) -> dict[str, float]:
+    """The largest |x| of every float32 tensor over the first samples, on the model's own providers and session.
+
+    Lint itself never runs a model; this is the caller measuring what AutoCast measures on its
+    calibration data (``--data_max``). A model file (not a configured model) has no benchmark set here.
+    """
+    import numpy as np
+
+    from monitor.files import benchsets
+    from monitor.files.benchset_sources import EDGE_CASES
+    from monitor.localize import engine
+
+    try:
+        settings = common.settings(config_file)
+        configured = settings.model(model)
+    except MonitorError as exc:
+        raise MonitorError(f"--activations needs a model named in the config: {exc}") from None
+    bench = benchsets.ensure(settings.benchset(benchset or configured.benchset), settings.store.benchsets_dir)
+    # calibration-like samples only: the edge cases (zeros, range extremes, ±7e4) are extreme on purpose
+    labels = bench.labels or ("",) * len(bench)
+    chosen = [i for i, label in enumerate(labels) if label not in EDGE_CASES][:SAMPLES_FOR_RANGES]
+    # the model's own tensors, unfused (AutoCast reasons about the graph it converts, not ORT's fusions)
+    plain = configured.session.model_copy(update={"graph_optimization_level": "disable"})
+    maxima: dict[str, float] = {}
+    for index in chosen:
+        tensors = engine.capture_intermediates(
+            configured.path, bench.load_sample(index), providers=configured.providers, session=plain, graph_view="model"
+        )
+        for name, value in tensors.items():
+            array = np.asarray(value)
+            if array.dtype == np.float32 and array.size:
+                finite = np.abs(array[np.isfinite(array)])
+                if finite.size:
+                    maxima[name] = max(maxima.get(name, 0.0), float(finite.max()))
+    return maxima

@@ -21,7 +21,10 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.compare import judge
+from monitor.compare.decisions import DecisionCounter, DecisionRule, tiered
+from monitor.compare.decisions import judge as judge_decisions
 from monitor.compare.stream import DEFAULT_CHUNK_ELEMENTS, DEFAULT_WORKERS, ChunkStream
+from monitor.errors import ConfigError
 from monitor.results import AppliedTolerance, OutputMetrics, OutputStats, Reason, Verdict
 
 Array = npt.NDArray[np.generic]
@@ -34,7 +37,8 @@ class OutputAccumulator:
     ``samples`` is the baseline's sample count and ``elements`` the baseline's element count over
     all of them. After the first layout problem the rest is not measured (the result is an error).
     ``fused``: the fused kernel (True), the numpy pass (False), or whichever pays (None); the
-    numbers are the same either way (``compare/fused.py``).
+    numbers are the same either way (``compare/fused.py``). ``decision``: what the output decides
+    (``compare/decisions.py``), counted per sample beside the metrics.
     """
 
     def __init__(
@@ -47,6 +51,7 @@ class OutputAccumulator:
         chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
         workers: int = DEFAULT_WORKERS,
         fused: bool | None = None,
+        decision: DecisionRule | None = None,
     ) -> None:
         if min(chunk_elements, workers) < 1 or (tolerance.topk_k is not None and tolerance.topk_k < 1):
             detail = f"{chunk_elements}, {workers} and {tolerance.topk_k}"
@@ -62,6 +67,7 @@ class OutputAccumulator:
         self.stream: ChunkStream | None = None
         self.equality = [0, 0]  # element count, differing elements (strings, objects, ...)
         self.topk = [0, 0]  # rows, agreeing rows
+        self.decider = DecisionCounter(name, decision) if decision is not None else None
 
     def feed(self, actual: object, expected: object) -> None:
         """Compare one sample's output with its baseline; the arrays are not kept."""
@@ -73,6 +79,8 @@ class OutputAccumulator:
             self._start(a, b)
         assert self.first is not None
         self.problem = judge.layout_problem(self.name, index, a, b, self.first)
+        if self.problem is None and self.decider is not None:  # on the arrays as produced, before any widening
+            self.problem = self.decider.feed(index, a, b)
         if self.problem is not None:
             self.stream = None  # nothing more will be measured: free the buffers
             return
@@ -108,6 +116,9 @@ class OutputAccumulator:
         reasons = judge.judge(self.name, metrics, self.tolerance, finite_mismatches, exact=dtype.kind != "f")
         if self.drift is not None:
             reasons = (self.drift, *reasons)
+        decided = self.decider.finish() if self.decider is not None else None
+        changed = judge_decisions(self.name, decided, self.tolerance) if decided is not None else None
+        reasons = (*reasons, changed) if changed is not None else reasons
         return OutputStats(
             name=self.name,
             verdict=Verdict.FAIL if reasons else Verdict.PASS,
@@ -116,6 +127,7 @@ class OutputAccumulator:
             reasons=reasons,
             dtype=str(self.observed[0]),
             shape=self.shape,
+            decisions=decided,
         )
 
     def _start(self, a: Array, b: Array) -> None:
@@ -149,7 +161,8 @@ class Comparison:
     """Every baseline output's accumulator: what a check feeds after each sample.
 
     ``produced`` names the outputs the model has; a baseline output it lacks is ``missing_output``.
-    ``tolerances`` must hold every baseline output name (the caller merges defaults).
+    ``tolerances`` must hold every baseline output name (the caller merges defaults). ``decisions``
+    (``models[].decisions``) must name outputs the model produces; ``finish`` applies the two-tier rule.
     """
 
     def __init__(
@@ -160,13 +173,20 @@ class Comparison:
         *,
         samples: int,
         elements: Mapping[str, int],
+        decisions: Mapping[str, DecisionRule] | None = None,
     ) -> None:
         missing_tol = [name for name in expected if name not in tolerances]
         if missing_tol:
             raise ValueError(f"no tolerance for outputs {missing_tol}; tolerances cover {sorted(tolerances)}")
+        rules = dict(decisions or {})
+        unknown = sorted(set(rules) - set(produced))
+        if unknown:
+            raise ConfigError(f"decisions name {unknown}, not outputs of the model; outputs are {list(produced)}")
         self.tolerances, self.produced = tolerances, sorted(produced)
         self.accumulators = {
-            name: OutputAccumulator(name, tolerances[name], samples=samples, elements=elements[name])
+            name: OutputAccumulator(
+                name, tolerances[name], samples=samples, elements=elements[name], decision=rules.get(name)
+            )
             for name in expected
             if name in produced
         }
@@ -191,7 +211,7 @@ class Comparison:
                 results.append(accumulator.finish(actual_samples))
             else:
                 results.append(missing(name, self.tolerances[name], self.produced, self.missing_first.get(name)))
-        return tuple(results)
+        return tiered(results)
 
 
 def missing(name: str, tolerance: AppliedTolerance, produced: Sequence[str], first: np.ndarray | None) -> OutputStats:

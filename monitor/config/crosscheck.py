@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from monitor.config import decisions
 from monitor.config import settings as config
 from monitor.config.settings import ModelConfig, Settings
 from monitor.errors import ConfigError, MonitorError
@@ -32,7 +33,8 @@ OutputsOf = Callable[[Path], Sequence[str]]  # the model's output names; Monitor
 
 def output_references(model: ModelConfig, where: str) -> list[tuple[str, str]]:
     """(field path, output name) for every field of ``model`` that names one of its outputs."""
-    return [(f"{where}.tolerance.outputs.{name}", name) for name in model.tolerance.outputs]
+    tolerances = [(f"{where}.tolerance.outputs.{name}", name) for name in model.tolerance.outputs]
+    return tolerances + decisions.references(model.decisions, where)
 
 
 def unknown_outputs(references: Iterable[tuple[str, str]], outputs: Sequence[str], model_file: str) -> list[str]:
@@ -49,8 +51,12 @@ def unknown_outputs(references: Iterable[tuple[str, str]], outputs: Sequence[str
     ]
 
 
-def model_problems(model: ModelConfig, where: str, outputs_of: OutputsOf) -> list[str]:
-    """What is wrong between ``model``'s config and its file: missing, unreadable, unknown outputs."""
+def model_problems(
+    model: ModelConfig, where: str, outputs_of: OutputsOf, types_of: decisions.TypesOf | None = None
+) -> list[str]:
+    """What is wrong between ``model``'s config and its file: missing, unreadable, unknown outputs.
+
+    With ``types_of`` (``files.signature.output_types``), also decisions its outputs cannot decide."""
     if not model.path.exists():
         return [f"{where}.path: model file {model.path} does not exist"]
     if not model.path.is_file():
@@ -59,18 +65,32 @@ def model_problems(model: ModelConfig, where: str, outputs_of: OutputsOf) -> lis
         outputs = outputs_of(model.path)
     except MonitorError as exc:
         return [f"{where}.path: {exc}"]
-    return unknown_outputs(output_references(model, where), outputs, model.path.name)
+    return unknown_outputs(output_references(model, where), outputs, model.path.name) + _misfits(model, where, types_of)
 
 
-def problems(settings: Settings, outputs_of: OutputsOf) -> list[str]:
+def _misfits(model: ModelConfig, where: str, types_of: decisions.TypesOf | None) -> list[str]:
+    """Decisions the model's outputs cannot take (an unknown output is ``unknown_outputs``' to report)."""
+    if types_of is None or not model.decisions:
+        return []
+    try:
+        types = types_of(model.path)
+    except MonitorError:
+        return []
+    known = {name: d for name, d in model.decisions.items() if name in types}
+    return decisions.problems(known, where, types, model.path.name)
+
+
+def problems(settings: Settings, outputs_of: OutputsOf, types_of: decisions.TypesOf | None = None) -> list[str]:
     """Every cross-check problem of ``settings`` (paths already resolved), in config order."""
     found: list[str] = []
     for index, model in enumerate(settings.models):
-        found += model_problems(model, f"models[{index}]", outputs_of)
+        found += model_problems(model, f"models[{index}]", outputs_of, types_of)
     return found
 
 
-def refuse_unknown_outputs(settings: Settings, names: Iterable[str], outputs_of: OutputsOf) -> None:
+def refuse_unknown_outputs(
+    settings: Settings, names: Iterable[str], outputs_of: OutputsOf, types_of: decisions.TypesOf | None = None
+) -> None:
     """``ConfigError``-style refusal (exit 2) when a named model's fields name outputs it lacks.
 
     For ``check`` and ``capture``: a model whose file is missing or unreadable is not refused here
@@ -86,6 +106,7 @@ def refuse_unknown_outputs(settings: Settings, names: Iterable[str], outputs_of:
         except MonitorError:
             continue
         found += unknown_outputs(output_references(model, f"models[{index}]"), outputs, model.path.name)
+        found += _misfits(model, f"models[{index}]", types_of)
     if found:
         where = f"{settings.source}: " if settings.source else ""
         listed = "\n".join(f"  {p}" for p in found)
@@ -98,6 +119,7 @@ def file_problems(
     environ: Mapping[str, str] | None = None,
     *,
     files: bool = True,
+    types_of: decisions.TypesOf | None = None,
 ) -> tuple[Path, list[str]]:
     """Every problem of the config file at ``path``, in one list (``config validate``).
 
@@ -115,7 +137,7 @@ def file_problems(
         if raw is None:
             return file, [str(exc)]
         return file, [*_schema_problems(raw, file), *(_raw_model_files(raw, file) if files else [])] or [str(exc)]
-    return file, problems(settings, outputs_of) if files else []
+    return file, problems(settings, outputs_of, types_of) if files else []
 
 
 def _raw(file: Path, environ: Mapping[str, str]) -> dict[str, Any] | None:

@@ -17,6 +17,8 @@ from monitor.config import cron
 from monitor.config.benchset_schema import BENCHSET_SOURCES as BENCHSET_SOURCES
 from monitor.config.benchset_schema import BenchsetConfig as BenchsetConfig
 from monitor.config.benchset_schema import GenerateSpec as GenerateSpec
+from monitor.config.decisions import DECISIONS_FIELD, FLIP_RATIO_FIELD, NUMERIC_FIELD, numeric_warn_problem
+from monitor.config.decisions import Decision as Decision
 from monitor.config.fields import DAY as DAY
 from monitor.config.fields import MAX_BACKOFF as MAX_BACKOFF
 from monitor.config.fields import MAX_INTERVAL as MAX_INTERVAL
@@ -58,6 +60,8 @@ class Tolerance(StrictModel):
         default=None, ge=0.0, le=1.0, description="Fraction of elements allowed outside atol/rtol (default 0)."
     )
     topk: TopK | None = Field(default=None, description="Top-k agreement along the last axis (classifiers).")
+    max_decision_flip_ratio: float | None = FLIP_RATIO_FIELD
+    numeric: Literal["fail", "warn"] | None = NUMERIC_FIELD
 
     def over(self, base: Tolerance) -> Tolerance:
         """This tolerance with every unset field taken from ``base``."""
@@ -74,6 +78,8 @@ class Tolerance(StrictModel):
             max_mismatch_ratio=0.0 if self.max_mismatch_ratio is None else self.max_mismatch_ratio,
             topk_k=self.topk.k if self.topk else None,
             topk_min_agreement=self.topk.min_agreement if self.topk else None,
+            max_decision_flip_ratio=self.max_decision_flip_ratio or 0.0,
+            numeric=self.numeric or "fail",
         )
 
 
@@ -131,9 +137,8 @@ class StoreConfig(StrictModel):
     )
     migrate: Literal["off", "auto"] = Field(
         default="off",
-        description="`auto`: bring a server database (PostgreSQL) to the newest schema when a command or the"
-        " daemon opens it. `off` (default): only `onnxmon db upgrade` migrates it, and a command against one"
-        " that is behind stops in one line, writing nothing. A SQLite file is always migrated on first use.",
+        description="`auto`: migrate a server database (PostgreSQL) to the newest schema when opened; `off`: only"
+        " `onnxmon db upgrade` does, and a command on one behind stops in one line, writing nothing (SQLite: auto).",
     )
     baselines_dir: Path = Field(default=Path("baselines"), description="Directory of baselines (tensors + metadata).")
     benchsets_dir: Path = Field(default=Path("benchsets"), description="Directory of materialized benchmark sets.")
@@ -255,6 +260,7 @@ class ModelConfig(StrictModel):
     localize_on_fail: bool = Field(
         default=False, description="On a fail, localize the first divergent node (within half the timeout)."
     )
+    decisions: dict[str, Decision] = DECISIONS_FIELD
 
     @field_validator("providers")
     @classmethod
@@ -265,6 +271,13 @@ class ModelConfig(StrictModel):
         if len(set(names)) != len(names):
             raise ValueError(f"a provider is listed twice: {names}")
         return providers
+
+    @model_validator(mode="after")
+    def _warn_needs_decisions(self) -> ModelConfig:
+        problem = numeric_warn_problem(self.tolerance.default, self.tolerance.outputs, self.decisions)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
 
 class ApiConfig(StrictModel):
@@ -331,7 +344,8 @@ class DaemonConfig(StrictModel):
     diagnose_on_fail: bool = Field(
         default=False,
         description="On a fail, diagnose it (replay the failing samples one knob at a time, rank the causes)"
-        " and store the diagnosis with the run.",
+        " once the fail is recorded, and attach the diagnosis to the stored run; SIGTERM cuts a running"
+        " diagnosis within 5 s.",
     )
     diagnose_budget: Duration = Field(
         default=120.0, gt=0, le=MAX_SHORT, description="Longest time one diagnosis may take, all experiments together."

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from monitor.config.identity import identity
 from monitor.config.settings import Settings
 
 
@@ -58,7 +58,7 @@ def baselines_dir(
         pool = settings.daemon.pool or gpu_name() or "cpu"
         return root / "pools" / slug(pool)
     if scope == "node":
-        node = env.get("ONNXMON_NODE_NAME") or env.get("NODE_NAME") or socket.gethostname()
+        node = identity(env).node_or_host()
         return root / "nodes" / slug(node)
     return root
 

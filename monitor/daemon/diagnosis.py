@@ -5,11 +5,15 @@
 ``{"error": "timeout: ..."}``. ``diagnose_run`` is what ``daemon.diagnose_on_fail`` and
 ``onnxmon diagnose`` share: incidents come from the store when there is one, the budget from
 ``daemon.diagnose_budget``, and a failure of the diagnosis itself is a note, never a crash.
+With ``stop`` (the daemon's shutdown flag) set, the running experiment's child is killed within
+``isolate.POLL_S`` and no further one starts: SIGTERM ends a diagnosis within ``STOP_S``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -21,10 +25,20 @@ from monitor.diagnose.result import Diagnosis
 from monitor.results import CheckResult, Verdict
 from monitor.store import Store, knowledge
 
+STOP_S = 5.0
+"""The most a SIGTERM waits for a running diagnosis: ``isolate.POLL_S`` to see it, then the kill and reap."""
 
-def isolated(function: Callable[..., Mapping[str, Any]], args: tuple[Any, ...], timeout_s: float) -> Mapping[str, Any]:
-    """``function(*args)`` in an isolated child cut at ``timeout_s``; its value or ``{"error": ...}``."""
-    outcome = isolate.run(function, *args, timeout_s=timeout_s)
+
+def isolated(
+    function: Callable[..., Mapping[str, Any]],
+    args: tuple[Any, ...],
+    timeout_s: float,
+    stop: threading.Event | None = None,
+) -> Mapping[str, Any]:
+    """``function(*args)`` in an isolated child cut at ``timeout_s`` (or ``stop``); its value or ``{"error": ...}``."""
+    if stop is not None and stop.is_set():
+        return {"error": "cancelled: the daemon is stopping", "seconds": 0.0}
+    outcome = isolate.run(function, *args, timeout_s=timeout_s, cancel=stop)
     if outcome.kind == "ok" and outcome.value is not None:
         return outcome.value
     return {"error": f"{outcome.kind}: {outcome.detail}", "seconds": outcome.seconds}
@@ -37,6 +51,7 @@ def diagnose_run(
     budget_s: float,
     incidents: Iterable[Mapping[str, Any]] = (),
     run_id: int | None = None,
+    stop: threading.Event | None = None,
 ) -> dict[str, Any]:
     """The diagnosis document of ``run`` (``CheckResult.to_dict()`` shape); ``{"error": ...}`` if it broke."""
     began = time.monotonic()
@@ -44,7 +59,7 @@ def diagnose_run(
         return diagnose(
             plan,
             run,
-            isolate=isolated,
+            isolate=isolated if stop is None else functools.partial(isolated, stop=stop),
             budget_s=budget_s,
             per_experiment_s=max(5.0, budget_s / 4),
             incidents=incidents,

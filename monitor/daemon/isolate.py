@@ -23,9 +23,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-ChildFunction = Callable[..., Mapping[str, Any]]
-Kind = Literal["ok", "timeout", "crash"]
+from monitor.runtime import footprint
 
+ChildFunction = Callable[..., Mapping[str, Any]]
+Kind = Literal["ok", "timeout", "crash", "cancelled"]
+
+POLL_S = 0.5  # how often a waiting parent looks at the child's liveness and at ``cancel``
 _PRELOAD = ["monitor.check", "monitor.runtime.session", "numpy", "onnxruntime"]
 _context: multiprocessing.context.BaseContext | None = None
 
@@ -60,12 +63,14 @@ def run(
     *args: Any,
     timeout_s: float,
     memory_limit_bytes: int | None = None,
+    cancel: threading.Event | None = None,
 ) -> Outcome:
     """Call ``function(*args)`` in a child; kill its process group after ``timeout_s``.
 
     ``function`` must be importable (module-level) and return a JSON-like mapping.
     ``memory_limit_bytes`` caps the child's address space (RLIMIT_AS), turning a leak into
     a clean crash instead of an OOM kill that may take the node's other pods with it.
+    ``cancel`` set (a daemon stopping) kills the group within ``POLL_S`` too: outcome ``cancelled``.
     """
     ctx = context()
     receiver, sender = ctx.Pipe(duplex=False)
@@ -76,7 +81,7 @@ def run(
     process.start()
     sender.close()  # the child holds the only writer: EOF on the reader means it died
     try:
-        return _await(process, receiver, began, timeout_s)
+        return _await(process, receiver, began, timeout_s, cancel)
     finally:
         receiver.close()
         process.join(timeout=5)
@@ -84,12 +89,21 @@ def run(
             process.close()
 
 
-def _await(process: Any, receiver: multiprocessing.connection.Connection, began: float, timeout_s: float) -> Outcome:
+def _await(
+    process: Any,
+    receiver: multiprocessing.connection.Connection,
+    began: float,
+    timeout_s: float,
+    cancel: threading.Event | None,
+) -> Outcome:
     deadline = began + timeout_s
-    message = receive(process, receiver, deadline)
+    message = receive(process, receiver, deadline, cancel)
     if message == "timeout":
         kill_group(process)
         return Outcome("timeout", None, timeout_detail(timeout_s), timeout_s)
+    if message == "cancelled":
+        kill_group(process)
+        return Outcome("cancelled", None, "cancelled: the daemon is stopping", time.monotonic() - began)
     elapsed = time.monotonic() - began
     if message is None:
         process.join(timeout=5)
@@ -104,14 +118,22 @@ def _await(process: Any, receiver: multiprocessing.connection.Connection, began:
 
 
 def receive(
-    process: Any, receiver: multiprocessing.connection.Connection, deadline: float
-) -> tuple[str, Any] | Literal["timeout"] | None:
-    """The child's answer by ``deadline`` (monotonic); ``"timeout"`` past it, None when the child died mute."""
+    process: Any,
+    receiver: multiprocessing.connection.Connection,
+    deadline: float,
+    cancel: threading.Event | None = None,
+) -> tuple[str, Any] | Literal["timeout", "cancelled"] | None:
+    """The child's answer by ``deadline`` (monotonic); ``"timeout"`` past it, None when the child died mute.
+
+    ``"cancelled"`` once ``cancel`` is set (looked at every ``POLL_S``).
+    """
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             return "timeout"
-        if receiver.poll(min(left, 0.5)):
+        if cancel is not None and cancel.is_set():
+            return "cancelled"
+        if receiver.poll(min(left, POLL_S)):
             try:
                 message: tuple[str, Any] = receiver.recv()
             except (EOFError, OSError):
@@ -155,6 +177,7 @@ def prepare_child(owner: int, memory_limit_bytes: int | None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
     if memory_limit_bytes:
+        footprint.note()  # a cap below it fails every check: the reason then says so (runtime/footprint.py)
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
 
 

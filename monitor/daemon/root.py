@@ -5,7 +5,9 @@
 (timeout, crash, unloadable model) is backed off exponentially instead of retried in a
 tight loop. Signals: SIGTERM stops scheduling, lets the running check finish or hit its
 timeout, flushes and exits 0, within the check's timeout (+ 10 s grace) + ``store.write_timeout``
-even while the database hangs (the write then times out and the result goes to the spool);
+even while the database hangs (the write then times out and the result goes to the spool); a running
+diagnosis (``daemon.diagnose_on_fail``, after its fail was recorded: ``attach.py``) is cut within
+``diagnosis.STOP_S``;
 SIGHUP re-reads the config, and a bad config keeps the last good one (``onnxmon_config_last_reload_successful 0``).
 """
 
@@ -24,17 +26,19 @@ from typing import Any
 
 from monitor.config import scope
 from monitor.config import settings as config
+from monitor.config.identity import identity
 from monitor.config.plan import CheckPlan, plan_for
+from monitor.daemon import attach, scheduler, warm
 from monitor.daemon import child as worker
-from monitor.daemon import diagnosis, scheduler, warm
 from monitor.errors import BusyError, MonitorError
-from monitor.files import baselines
+from monitor.files import baseline_meta, baselines
 from monitor.results import CheckResult, Verdict, error_result
 from monitor.runtime import envsnap
 from monitor.sinks import Sink
 from monitor.sinks.database import DatabaseSink
 
 log = logging.getLogger("onnxmon.daemon")
+_RESULTS = logging.getLogger("onnxmon.results")  # the log sink's logger: a diagnosis line joins its check's
 
 # Reasons that mean "the check could not run at all": these back a model off.
 _RUN_FAILURES = frozenset({"timeout", "crash", "model_error", "run_error", "internal_error"})
@@ -67,8 +71,9 @@ class Daemon:
         self.config_path = config_path or settings.source
         self.store = store if store is not None else Store.configured(settings.store)
         self.clock = clock
-        self.node = node if node is not None else (os.environ.get("ONNXMON_NODE_NAME") or os.environ.get("NODE_NAME"))
-        self.pod = pod if pod is not None else os.environ.get("POD_NAME")
+        here = identity()
+        self.node = node if node is not None else here.node
+        self.pod = pod if pod is not None else here.pod
         self.registry, self.metrics = _metrics(registry, self)
         self.database_sink = _database_sink(self)
         self.sinks: list[Sink] = _sinks(self)
@@ -206,22 +211,32 @@ class Daemon:
             result, captured = worker.run_isolated(
                 plan, memory_limit_mb=self._settings.daemon.memory_limit_mb, clock=self.clock, pool=self.pool
             )
+            if captured and "error" not in captured:
+                self._record_captured(captured)
+            self._update_backoff(plan, result)
+            run_id = self.dispatch(result)  # every sink first: a fail is never held back for its diagnosis
             if self._settings.daemon.diagnose_on_fail:  # still holding the device: experiments run on it
                 budget = self._settings.daemon.diagnose_budget
-                result = diagnosis.with_diagnosis(plan, result, budget_s=budget, store=self.store)
-        if captured and "error" not in captured:
-            self._record_captured(captured)
-        self._update_backoff(plan, result)
-        self.dispatch(result)
+                result = attach.attach(
+                    plan, result, run_id, budget_s=budget, store=self.store, stop=self._stopping, results_log=_RESULTS
+                )
         return result
 
-    def dispatch(self, result: CheckResult) -> None:
-        """Give ``result`` to every sink; a failing sink is logged and never stops the others."""
+    def dispatch(self, result: CheckResult) -> int | None:
+        """Give ``result`` to every sink; a failing sink is logged and never stops the others.
+
+        Returns the stored run's id (None: spooled, or the database sink failed).
+        """
+        run_id = None
         for sink in self.sinks:
             try:
-                sink.write(result)
+                if sink is self.database_sink:
+                    run_id = self.database_sink.record(result)
+                else:
+                    sink.write(result)
             except Exception:
                 log.exception("sink %s failed for %s", type(sink).__name__, result.model)
+        return run_id
 
     def _update_backoff(self, plan: CheckPlan, result: CheckResult) -> None:
         codes = {r.code for r in result.reasons}
@@ -236,7 +251,7 @@ class Daemon:
 
     def _record_captured(self, meta: dict[str, Any]) -> None:
         try:
-            record = baselines.BaselineMeta.from_dict(meta, where=f"auto-captured baseline {meta.get('id')}")
+            record = baseline_meta.BaselineMeta.from_dict(meta, where=f"auto-captured baseline {meta.get('id')}")
             self.store.record_baseline(record.store_record(path=meta.get("path"), active=bool(meta.get("active"))))
             if meta.get("active"):
                 self.store.record_promotion(meta["model"], meta["id"], by="auto-capture (first baseline)")
@@ -382,4 +397,4 @@ def _sinks(daemon: Daemon) -> list[Sink]:
     from monitor.sinks.log import LogSink
     from monitor.sinks.prometheus.sink import PrometheusSink
 
-    return [daemon.database_sink, PrometheusSink(daemon.metrics), LogSink(logging.getLogger("onnxmon.results"))]
+    return [daemon.database_sink, PrometheusSink(daemon.metrics), LogSink(_RESULTS)]

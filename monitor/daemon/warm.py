@@ -15,7 +15,9 @@ A worker is stopped, and the model's next check starts a new one, when:
   or raised): the check is an ``error`` with reason ``timeout`` or ``crash``, as in a fresh child;
 - its check could not run (reasons ``timeout``, ``run_error``, ``internal_error``): what state the
   session was left in is unknown;
-- the model's ``CheckPlan`` changed (a config reload) or the memory cap did;
+- the model's ``CheckPlan`` changed (a config reload) or the memory cap did, or a reload shrank
+  ``daemon.warm_workers`` below the workers alive, changed ``rehash_every`` or switched to ``fresh``:
+  a busy worker then stops after its check, never killed mid-check;
 - after a check its address space passed 3/4 of the cap: a slow leak recycles the worker between
   checks instead of failing the check that would cross the cap;
 - it is the least recently used, idle for ``EVICT_IDLE_S`` or more, and a new worker needs its place
@@ -135,7 +137,7 @@ class WarmPool:
         to_stop = []
         with self._guard:
             for name, worker in list(self._workers.items()):
-                if keep(name, worker.key[0]):
+                if keep(name, worker.key[0]) and not worker.retired:
                     continue
                 worker.retired = True
                 if worker.busy.acquire(blocking=False):
@@ -144,6 +146,29 @@ class WarmPool:
         for worker in to_stop:
             _stop(worker)
             worker.busy.release()
+
+    def resize(self, limit: int, rehash_every: int) -> None:
+        """A reload's ``warm_workers`` / ``rehash_every``, applied as workers free up: never by killing a check.
+
+        Workers over the new size (least recently used first), and every worker when ``rehash_every``
+        changed, are retired: an idle one stops now, a busy one after its check.
+        """
+        with self._guard:
+            self.limit = limit
+            if rehash_every != self.rehash_every:
+                self.rehash_every = rehash_every
+                for worker in self._workers.values():
+                    worker.retired = True
+            kept = sorted((w for w in self._workers.values() if not w.retired), key=lambda w: w.last_used)
+            for worker in kept[: max(0, len(kept) - limit)]:
+                worker.retired = True
+        self.retain(lambda name, plan: True)
+
+    def drain(self) -> None:
+        """No more warm checks (a reload to ``worker: fresh``): each worker stops once idle, none is killed."""
+        with self._guard:
+            self._closed = True
+        self.resize(0, self.rehash_every)
 
     def close(self, wait_s: float = 10.0) -> None:
         """Stop every worker: an idle one at once, a busy one after its check (killed after ``wait_s``)."""
@@ -170,7 +195,7 @@ class WarmPool:
             return self._lost(worker, "crash", time.monotonic() - began)
         message = isolate.receive(worker.process, worker.conn, began + timeout_s)
         elapsed = time.monotonic() - began
-        if message == "timeout":
+        if message == "timeout" or message == "cancelled":  # (no cancel is passed: a check is never cut early)
             self._discard(worker)
             return isolate.Outcome("timeout", None, isolate.timeout_detail(timeout_s), timeout_s)
         if message is None:
@@ -234,23 +259,19 @@ def configured(settings: Settings) -> WarmPool | None:
 
 
 def reconfigured(pool: WarmPool | None, settings: Settings) -> WarmPool | None:
-    """The pool after a reload to ``settings``: the same one, minus the workers whose plan changed or whose
-    model went; a new one (the old one closed) when the worker mode, ``warm_workers`` or ``rehash_every`` changed.
+    """The pool after a reload to ``settings``: the same one, resized to ``warm_workers`` and minus the workers
+    whose plan changed or whose model went; None (the old one drained) for ``worker: fresh``.
+
+    A reload never kills a check in flight (issue 30, B4: closing the pool SIGKILLed a busy worker after
+    10 s): a worker to stop stops once its check is done.
     """
     daemon = settings.daemon
-    if (
-        pool is not None
-        and daemon.worker == "warm"
-        and (pool.limit, pool.rehash_every)
-        == (
-            daemon.warm_workers,
-            daemon.rehash_every,
-        )
-    ):
+    if pool is not None and daemon.worker == "warm":
+        pool.resize(daemon.warm_workers, daemon.rehash_every)
         pool.retain(lambda name, plan: _plan_or_none(settings, name) == plan)
         return pool
     if pool is not None:
-        pool.close()
+        pool.drain()
     return configured(settings)
 
 

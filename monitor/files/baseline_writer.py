@@ -26,7 +26,8 @@ import numpy as np
 
 from monitor.errors import BaselineError
 from monitor.files import tensors as tensorio
-from monitor.files.baselines import META_FILE, Baseline, BaselineMeta, escape, new_id, output_file, write_json
+from monitor.files.baseline_meta import BaselineMeta
+from monitor.files.baselines import META_FILE, Baseline, escape, new_id, output_file, write_json
 
 
 class BaselineWriter:

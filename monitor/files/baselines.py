@@ -23,95 +23,24 @@ import json
 import os
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from monitor import jsonsafe
 from monitor.errors import BaselineError
 from monitor.files import tensors as tensorio
+from monitor.files.baseline_meta import BaselineMeta, created_seconds
 from monitor.files.stamped import FreshFiles, TensorFiles
 
-Source = Literal["captured", "imported", "reference"]
 META_FILE = "baseline.json"
 ACTIVE_FILE = "ACTIVE"
 # What a baseline id may look like: one path component, never '.', '..' or hidden.
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 PROMOTIONS_FILE = "promotions.jsonl"
 FRESH: TensorFiles = FreshFiles()
-
-
-@dataclass(frozen=True)
-class BaselineMeta:
-    """Everything needed to trust a baseline: what produced it, on what, from which inputs."""
-
-    id: str
-    model: str
-    created_at: str
-    source: Source
-    model_sha256: str
-    model_md5: str = ""
-    external_data: Mapping[str, str] = field(default_factory=dict)
-    benchset: str = ""
-    benchset_version: int = 0
-    benchset_sha256: str = ""
-    sample_count: int = 0
-    outputs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # name -> {dtype, index}
-    files: Mapping[str, str] = field(default_factory=dict)  # relative path -> sha256
-    session: Mapping[str, Any] = field(default_factory=dict)  # providers asked/effective, options
-    environment: Mapping[str, Any] = field(default_factory=dict)
-    intermediates: Mapping[str, Any] = field(default_factory=dict)  # {samples: [...], tensors: {...}}
-    note: str = ""
-
-    @property
-    def environment_fingerprint(self) -> str | None:
-        value = self.environment.get("fingerprint")
-        return str(value) if value else None
-
-    def store_record(self, *, path: Path | str | None, active: bool) -> dict[str, Any]:
-        """The metadata the history store mirrors (``Store.record_baseline``); tensors stay on disk."""
-        return {
-            "baseline_id": self.id,
-            "model": self.model,
-            "created_at": self.created_at,
-            "source": self.source,
-            "model_sha256": self.model_sha256,
-            "benchset": self.benchset,
-            "benchset_sha256": self.benchset_sha256,
-            "environment": dict(self.environment) or None,
-            "path": str(path) if path is not None else None,
-            "active": active,
-        }
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "model": self.model,
-            "created_at": self.created_at,
-            "source": self.source,
-            "model_sha256": self.model_sha256,
-            "model_md5": self.model_md5,
-            "external_data": dict(self.external_data),
-            "benchset": self.benchset,
-            "benchset_version": self.benchset_version,
-            "benchset_sha256": self.benchset_sha256,
-            "sample_count": self.sample_count,
-            "outputs": {k: dict(v) for k, v in self.outputs.items()},
-            "files": dict(self.files),
-            "session": dict(self.session),
-            "environment": dict(self.environment),
-            "intermediates": dict(self.intermediates),
-            "note": self.note,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, where: str) -> BaselineMeta:
-        try:
-            return cls(**{k: data[k] for k in data if k in cls.__dataclass_fields__})
-        except TypeError as exc:
-            raise BaselineError(f"{where}: malformed baseline metadata: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -271,7 +200,7 @@ def list_baselines(root: Path, model: str) -> list[Baseline]:
     if not model_dir.is_dir():
         return []
     found = [_open(d) for d in sorted(model_dir.iterdir()) if (d / META_FILE).is_file() and not d.name.startswith(".")]
-    return sorted(found, key=lambda b: b.meta.created_at)
+    return sorted(found, key=lambda b: created_seconds(b.meta.created_at))  # by time, whatever the string's form
 
 
 def active_id(root: Path, model: str) -> str | None:

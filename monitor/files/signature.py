@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from monitor.config.decisions import OutputType
 from monitor.errors import ModelError
 from monitor.files.tensors import format_shape
 
@@ -106,3 +107,46 @@ def _load_model(model_path: Path) -> onnx.ModelProto:
         return onnx.load(str(model_path), load_external_data=False)
     except Exception as exc:  # protobuf decode errors have no common base worth naming
         raise ModelError(f"model file {model_path} cannot be parsed as ONNX: {exc}") from None
+
+
+def output_types(model_path: Path) -> dict[str, OutputType]:
+    """Every output tensor a check compares, by name (companions of non-tensor outputs included), with its type.
+
+    Read without the weights, in the scheme of ``runtime/nontensor.py``: ``seq(map(K, V))`` is
+    ``name`` (V, rank 2: maps × keys) and ``name:keys`` (K, rank 1); ``map(K, V)`` the same at rank 1;
+    ``seq(tensor(T))`` is ``name`` (T, rank unknown) and ``name:shapes`` (int64, rank 2). Other types
+    are left out (a check refuses them by name).
+    """
+    found: dict[str, OutputType] = {}
+    for value in _load_model(model_path).graph.output:
+        kind = value.type.WhichOneof("value")
+        if kind == "tensor_type":
+            tensor = value.type.tensor_type
+            dims = [str(d.dim_value) if d.HasField("dim_value") else d.dim_param or "?" for d in tensor.shape.dim]
+            rank = len(dims) if tensor.HasField("shape") else None
+            text = f"tensor({_element(tensor.elem_type)})" + (f" [{', '.join(dims)}]" if rank is not None else "")
+            found[value.name] = OutputType(_element(tensor.elem_type), rank, text)
+        elif kind == "sequence_type" and value.type.sequence_type.elem_type.WhichOneof("value") == "tensor_type":
+            element = _element(value.type.sequence_type.elem_type.tensor_type.elem_type)
+            text = f"seq(tensor({element}))"
+            found[value.name] = OutputType(element, None, f"{text}, its elements stacked")
+            found[value.name + ":shapes"] = OutputType("int64", 2, f"the element shapes of {text}")
+        else:
+            inner = value.type.sequence_type.elem_type if kind == "sequence_type" else value.type
+            if inner.WhichOneof("value") != "map_type":
+                continue
+            key, element = _element(inner.map_type.key_type), _map_value(inner.map_type.value_type)
+            text = f"map({key},tensor({element}))"
+            text, rank = (f"seq({text}) as a (maps, keys) table", 2) if kind == "sequence_type" else (text, 1)
+            found[value.name] = OutputType(element, rank, text)
+            found[value.name + ":keys"] = OutputType(key, 1, f"the sorted keys of {value.name}")
+    return found
+
+
+def _element(elem_type: int) -> str:
+    """The ONNX element type's name as ONNX Runtime spells it: ``float``, ``float16``, ``int64``, ``string``."""
+    return str(onnx.TensorProto.DataType.Name(elem_type)).lower()
+
+
+def _map_value(value: onnx.TypeProto) -> str:
+    return _element(value.tensor_type.elem_type) if value.WhichOneof("value") == "tensor_type" else "?"

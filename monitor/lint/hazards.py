@@ -38,8 +38,11 @@ HAZARD_CODES: dict[str, Severity] = {
     "ir_version_unsupported": "error",  # an IR version newer than the runtime supports
     "fp16_overflow": "error",  # fp16 weights holding inf/nan: values past 65504 at conversion
     "fp16_subnormal": "warning",  # fp16 weights below 6.1e-5: flushed to 0 by FTZ hardware
+    "fp16_unsafe_initializer": "info",  # an fp32 weight past 65504: an fp16 conversion overflows it (AutoCast)
+    "fp16_unsafe_activation": "info",  # an fp32 activation past 512 on the benchmark set: keep it fp32 (AutoCast)
     "qdq_unfused": "warning",  # a float weight quantized at run time, or a Q/DQ pair no kernel fuses
     "qdq_per_tensor": "info",  # per-tensor weight scale where the consuming op takes per-channel
+    "model_invalid": "error",  # ONNX Runtime refuses the model: a tensor short of its dims, a cycle, a shape
     "lint_error": "warning",  # one rule could not run on this model (the rest still did)
 }
 

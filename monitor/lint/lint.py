@@ -12,13 +12,21 @@ other rules still run. Only an unreadable file is a ``ModelError`` (the CLI exit
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import onnx
 
 from monitor.errors import ModelError
-from monitor.lint import rules_batch, rules_fp16, rules_qdq, rules_resize, rules_training, rules_versions
+from monitor.lint import (
+    rules_batch,
+    rules_fp16,
+    rules_qdq,
+    rules_resize,
+    rules_training,
+    rules_validity,
+    rules_versions,
+)
 from monitor.lint.graph import LintGraph, external_tensors, read
 from monitor.lint.hazards import Hazard, LintReport, hazard, ordered
 from monitor.lint.rules_batch import VariedDims
@@ -26,20 +34,32 @@ from monitor.lint.rules_versions import RuntimeSupport
 
 Rule = Callable[[LintGraph], Iterable[Hazard]]
 RULES: tuple[tuple[str, Rule], ...] = (
+    ("validity", rules_validity.check),
     ("training", rules_training.check),
     ("resize", rules_resize.check),
     ("batch", rules_batch.check),
     ("fp16", rules_fp16.check),
+    ("fp16_ranges", rules_fp16.check_fp32_initializers),
     ("qdq", rules_qdq.check),
 )
 
 
 def lint_model(
-    path: Path | str, *, support: RuntimeSupport | None = None, varied: VariedDims | None = None
+    path: Path | str,
+    *,
+    support: RuntimeSupport | None = None,
+    varied: VariedDims | None = None,
+    activations: Mapping[str, float] | None = None,
 ) -> LintReport:
-    """The hazards of the model at ``path``; ``ModelError`` naming the file when it cannot be read."""
+    """The hazards of the model at ``path``; ``ModelError`` naming the file when it cannot be read.
+
+    ``activations``: the largest |x| of float32 intermediates on the benchmark set (the caller ran
+    them; lint never does), for the fp16 activation rule.
+    """
     path = Path(path)
-    return lint_proto(load(path), name=str(path), support=support, varied=varied, base_dir=str(path.parent))
+    return lint_proto(
+        load(path), name=str(path), support=support, varied=varied, base_dir=str(path.parent), activations=activations
+    )
 
 
 def lint_proto(
@@ -49,10 +69,13 @@ def lint_proto(
     support: RuntimeSupport | None = None,
     varied: VariedDims | None = None,
     base_dir: str = "",
+    activations: Mapping[str, float] | None = None,
 ) -> LintReport:
     """The hazards of an already parsed model; external tensors are read from ``base_dir`` when needed."""
     graph = read(model, base_dir=base_dir)
     rules: list[tuple[str, Rule]] = list(RULES)
+    if activations:
+        rules.append(("fp16_activations", lambda g: rules_fp16.check_activations(g, activations)))
     skipped = []
     if support is not None:
         rules.append(("versions", lambda g: rules_versions.check(g, support)))

@@ -40,7 +40,14 @@ import numpy as np
 
 from monitor.config.settings import ProviderSpec, SessionConfig
 from monitor.errors import MonitorError
-from monitor.localize.graph import ExposingRunner, StoredTensors, graph_nodes, load_model, node_outputs
+from monitor.localize.graph import (
+    ExposingRunner,
+    StoredTensors,
+    graph_nodes,
+    load_model,
+    node_outputs,
+    refuse_disjoint,
+)
 from monitor.localize.levels import (
     LEVELS,
     OPTIMIZED_SUFFIX,
@@ -57,6 +64,7 @@ from monitor.localize.levels import (
 from monitor.localize.plot import plot_svg
 from monitor.localize.report import LocalizationReport, NodeDivergence, top_nodes
 from monitor.localize.rule import DEFAULT_TOLERANCE, Rule, ThresholdRule, tensor_error
+from monitor.localize.search import DEQUANTIZED_SUFFIX as _DQ
 from monitor.localize.search import Budget, ObserverEffect, Repeated, Search, SearchResult, TensorSource
 from monitor.localize.sqnr import LayerSQNR, per_layer_sqnr
 from monitor.results import AppliedTolerance
@@ -166,6 +174,8 @@ def localize(
                     label="reference",
                 )
             )
+            if side == "model":  # a reference sharing no tensor name would compare nothing: "first changed none"
+                refuse_disjoint(model, str(model_path), str(reference_model_path), runner.producible, _DQ)
             repeated = Repeated(runner)
             reference, noise = repeated, repeated.noise
         levels, level_why = levels_to_try(session, graph_level, stored_level)

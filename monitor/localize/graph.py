@@ -31,6 +31,7 @@ import onnx
 
 from monitor.config.settings import ProviderSpec, SessionConfig
 from monitor.errors import ModelError
+from monitor.files import tensor_storage
 from monitor.runtime.session import Session
 
 _OPTIMIZED_CONFIG = {
@@ -56,9 +57,32 @@ def load_model(path: Path) -> onnx.ModelProto:
     if not Path(path).is_file():
         raise ModelError(f"model file {path} not found")
     try:
-        return onnx.load(str(path))
+        model = onnx.load(str(path))
     except Exception as exc:  # protobuf decode errors have several types
         raise ModelError(f"model file {path} is not a readable ONNX model: {exc}") from None
+    if not model.graph.node and not model.graph.output:  # an empty file parses as an empty model
+        raise ModelError(f"model file {path} is not a valid ONNX model: it has no graph (empty, or not ONNX)")
+    short = tensor_storage.problems(model, most=1)
+    if short:
+        raise ModelError(f"model file {path} is not a valid ONNX model: {short[0]}")
+    return model
+
+
+def shared_tensors(model: onnx.ModelProto, producible: frozenset[str], suffix: str = "") -> list[str]:
+    """The model's node outputs that another side produces too (or as ``name + suffix``): what can be compared."""
+    return [n for n in node_outputs(model) if n in producible or (suffix and n + suffix in producible)]
+
+
+def refuse_disjoint(model: onnx.ModelProto, name: str, other: str, producible: frozenset[str], suffix: str) -> None:
+    """``ModelError`` (exit 2) when ``other`` shares no tensor name with ``model``: no comparison, no all-clear."""
+    if shared_tensors(model, producible, suffix):
+        return
+    ours = node_outputs(model)
+    raise ModelError(
+        f"{other} shares no tensor with {name}: none of {name}'s {len(ours)} node outputs"
+        f" ({', '.join(ours[:3])}{', …' if len(ours) > 3 else ''}) is produced by {other};"
+        " tensors are compared by name, so one is not the other's reference"
+    )
 
 
 def graph_nodes(model: onnx.ModelProto) -> list[GraphNode]:

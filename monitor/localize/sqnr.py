@@ -24,7 +24,7 @@ import numpy as np
 
 from monitor import jsonsafe
 from monitor.config.settings import ProviderSpec, SessionConfig
-from monitor.localize.graph import ExposingRunner, graph_nodes, load_model
+from monitor.localize.graph import ExposingRunner, graph_nodes, load_model, refuse_disjoint
 
 DEQUANTIZED_SUFFIX = "_DequantizeLinear_Output"
 _CPU = (ProviderSpec(name="CPUExecutionProvider"),)
@@ -75,6 +75,7 @@ def per_layer_sqnr(
         ExposingRunner(float_proto, feeds, providers=_CPU, session=_UNOPTIMIZED, label="float") as float_side,
         ExposingRunner(qdq_proto, feeds, providers=_CPU, session=_UNOPTIMIZED, label="qdq") as qdq_side,
     ):
+        refuse_disjoint(float_proto, str(float_model), str(qdq_model), qdq_side.producible, DEQUANTIZED_SUFFIX)
         pairs: list[tuple[int, str, str, str, str]] = []
         for node in graph_nodes(float_proto):
             if node.op_type == "Constant":

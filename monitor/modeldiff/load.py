@@ -3,7 +3,7 @@
 ``onnx.load`` forgets which tensors came from an external-data file once it has read them in, so
 the file is parsed without external data first, the locations are noted per tensor, and then the
 data is loaded. Every failure is a ``ModelError`` that names the file (the CLI prints it on one
-line and exits 2).
+line and exits 2), a tensor whose data is short of its dims included (``files.tensor_storage``).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import onnx
 from onnx import external_data_helper
 
 from monitor.errors import ModelError
+from monitor.files import tensor_storage
 from monitor.modeldiff.walk import TensorKey, tensors
 
 
@@ -55,6 +56,9 @@ def load_model(path: Path | str) -> LoadedModel:
             external_data_helper.load_external_data_for_model(proto, str(path.parent))
         except Exception as exc:  # a missing, short or escaping data file
             raise ModelError(f"external data of model file {path} cannot be read: {_one_line(exc)}") from None
+    short = tensor_storage.problems(proto, most=1)
+    if short:  # the values cannot be read as their shape: ONNX Runtime refuses the file, the diff cannot compare it
+        raise ModelError(f"model file {path} is not a valid ONNX model: {short[0]}")
     return LoadedModel(proto, str(path), external)
 
 

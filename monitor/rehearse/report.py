@@ -129,12 +129,12 @@ def likely_cause(result: CheckResult) -> dict[str, Any] | None:
 
 
 def _decisions(result: CheckResult) -> dict[str, Any]:
-    """Per output, the decision counts the check made (``outputs[].decisions``), where it made any."""
+    """Per output, the decisions the candidate's check counted (``outputs[].decisions``) without the flip list."""
     found = {}
     for output in result.outputs:
-        decided = getattr(output, "decisions", None)
-        if decided:
-            found[output.name] = dict(decided) if isinstance(decided, Mapping) else decided
+        if output.decisions is not None:
+            counted = output.decisions.to_dict()
+            found[output.name] = {k: counted[k] for k in ("kind", "total", "flipped", "ratio")}
     return found
 
 

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from monitor import jsonsafe
+from monitor.config import identity
 from monitor.runtime.compat import compat_entries
 from monitor.runtime.cpu import cpu_entries
 from monitor.runtime.gpu import Entries, JsonValue, NvmlLike, cuda_entries, default_nvml, describe, nvml_entries
@@ -80,9 +81,9 @@ NUMERIC_ENV_PREFIXES = ("CUDNN_", "CUBLASLT_", "ORT_", "MKL_", "OPENBLAS_", "KMP
 
 # Kubernetes downward API (set by the Helm chart) -> field; all volatile.
 K8S_ENV = (
-    ("k8s.node", ("ONNXMON_NODE_NAME", "NODE_NAME")),
-    ("k8s.pod", ("POD_NAME",)),
-    ("k8s.namespace", ("POD_NAMESPACE",)),
+    ("k8s.node", identity.NODE_VARIABLES),
+    ("k8s.pod", (identity.POD_VARIABLE,)),
+    ("k8s.namespace", (identity.NAMESPACE_VARIABLE,)),
     ("k8s.image_digest", ("ONNXMON_IMAGE_DIGEST",)),
 )
 

@@ -81,16 +81,20 @@ class DatabaseSink:
 
         ``last_run_id`` is then the stored run's id, or None when the result went to the spool.
         """
+        self.record(result)
+
+    def record(self, result: CheckResult) -> int | None:
+        """``write``, returning the stored run's id (None: spooled) to this caller, whatever other threads write."""
         self.last_run_id = None
         if self.spool is None:
-            self.last_run_id = self.store.record_run(result, node=self.node, pod=self.pod)
-            return
+            self.last_run_id = run_id = self.store.record_run(result, node=self.node, pod=self.pod)
+            return run_id
         with self._order:
             if not len(self.spool):
                 try:
-                    self.last_run_id = self.store.record_run(result, node=self.node, pod=self.pod)
+                    self.last_run_id = run_id = self.store.record_run(result, node=self.node, pod=self.pod)
                     self.spool_error = None
-                    return
+                    return run_id
                 except Exception as exc:
                     if not is_outage(exc):
                         raise
@@ -99,9 +103,10 @@ class DatabaseSink:
                 self.spool.append(result, node=self.node, pod=self.pod)
             except OSError as exc:
                 self._not_spooled(result, exc)
-                return
+                return None
             self.spool_error = None
         self._retry_in_background()
+        return None
 
     def _not_spooled(self, result: CheckResult, exc: OSError) -> None:
         """Neither the database nor the spool took ``result``: log all of it, count it, say why."""

@@ -24,8 +24,8 @@ class LogSink:
 
     def write(self, result: CheckResult) -> None:
         """Log one line for ``result``."""
-        level = logging.INFO if result else logging.WARNING
         fields = record(result)
+        level = logging.INFO if result and "warnings" not in fields else logging.WARNING
         # The text line keeps the JSON in the message; `--log-format json` lifts the fields to the top level.
         self.logger.log(level, "%s", jsonsafe.dumps(fields, sort_keys=False), extra={"onnxmon_fields": fields})
 
@@ -45,6 +45,9 @@ def record(result: CheckResult) -> dict[str, Any]:
         "environment": fingerprint[:16] if fingerprint else None,
         "worst_output": None,
     }
+    warnings = sorted({w.code for o in result.outputs for w in o.warnings})
+    if warnings:  # tolerance.numeric: warn: numeric drift that flipped no decision, logged at warning level
+        line["warnings"] = warnings
     if worst is not None:
         line["worst_output"] = {
             "name": worst.name,

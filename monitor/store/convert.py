@@ -19,6 +19,7 @@ from monitor import jsonsafe
 from monitor.results import (
     AppliedTolerance,
     CheckResult,
+    DecisionStats,
     OutputMetrics,
     OutputStats,
     Reason,
@@ -97,10 +98,23 @@ def output_row(output: OutputStats, run_id: int) -> schema.OutputResult:
         verdict=output.verdict.value,
         dtype=output.dtype,
         shape=list(output.shape),
-        tolerance=output.tolerance.to_dict(),
+        tolerance=output.tolerance.to_dict() | _decided(output),
         reasons=[dataclasses.asdict(r) for r in output.reasons],
         **output.metrics.to_dict(),
     )
+
+
+# Decisions and warnings ride in the output row's ``tolerance`` JSON (no column of their own: no migration).
+_DECIDED = ("decisions", "warnings")
+
+
+def _decided(output: OutputStats) -> dict[str, Any]:
+    extra: dict[str, Any] = {}
+    if output.decisions is not None:
+        extra["decisions"] = output.decisions.to_dict()
+    if output.warnings:
+        extra["warnings"] = [dataclasses.asdict(r) for r in output.warnings]
+    return extra
 
 
 _METRIC_FIELDS = tuple(f.name for f in dataclasses.fields(OutputMetrics))
@@ -109,14 +123,18 @@ _METRIC_FIELDS = tuple(f.name for f in dataclasses.fields(OutputMetrics))
 def output_stats(row: schema.OutputResult) -> OutputStats:
     """The ``OutputStats`` a stored output row was written from (``output_row`` the other way)."""
     metrics = OutputMetrics(**{name: getattr(row, name) for name in _METRIC_FIELDS})
+    tolerance = {k: _number(v) for k, v in row.tolerance.items() if k not in _DECIDED}
+    decided = row.tolerance.get("decisions")
     return OutputStats(
         name=row.name,
         verdict=Verdict(row.verdict),
         metrics=metrics,
-        tolerance=AppliedTolerance(**{k: _number(v) for k, v in row.tolerance.items()}),
+        tolerance=AppliedTolerance(**tolerance),
         reasons=_reasons(row.reasons),
         dtype=row.dtype,
         shape=tuple(row.shape),
+        decisions=DecisionStats.from_dict(decided) if decided else None,
+        warnings=_reasons(row.tolerance.get("warnings") or []),
     )
 
 

@@ -9,7 +9,7 @@ that new failures are matched against; pruning a run keeps its incidents (the li
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -71,6 +71,18 @@ def diagnosis(store: Store, run_id: int) -> dict[str, Any] | None:
             select(s.Diagnosis).where(s.Diagnosis.run_id == run_id).order_by(s.Diagnosis.id.desc()).limit(1)
         ).first()
         return dict(row.document) if row is not None else None
+
+
+def causes(store: Store, run_ids: Iterable[int]) -> dict[int, str]:
+    """The top cause of each run's newest diagnosis (runs without one are absent): ``onnxmon_diagnosis_info``."""
+    wanted = sorted(set(run_ids))
+    if not wanted:
+        return {}
+    with store._session() as session:
+        rows = session.execute(
+            select(s.Diagnosis.run_id, s.Diagnosis.cause).where(s.Diagnosis.run_id.in_(wanted)).order_by(s.Diagnosis.id)
+        )
+        return {run_id: cause for run_id, cause in rows}  # ordered by id: the newest wins
 
 
 def record_incident(

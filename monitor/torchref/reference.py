@@ -17,7 +17,6 @@ against this baseline then reports ``input_mismatch`` with that description.
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ import onnx
 from monitor import capture
 from monitor.config.plan import CheckPlan
 from monitor.errors import MonitorError
-from monitor.files import baseline_writer, baselines, modelfile, signature
+from monitor.files import baseline_meta, baseline_writer, baselines, signature
 from monitor.files import benchsets as benchset
 from monitor.localize.engine import FOREIGN_KEY
 from monitor.localize.graph import load_model, value_types
@@ -246,20 +245,14 @@ def _fits(shape: tuple[int, ...], expected: list[int | str]) -> bool:
 
 def _meta(
     plan: CheckPlan, bench: benchset.Benchset, facts: Mapping[str, Any], note: str, snapshot: envsnap.EnvSnapshot
-) -> baselines.BaselineMeta:
-    identity = modelfile.identify(plan.model.path)
-    return baselines.BaselineMeta(
-        id="",
-        model=plan.model.name,
-        created_at=dt.datetime.now(dt.UTC).isoformat(),
+) -> baseline_meta.BaselineMeta:
+    session = {"reference": "torch", "torch": {k: facts[k] for k in ("torch_version", "factory", "exporter")}}
+    return baseline_meta.new_meta(
+        plan.model.name,
+        plan.model.path,
+        bench,
         source="reference",
-        model_sha256=identity.sha256,
-        model_md5=identity.md5,
-        external_data=identity.external_data,
-        benchset=bench.name,
-        benchset_version=bench.version,
-        benchset_sha256=bench.sha256,
-        session={"reference": "torch", "torch": {k: facts[k] for k in ("torch_version", "factory", "exporter")}},
+        session=session,
         environment=snapshot.to_dict(),
         note=note,
     )

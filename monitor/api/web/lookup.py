@@ -14,11 +14,11 @@ from pathlib import Path
 from monitor.api.web.html import esc, page
 from monitor.api.web.svg import Point
 from monitor.errors import MonitorError
-from monitor.files import baselines
+from monitor.files import baseline_meta, baselines
 from monitor.store import RunRecord
 
 
-def active_baseline(root: Path, model: str) -> tuple[str | None, baselines.BaselineMeta | None]:
+def active_baseline(root: Path, model: str) -> tuple[str | None, baseline_meta.BaselineMeta | None]:
     """The active baseline id of ``model`` and its metadata (either may be None when unknown)."""
     try:
         baseline_id = baselines.active_id(root, model)
@@ -29,7 +29,7 @@ def active_baseline(root: Path, model: str) -> tuple[str | None, baselines.Basel
         return None, None
 
 
-def disk_baselines(root: Path, model: str) -> list[baselines.BaselineMeta]:
+def disk_baselines(root: Path, model: str) -> list[baseline_meta.BaselineMeta]:
     """Every readable baseline of ``model`` on disk, oldest first."""
     try:
         return [b.meta for b in baselines.list_baselines(root, model)]
@@ -37,7 +37,7 @@ def disk_baselines(root: Path, model: str) -> list[baselines.BaselineMeta]:
         return []
 
 
-def created_at(meta: baselines.BaselineMeta | None) -> datetime | None:
+def created_at(meta: baseline_meta.BaselineMeta | None) -> datetime | None:
     if meta is None:
         return None
     try:

@@ -35,7 +35,7 @@ from monitor.store import BaselineRecord, EventRecord, RunRecord
 
 if TYPE_CHECKING:
     from monitor.api.handle import DaemonHandle
-    from monitor.files.baselines import BaselineMeta
+    from monitor.files.baseline_meta import BaselineMeta
 
 CHART_RUNS = 100
 LISTED_RUNS = 50

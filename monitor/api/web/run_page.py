@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from monitor.api.environments import run_env_diff
-from monitor.api.web import diagnosis, localization, model_diff
+from monitor.api.web import decisions, diagnosis, localization, model_diff
 from monitor.api.web.env_page import NotFound, diff_view
 from monitor.api.web.html import (
     badge,
@@ -68,6 +68,7 @@ def render(handle: DaemonHandle, run_ref: str, now: datetime) -> str:
         section("Why", _reasons(record)),
         "</div>",
         section("Outputs", outputs_table(record.outputs) + _all_metrics(record.outputs)),
+        decisions.render(record.outputs),
         section("Environment against the baseline's", diff_view(run_env_diff(handle, record), "baseline", "this run")),
         model_diff.render(record.details),
         localization.render(record.details, explorer_url=f"/runs/{record.id}/model-explorer.json"),
@@ -121,9 +122,15 @@ def _reasons(record: RunRecord) -> str:
     if reasons:
         parts.append(reason_list(reasons))
     elif record.verdict == "pass":
-        parts.append('<p class="muted">every output within tolerance</p>')
+        within = "no decision flipped" if any(o.warnings for o in record.outputs) else "every output within tolerance"
+        parts.append(f'<p class="muted">{within}</p>')
     else:
         parts.append('<p class="muted">no reason recorded</p>')
+    warnings = [r for o in record.outputs for r in o.warnings]
+    if warnings:  # tolerance.numeric: warn
+        parts.append(
+            f"<p>{badge('warning', 'warn')} numeric drift that flipped no decision</p>" + reason_list(warnings)
+        )
     return "".join(parts)
 
 

@@ -22,12 +22,12 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from monitor.config.settings import ModelConfig, Settings
-from monitor.files.baselines import BaselineMeta
-from monitor.results import CAUSE_CODES, AppliedTolerance, Verdict
+from monitor.files.baseline_meta import BaselineMeta
+from monitor.results import CAUSE_CODES, AppliedTolerance, Verdict, fingerprint_of
 from monitor.sinks.prometheus import exposition
 from monitor.sinks.prometheus import labels as values
 from monitor.sinks.prometheus.counters import VERDICTS, Clock, Metrics, ModelState
-from monitor.store import RECENT_RUNS, RecentState, RunRecord, Store, pick_latest
+from monitor.store import RECENT_RUNS, RecentState, RunRecord, Store, knowledge, pick_latest
 
 log = logging.getLogger(__name__)
 
@@ -67,30 +67,50 @@ class StoreCollector(Collector):
             latest = None
             families.store_up.add_metric([], 0.0)
         models: list[tuple[tuple[object, ...], Callable[[], _Families]]] = []
-        settings = self.metrics.settings
+        settings, declared = self.metrics.declared  # one read: the config and its declare count agree
+        causes = self._causes(latest)
         if settings is not None:
             states = self.metrics.states()
-            env_fingerprint = values.fingerprint_of(self.metrics.environment)
+            env_fingerprint = fingerprint_of(self.metrics.environment)
             runtime = values.runtime_labels(self.metrics.environment)
             families.runtime_info.add_metric([runtime[k] for k in values.RUNTIME_LABELS], 1.0)
             for model in settings.models:
                 state = states.get(model.name)
                 if state is not None:
-                    models.append(self._block(settings, model, state, latest, env_fingerprint))
+                    last = latest.get(model.name) if latest is not None else None
+                    cause = diagnosed_cause(last, causes)
+                    models.append(self._block((settings, declared), model, state, latest, env_fingerprint, cause))
         return Frame(families, models)
+
+    def _causes(self, latest: dict[str, RunRecord] | None) -> dict[int, str] | None:
+        """The stored diagnoses' causes of the last runs that did not pass (one query, none when all pass).
+
+        A diagnosis lands after its run (``daemon/attach.py``): read at every scrape, it is in the
+        block's key, so the block is rebuilt when it lands. None when the store cannot say.
+        """
+        failing = [r.id for r in (latest or {}).values() if r.verdict is not Verdict.PASS]
+        if not failing:
+            return {}
+        try:
+            return knowledge.causes(self.store, failing)
+        except Exception as exc:  # the run's own details still answer; the scrape goes on
+            log.warning("store unreachable reading the diagnoses: %s", exc)
+            return None
 
     def _block(
         self,
-        settings: Settings,
+        declared: tuple[Settings, int],
         model: ModelConfig,
         state: ModelState,
         latest: dict[str, RunRecord] | None,
         env_fingerprint: str | None,
+        cause: str,
     ) -> tuple[tuple[object, ...], Callable[[], _Families]]:
+        settings, generation = declared
         meta = self.metrics.active_baseline(settings.store.baselines_dir, model.name)
         last = latest.get(model.name) if latest is not None else None
         key = (
-            id(settings),
+            generation,  # which declared config: id(settings) could be a new config's at a freed address
             model.name,
             state.facts.sha256,
             state.facts.opset,
@@ -101,12 +121,13 @@ class StoreCollector(Collector):
             None if meta is None else (meta.id, meta.source, meta.environment_fingerprint),
             latest is None,
             None if last is None else last.id,
+            cause,
             env_fingerprint,
         )
 
         def build() -> _Families:
             families = _Families()
-            self._model(families, settings, model, state, latest, env_fingerprint, meta)
+            self._model(families, settings, model, state, latest, env_fingerprint, meta, cause)
             return families
 
         return key, build
@@ -130,6 +151,7 @@ class StoreCollector(Collector):
         latest: dict[str, RunRecord] | None,
         env_fingerprint: str | None,
         meta: BaselineMeta | None,
+        cause: str,
     ) -> None:
         name = model.name
         f.model_info.add_metric([name, state.facts.sha256, state.facts.opset], 1.0)
@@ -162,7 +184,7 @@ class StoreCollector(Collector):
             else None
         )
         f.fallback.add_metric([name], state.fallback if fallback is None else fallback)
-        f.diagnosis.add_metric([name, diagnosed_cause(last)], 1.0)
+        f.diagnosis.add_metric([name, cause], 1.0)
         run_fingerprint = (last.environment_fingerprint if last is not None else None) or env_fingerprint
         matches = meta is not None and run_fingerprint is not None and run_fingerprint == meta.environment_fingerprint
         f.env_matches.add_metric([name], 1.0 if matches else 0.0)
@@ -190,6 +212,12 @@ class StoreCollector(Collector):
             f.mismatch.add_metric(labels, m.mismatch_ratio)
             f.nondeterministic.add_metric(labels, 1.0 if stats.is_nondeterministic else 0.0)
             f.error_ratio.add_metric(labels, stats.error_ratio)
+        for output in model.decisions:  # only what the config says is decided: bounded, and NaN until measured
+            stats = measured.get(output)
+            decided = stats.decisions if stats is not None else None
+            f.decisions_flipped.add_metric([name, output], decided.ratio if decided is not None else math.nan)
+            warned = 1.0 if stats is not None and stats.warnings else 0.0 if stats is not None else math.nan
+            f.numeric_warning.add_metric([name, output], warned)
 
     def _recent(self, model: str, last: RunRecord | None) -> RecentState | None:
         """The store's count of the model's last runs (on the last run's node); None when it cannot answer.
@@ -209,13 +237,17 @@ def _timestamp(when: datetime | None) -> float:
     return when.timestamp() if when is not None else 0.0
 
 
-def diagnosed_cause(last: RunRecord | None) -> str:
-    """The first hypothesis of the last run's stored diagnosis: a ``CAUSE_CODES`` value, else ``none``.
+def diagnosed_cause(last: RunRecord | None, causes: Mapping[int, str] | None = None) -> str:
+    """The first hypothesis of the last run's newest stored diagnosis: a ``CAUSE_CODES`` value, else ``none``.
 
-    The label stays within the closed set plus ``none``, whatever a stored document holds.
+    From the ``diagnoses`` rows (``causes``, by run id); when the store could not say (None), from
+    a diagnosis the run's own details carry. The label stays within the closed set plus ``none``.
     """
     if last is None or last.verdict is Verdict.PASS:
         return "none"
+    if causes is not None:
+        cause = causes.get(last.id)
+        return cause if cause in CAUSE_CODES else "none"
     document = last.details.get("diagnosis")
     hypotheses = document.get("hypotheses") if isinstance(document, dict) else None
     cause = (
@@ -298,6 +330,16 @@ class _Families:
         self.mismatch = gauge("onnxmon_output_mismatch_ratio", "Share of elements breaking the rule.", output)
         self.nondeterministic = gauge("onnxmon_output_nondeterministic", "1 when repeats disagreed.", output)
         self.error_ratio = gauge("onnxmon_output_error_ratio", "Worst error / tolerance; 1.0 is the line.", output)
+        self.decisions_flipped = gauge(
+            "onnxmon_output_decisions_flipped_ratio",
+            "Share of the output's decisions (models[].decisions) that differ from the baseline's.",
+            output,
+        )
+        self.numeric_warning = gauge(
+            "onnxmon_output_numeric_warning",
+            "1 when the last run's numeric drift of a decided output flipped no decision (tolerance.numeric: warn).",
+            output,
+        )
         self.atol = gauge("onnxmon_output_tolerance_atol", "Applied atol.", output)
         self.rtol = gauge("onnxmon_output_tolerance_rtol", "Applied rtol.", output)
         self.max_mismatch = gauge("onnxmon_output_tolerance_max_mismatch_ratio", "Applied max_mismatch_ratio.", output)

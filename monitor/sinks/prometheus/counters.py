@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from monitor import __version__
 from monitor.config.settings import ModelConfig, Settings
-from monitor.files import baselines
+from monitor.files import baseline_meta, baselines, stamped
 from monitor.results import CheckResult, Verdict
 from monitor.sinks.prometheus import labels as values
 from monitor.store import RunRecord, Store, pick_latest
@@ -78,7 +78,7 @@ class ModelState:
     outputs: list[str] = field(default_factory=list)
     interval: float = math.nan
     facts: values.ModelFacts = field(default_factory=values.ModelFacts)
-    facts_signature: tuple[int, int] | None = None
+    facts_signature: stamped.Stamp | None = None
     last_success: float = 0.0
     fallback: float = 0.0
     fingerprint: str | None = None
@@ -105,6 +105,7 @@ class Metrics:
         self.clock = clock
         self.started_at = clock()
         self.settings: Settings | None = None
+        self.declared: tuple[Settings | None, int] = (None, 0)  # with how many declares: a cache key, never id()
         self.environment: Mapping[str, Any] = dict(startup_environment or {})
         self._states: dict[str, ModelState] = {}
         # what exposition.py re-reads by (methods marked @_mutates): any change, a change of every
@@ -112,8 +113,8 @@ class Metrics:
         self.changes = self.generation = 0
         self.model_changes: dict[str, int] = {}
         self._lock = threading.RLock()
-        self._baseline_meta: dict[str, baselines.BaselineMeta] = {}
-        self._active_ids: dict[tuple[str, str], tuple[tuple[int, int, int, int] | None, str | None]] = {}
+        self._baseline_meta: dict[str, baseline_meta.BaselineMeta] = {}
+        self._active_ids: dict[tuple[str, str], tuple[stamped.Stamp | None, str | None]] = {}
         r = registry
         self.runs = Counter("onnxmon_runs", "Runs finished, any verdict.", ["model"], registry=r)
         self.run_failures = Counter(
@@ -180,14 +181,14 @@ class Metrics:
                 self._declare_model(settings, model, latest.get(model.name), first)
             for gone in set(self._states) - {m.name for m in settings.models}:
                 self._forget(gone)
-            self.settings = settings
+            self.settings, self.declared = settings, (settings, self.declared[1] + 1)
 
     def _declare_model(self, settings: Settings, model: ModelConfig, last: RunRecord | None, first: bool) -> None:
         state = self._states.get(model.name)
         new = state is None
         state = state or ModelState()
         self._states[model.name] = state
-        signature = values.file_signature(model.path)
+        signature = stamped.stamp([model.path])
         if new or signature != state.facts_signature:
             state.facts, state.facts_signature = values.read_model_facts(model.path), signature
         meta = self._active_baseline(settings.store.baselines_dir, model.name)
@@ -273,7 +274,7 @@ class Metrics:
                         self.output_checks.labels(name, output.name).inc()
                     if output.verdict is Verdict.FAIL:
                         self.out_of_tolerance.labels(name, output.name).inc()
-            fingerprint = values.fingerprint_of(result.environment)
+            fingerprint = result.environment_fingerprint
             if fingerprint:
                 if state.fingerprint and fingerprint != state.fingerprint:
                     self.environment_changes.labels(name).inc()
@@ -325,11 +326,11 @@ class Metrics:
         with self._lock:
             return {name: _copy(state) for name, state in self._states.items()}
 
-    def active_baseline(self, root: Path, model: str) -> baselines.BaselineMeta | None:
+    def active_baseline(self, root: Path, model: str) -> baseline_meta.BaselineMeta | None:
         """The active baseline's metadata (ACTIVE re-read each time; metadata cached, baselines are write-once)."""
         return self._active_baseline(root, model)
 
-    def _active_baseline(self, root: Path, model: str) -> baselines.BaselineMeta | None:
+    def _active_baseline(self, root: Path, model: str) -> baseline_meta.BaselineMeta | None:
         try:
             baseline_id = self._active_id(root, model)
             if baseline_id is None:
@@ -351,11 +352,7 @@ class Metrics:
         200-1000 of them per scrape was a fifth of its time.
         """
         path = os.path.join(root, model, baselines.ACTIVE_FILE)  # no Path objects: 1,000 per scrape
-        try:
-            found = os.stat(path)
-            signature = (found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
-        except OSError:
-            signature = None
+        signature = stamped.stamp([path])
         cached = self._active_ids.get((str(root), model))
         if signature is not None and cached is not None and cached[0] == signature:
             return cached[1]

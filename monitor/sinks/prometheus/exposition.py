@@ -7,11 +7,12 @@ run. ``Exposition.render`` gives the body of prometheus_client's own encoder for
 a real store), from three caches:
 
 * **each model's block of store gauges** (``StoreCollector``'s families), kept under a key of
-  everything ``StoreCollector._model`` reads: the config object, the model's last run (its id:
-  runs never change), the active baseline (its ``ACTIVE`` file's identity, ``Metrics``), the
-  model's in-memory state and the environment fingerprint, and whether the store answered. A new
-  run, a promotion, a reload or a model leaving the config changes the key and only that model's
-  block is rendered again;
+  everything ``StoreCollector._model`` reads: the declared config (its declare count, never its
+  ``id()``, which a new config at a freed address could share), the model's last run (its id:
+  runs never change) and its stored diagnosis's cause, the active baseline (its ``ACTIVE`` file's
+  identity, ``Metrics``), the model's in-memory state and the environment fingerprint, and whether
+  the store answered. A new run, a diagnosis landing, a promotion, a reload or a model leaving the
+  config changes the key and only that model's block is rendered again;
 * **each labelled child of the counters**, kept while ``Metrics`` reports no change of its model
   (``model_changes``, bumped after every method that moves a model's series) nor of the config
   (``generation``); the children are walked through prometheus_client's ``_metrics`` /

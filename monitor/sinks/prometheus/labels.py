@@ -10,13 +10,13 @@ sink, the API and the pages read too.
 from __future__ import annotations
 
 import math
-import os
 import platform
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from monitor.config.identity import identity
 from monitor.results import CheckResult, Reason
 
 NAN = math.nan
@@ -78,15 +78,6 @@ def read_model_facts(path: Path) -> ModelFacts:
     return ModelFacts(identity.sha256, "" if identity.opset is None else str(identity.opset), outputs)
 
 
-def file_signature(path: Path) -> tuple[int, int] | None:
-    """(mtime_ns, size) of a file, None when it cannot be stat'ed: cheap change detection."""
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    return stat.st_mtime_ns, stat.st_size
-
-
 def baseline_source_label(source: str | None) -> str:
     """The documented ``source`` label (``capture``, ``auto``, ``import``) for a baseline's source."""
     if source is None:
@@ -110,7 +101,7 @@ def runtime_labels(snapshot: Mapping[str, Any] | None) -> dict[str, str]:
         return "" if value is None else str(value)
 
     gpus = sorted({str(v) for k, v in fields.items() if k.startswith("gpu.") and k.endswith(".name") and v})
-    node = text("k8s.node") or os.environ.get("ONNXMON_NODE_NAME", "") or text("host.name") or platform.node()
+    node = text("k8s.node") or identity().node or text("host.name") or platform.node()
     return {
         "onnxruntime_version": text("onnxruntime.version"),
         "onnxruntime_package": text("onnxruntime.package"),
@@ -130,8 +121,3 @@ def _fields(snapshot: Mapping[str, Any] | None) -> dict[str, Any]:
     if isinstance(raw, Mapping):
         return {name: (f.get("value") if isinstance(f, Mapping) else f) for name, f in raw.items()}
     return {k: v for k, v in snapshot.items() if k not in ("fingerprint", "schema", "captured_at")}
-
-
-def fingerprint_of(snapshot: Mapping[str, Any] | None) -> str | None:
-    value = snapshot.get("fingerprint") if snapshot else None
-    return str(value) if value else None
