@@ -74,6 +74,22 @@ def capture_baseline(
         return _store(plan, meta, writer, promote)
 
 
+def stack_environment(plan: CheckPlan) -> envsnap.EnvSnapshot:
+    """The environment a check of ``plan`` will record: its configured session, one sample run, then the snapshot.
+
+    Why: a baseline made by another framework (``reference torch``) must record the ONNX Runtime
+    stack that will be checked, not the libraries that framework mapped (a CUDA torch maps cuBLAS,
+    cuDNN, cudart whatever ONNX Runtime uses). Run it in a fresh child that imports no framework;
+    the sample loads the providers' lazy libraries as a check's first inference does.
+    """
+    model = plan.model
+    session = Session(model.path, model.providers, model.session)
+    bench = benchset.ensure(plan.benchset, plan.benchsets_dir)
+    if len(bench):
+        session.run(bench.load_sample(0), where=f"benchset {bench.name!r} sample 0")
+    return envsnap.capture()
+
+
 def import_baseline(
     plan: CheckPlan,
     files: Sequence[Path],

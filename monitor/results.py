@@ -347,7 +347,8 @@ class CheckResult:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "duration_s": self.duration_s,
-            "reasons": [dataclasses.asdict(r) for r in self.reasons],
+            "reasons": [dataclasses.asdict(r) for r in self.reasons],  # check-level; all_reasons: outputs' too
+            "all_reasons": [dataclasses.asdict(r) for r in self.all_reasons()],
             "outputs": [o.to_dict() for o in self.outputs],
             "baseline_id": self.baseline_id,
             "model_sha256": self.model_sha256,

@@ -235,3 +235,28 @@ def test_results_round_trip_through_their_dict_form(ws: Workspace) -> None:
     captured(ws)
     result = run_check(plan_for(ws.settings(), "clf"))
     assert CheckResult.from_dict(result.to_dict()) == result
+
+
+def test_a_failing_run_says_why_at_the_top_of_its_json_naming_each_output(
+    ws: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``reasons`` are the check's own (a changed model, a fallback); a numeric failure lives on its output.
+    ``all_reasons`` holds both, so a failing run's JSON says why at the top level, never ``[]``."""
+    import json
+
+    from monitor import cli
+
+    tight = {"default": {"atol": 1e-8, "rtol": 1e-7}}
+    level = {"graph_optimization_level": "disable"}
+    ws.add_model("mlp", modelzoo.layernorm_gelu(), count=8, dims={"batch": 16}, session=level, tolerance=tight)
+    captured(ws, "mlp")
+    ws.set("mlp", session={"graph_optimization_level": "all"})  # fused kernels round differently
+    config = str(ws.write())
+    capsys.readouterr()
+    code = cli.main(["check", "mlp", "--json", "--no-store", "-c", config])
+    (result,) = json.loads(capsys.readouterr().out)
+    assert code == 1 and result["verdict"] == "fail"
+    assert result["reasons"] == []  # numeric only: nothing at the check level
+    assert result["all_reasons"], "a failing run says why at the top level"
+    assert {r["output"] for r in result["all_reasons"]} <= {o["name"] for o in result["outputs"]}
+    assert {r["code"] for r in result["all_reasons"]} == {r["code"] for o in result["outputs"] for r in o["reasons"]}

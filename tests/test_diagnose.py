@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
@@ -260,4 +261,52 @@ def test_with_stored_intermediates_the_failure_is_localized_and_its_op_type_is_e
     assert set(named) & set(readers), (first, readers)
     if first["name"] in readers:
         assert first["op_type"] == readers[first["name"]]
-    assert any(f"op_types={first['op_type']}" in note for note in diagnosis.notes)  # in the incident signature
+    signed = [n.split("op_types=", 1)[1].split(";")[0].split(",") for n in diagnosis.notes if "op_types=" in n]
+    assert any(first["op_type"] in ops for ops in signed), diagnosis.notes  # in the incident signature
+    assert all(set(first.get("fused_op_types", ())) <= set(ops) for ops in signed)  # with the fused members
+
+
+@pytest.mark.parametrize("kind", ["fp16", "qdq"])
+def test_an_fp16_or_quantized_file_checked_against_its_framework_suspects_the_conversion(
+    kind: str, in_tmp: Workspace
+) -> None:
+    """The verify flow: the file is the reference's own (no model_changed), made in lower precision."""
+    from onnxconverter_common import float16
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.calibrate import CalibrationDataReader
+
+    from monitor.config.plan import plan_for
+    from tests import modelzoo
+
+    float_model = modelzoo.classifier()
+    if kind == "fp16":
+        ws_model = float16.convert_float_to_float16(float_model, keep_io_types=True)
+    else:
+        source = modelzoo.save(float_model, in_tmp.root / "float.onnx")
+
+        class Feeds(CalibrationDataReader):
+            def __init__(self) -> None:
+                rng = np.random.default_rng(0)
+                self.items = iter([{"x": rng.normal(0, 1, (2, 16)).astype(np.float32)} for _ in range(4)])
+
+            def get_next(self) -> dict[str, np.ndarray] | None:
+                return next(self.items, None)
+
+        quantize_static(str(source), str(in_tmp.root / "q.onnx"), Feeds(), quant_format=QuantFormat.QDQ,
+                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)  # fmt: skip
+        ws_model = onnx.load(str(in_tmp.root / "q.onnx"))
+    in_tmp.add_model("m", ws_model)
+    plan = plan_for(in_tmp.settings(), "m")
+    run = {
+        "model": "m",
+        "verdict": "fail",
+        "reasons": [],
+        "outputs": [{"name": "prob", "verdict": "fail", "reasons": [{"code": "atol_rtol", "detail": "3.2e2 x tol"}]}],
+        "providers_effective": ["CPUExecutionProvider"],
+        "details": {"baseline_source": "reference"},
+    }
+    diagnosis = diagnose(plan, run, isolate=isolated, replay=False)
+    causes = [h.cause for h in diagnosis.hypotheses]
+    expected = "model_precision_changed" if kind == "fp16" else "model_quantized"
+    assert expected in causes, diagnosis.to_dict()["hypotheses"]
+    assert diagnosis.top is not None and diagnosis.top.cause == expected

@@ -96,6 +96,33 @@ def test_a_model_with_a_fixed_batch_has_no_baked_batch(tmp_path: Path) -> None:
     assert run_lint(save(tmp_path, model))[1]["hazards"] == []
 
 
+def seq_first_model(target: list[int]) -> onnx.ModelProto:
+    """x[batch, seq, 64] -> Transpose -> [seq, batch, 64] -> Reshape(target): an RNN tagger's layout change."""
+    shape = numpy_helper.from_array(np.array(target, np.int64), "shape")
+    return make(
+        [
+            helper.make_node("Transpose", ["x"], ["t"], name="to_seq_first", perm=[1, 0, 2]),
+            helper.make_node("Reshape", ["t", "shape"], ["y"], name="/rnn/Reshape"),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [shape],
+    )
+
+
+def test_a_sequence_length_baked_into_a_reshape_is_named(tmp_path: Path) -> None:
+    path = save(tmp_path, seq_first_model([20, -1, 64]))
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    out = sess.run(None, {"x": np.zeros((2, 10, 64), np.float32)})[0]
+    assert out.shape == (20, 1, 64)  # ground truth: seq 10 x batch 2 comes out as seq 20 x batch 1
+    code, report = run_lint(path)
+    assert code == 1
+    [found] = report["hazards"]
+    assert (found["code"], found["node"], found["severity"]) == ("baked_dim", "/rnn/Reshape", "error")
+    assert "'seq'" in found["detail"] and "axis 0" in found["detail"]
+    assert run_lint(save(tmp_path, seq_first_model([0, -1, 64]), "copied.onnx"))[1]["hazards"] == []
+
+
 def dropout_model(training: bool | None) -> onnx.ModelProto:
     inits = [numpy_helper.from_array(np.array(0.5, np.float32), "ratio")]
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])]
@@ -132,6 +159,43 @@ def test_dropout_off_is_clean_and_a_computed_training_mode_is_a_warning(
     code, report = run_lint(save(tmp_path, dropout_model(training)))
     assert code == 0
     assert [(h["code"], h["severity"]) for h in report["hazards"]] == expected
+
+
+def random_mask_dropout(metadata: bool) -> onnx.ModelProto:
+    """A Dropout the dynamo exporter wrote as ops: ``RandomUniformLike → Less → Cast → Div → Mul``."""
+    nodes = [
+        helper.make_node("RandomUniformLike", ["x"], ["rands"], name="n1"),
+        helper.make_node("Less", ["rands", "keep"], ["sampled"], name="n4"),
+        helper.make_node("Cast", ["sampled"], ["mask"], name="node_Cast_8", to=TensorProto.FLOAT),
+        helper.make_node("Div", ["mask", "keep"], ["scaled"], name="node_div"),
+        helper.make_node("Mul", ["x", "scaled"], ["y"], name="node_mul"),
+    ]
+    if metadata:
+        for node in nodes[:2]:
+            for key, value in (
+                ("pkg.torch.onnx.class_hierarchy", "['M', 'torch.nn.modules.dropout.Dropout', 'aten.bernoulli.p']"),
+                ("pkg.torch.onnx.name_scopes", "['', 'classifier.2', 'bernoulli']"),
+            ):
+                node.metadata_props.add(key=key, value=value)
+    return make(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 64])],
+        [numpy_helper.from_array(np.array(0.8, np.float32), "keep")],
+    )
+
+
+@pytest.mark.parametrize("metadata", [True, False], ids=["with-metadata", "pattern-only"])
+def test_a_dropout_written_as_a_random_mask_is_an_error_naming_its_module(tmp_path: Path, metadata: bool) -> None:
+    path = save(tmp_path, random_mask_dropout(metadata))
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    x = {"x": np.ones((2, 64), np.float32)}
+    assert not np.array_equal(sess.run(None, x)[0], sess.run(None, x)[0])  # ground truth: random each run
+    code, report = run_lint(path)
+    assert code == 1
+    assert [(h["code"], h["node"], h["severity"]) for h in report["hazards"]] == [("dropout_training", "n1", "error")]
+    assert ("module 'classifier.2'" in report["hazards"][0]["detail"]) is metadata
+    assert "keep 0.8" in report["hazards"][0]["detail"]
 
 
 def batchnorm_model(opset: int, training: bool) -> onnx.ModelProto:
@@ -174,7 +238,9 @@ def resize_model(opset: int, **attrs: object) -> onnx.ModelProto:
         ({"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}, False),
         ({"mode": "nearest"}, True),  # ONNX's defaults: half_pixel + round_prefer_floor
         ({"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"}, False),
-        ({"mode": "linear", "coordinate_transformation_mode": "align_corners"}, False),
+        # PyTorch writes it only for align_corners=True, not the default: without the exporter's metadata
+        # to say which the model used, a warning (test_a_resize_coordinate_mode_is_held_to_the_exporters_metadata)
+        ({"mode": "linear", "coordinate_transformation_mode": "align_corners"}, True),
         ({"mode": "linear", "coordinate_transformation_mode": "asymmetric"}, True),
         ({"mode": "cubic", "coordinate_transformation_mode": "half_pixel", "cubic_coeff_a": -0.5}, True),
     ],
@@ -183,6 +249,37 @@ def test_resize_modes_unlike_pytorch_are_a_warning(tmp_path: Path, attrs: dict, 
     code, report = run_lint(save(tmp_path, resize_model(13, **attrs)))
     assert code == 0  # a warning, not an error
     assert [(h["code"], h["node"]) for h in report["hazards"]] == ([("resize_mode", "up")] if hazard else [])
+
+
+def _fx_upsample(align_corners: bool) -> str:
+    """The dynamo exporter's ``pkg.torch.onnx.fx_node`` for ``F.interpolate(..., mode="bilinear")``."""
+    return (
+        "%upsample_bilinear2d : [num_users=1] = call_function[target=torch.ops.aten.upsample_bilinear2d.vec]"
+        f"(args = (%x, None, {align_corners}, [2.0, 2.0]), kwargs = {{}})"
+    )
+
+
+@pytest.mark.parametrize(
+    ("coordinates", "align_corners", "hazard"),
+    [
+        ("half_pixel", False, False),
+        ("align_corners", True, False),
+        ("align_corners", False, True),  # the issue's case: edited (or converted) away from the source op
+        ("half_pixel", True, True),
+        ("pytorch_half_pixel", True, True),
+    ],
+)
+def test_a_resize_coordinate_mode_is_held_to_the_exporters_metadata(
+    tmp_path: Path, coordinates: str, align_corners: bool, hazard: bool
+) -> None:
+    model = resize_model(17, mode="linear", coordinate_transformation_mode=coordinates)
+    model.graph.node[0].metadata_props.add(key="pkg.torch.onnx.fx_node", value=_fx_upsample(align_corners))
+    code, report = run_lint(save(tmp_path, model))
+    assert code == 0
+    found = [(h["code"], h["node"]) for h in report["hazards"]]
+    assert found == ([("resize_mode", "up")] if hazard else [])
+    if hazard:
+        assert f"align_corners={align_corners}" in report["hazards"][0]["detail"]
 
 
 def test_the_resize_modes_that_differ_do_change_the_numbers(tmp_path: Path) -> None:
@@ -419,6 +516,21 @@ def test_lint_of_a_configured_model_knows_the_dims_its_benchmark_set_varies(tmp_
     assert code == 1
     assert [(h["code"], h["node"]) for h in report["hazards"]] == [("fixed_dim", "input image")]
     assert "[1, 8]" in report["hazards"][0]["detail"]
+
+
+def test_lint_of_a_configured_model_materializes_the_set_its_config_names(tmp_path: Path) -> None:
+    """Before the set exists on disk, the config still names it: lint makes it (as check would), not
+    ``skipped: fixed_dims (no benchmark set given)``."""
+    from tests.workspace import Workspace
+
+    fixed = onnx.load(str(CORPUS / "torch" / "cnn_legacy.onnx"))
+    fixed.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1
+    ws = Workspace(tmp_path)
+    ws.add_model("cnn", fixed, count=2, dims={})
+    ws.set("cnn", checks={"batch_invariance": {"batch": 8}})
+    code, report = run_lint("cnn", "-c", str(ws.write()))  # no `benchset create` first
+    assert not any(s.startswith("fixed_dims") for s in report["facts"]["skipped"]), report["facts"]["skipped"]
+    assert code == 1 and [h["code"] for h in report["hazards"]] == ["fixed_dim"]
 
 
 def test_a_name_that_is_neither_a_file_nor_a_configured_model_exits_2(

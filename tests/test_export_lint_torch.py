@@ -121,3 +121,27 @@ def test_an_edited_resize_mode_is_named(tmp_path: Path) -> None:
             attr.s = b"half_pixel"
     onnx.save(model, str(tmp_path / "edited.onnx"))
     assert [(h.code, h.node) for h in lint_model(tmp_path / "edited.onnx").hazards] == [("resize_mode", resize.name)]
+
+
+def test_a_dynamo_train_mode_export_of_an_inplace_dropout_written_as_random_ops_is_named(tmp_path: Path) -> None:
+    """``nn.Dropout(inplace=True)`` (torchvision's classifiers) exports as ``aten.bernoulli.p``, no Dropout op."""
+
+    class Head(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+            self.drop = nn.Dropout(0.2, inplace=True)
+            self.out = nn.Linear(8, 4)
+
+        def forward(self, x: Any) -> Any:
+            return self.out(self.drop(F.relu(self.fc(x))))
+
+    torch.manual_seed(0)
+    net = Head().train()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, (torch.zeros(2, 8),), str(tmp_path / "m.onnx"), dynamo=True, input_names=["x"])
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "m.onnx")).graph.node]
+    assert "Dropout" not in ops and "RandomUniformLike" in ops  # ground truth: the mask is made of ops
+    [found] = [h for h in lint_model(tmp_path / "m.onnx").errors if h.code == "dropout_training"]
+    assert found.op_type == "RandomUniformLike" and "'drop'" in found.detail

@@ -95,7 +95,9 @@ def test_cuda_rules_need_the_cuda_provider_in_use() -> None:
 
 
 def test_environment_rules_match_changed_fields_and_current_values() -> None:
-    assert "cudnn8-vs-9" in _matched(Facts(env_changed=frozenset({"cuda.cudnn.version"})))
+    cudnn = frozenset({"cuda.cudnn.version"})
+    assert "cudnn8-vs-9" in _matched(Facts(env_changed=cudnn, providers=frozenset({"CUDAExecutionProvider"})))
+    assert "cudnn8-vs-9" not in _matched(Facts(env_changed=cudnn, providers=frozenset({"CPUExecutionProvider"})))
     assert "mlas-cpu-isa" in _matched(Facts(env_changed=frozenset({"cpu.flags"})))
     hot = Facts(env={"gpu.0.clock_event_reasons": ["gpu_idle", "hw_thermal_slowdown"]})
     assert "gpu-thermal-power-throttling" in _matched(hot)

@@ -220,6 +220,26 @@ def test_chunk_size_does_not_change_the_answer(models: dict[str, Path], mlp_feed
     assert small.runs > large.runs
 
 
+def test_an_fp16_build_against_fp32_intermediates_is_measured_in_float64_not_infinitely_different(
+    models: dict[str, Path], mlp_feeds: dict[str, np.ndarray], tmp_path: Path
+) -> None:
+    """The check compares an fp16 output with an fp32 baseline in float64; localization must too, or
+    every intermediate reads "dtype changed", infinitely different, and the ranking means nothing."""
+    from onnxconverter_common import float16
+
+    baseline = capture_intermediates(models["mlp"], mlp_feeds, providers=CPU, session=PRODUCTION, graph_view="model")
+    fp16 = float16.convert_float_to_float16(onnx.load(str(models["mlp"])), keep_io_types=True)
+    path = modelzoo.save(fp16, tmp_path / "fp16.onnx")
+    report = localize(
+        path, mlp_feeds, providers=CPU, session=PRODUCTION, against="baseline", reference_intermediates=baseline
+    )
+    compared = [n for n in report.profile if n.op_type in ("MatMul", "Relu", "Add")]
+    assert len(compared) > 50
+    assert all(math.isfinite(n.max_abs_error) and n.max_abs_error < 0.05 for n in compared)
+    assert report.first_changed is not None and report.first_changed.max_abs_error > 0
+    assert math.isfinite(report.top[0].rel_error)
+
+
 def test_baseline_intermediates_localize_the_perturbed_node(
     models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]
 ) -> None:
@@ -262,6 +282,10 @@ def test_on_the_optimized_graph_the_perturbed_weight_is_named_on_its_fused_gemm(
             assert first is not None and not first.inputs_changed
             assert (first.name, first.fused_from) == ("tanh_20", ("matmul_20", "add_20", "tanh_20"))
             assert first.optimized_node and first.optimized_node not in first.fused_from
+            assert first.fused_op_types == ("MatMul", "Add", "Tanh")  # what a knowledge rule matches on
+        from monitor.knowledge.incidents import localized_op_types
+
+        assert "MatMul" in localized_op_types(report.to_dict())  # the MatMul inside the fused Tanh
 
 
 def test_time_budget_cuts_the_search_short(models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]) -> None:

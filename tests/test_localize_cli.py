@@ -10,6 +10,7 @@ the option and the file, never a crash (3) or a verdict (1).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -101,3 +102,141 @@ def test_against_unoptimized_and_the_optimized_view_name_model_nodes(workspace: 
     fused = [n for n in report["profile"] if n["fused_from"]]
     assert fused, "ORT fuses MatMul+Add into Gemm: the fused node says which model nodes it replaced"
     assert all(n["optimized_node"] and n["optimized_node"] not in model_nodes for n in fused)
+
+
+def noisy_model() -> onnx.ModelProto:
+    """x -> MatMul -> Relu -> [mask: RandomUniformLike -> Less -> Cast] Mul -> MatMul -> Tanh: random at one node."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 0.5, (8, 8)).astype(np.float32), "w1"),
+        numpy_helper.from_array(rng.normal(0, 0.5, (8, 4)).astype(np.float32), "w2"),
+        numpy_helper.from_array(np.array(0.7, np.float32), "keep"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
+        helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        helper.make_node("RandomUniformLike", ["r"], ["u"], name="noise"),
+        helper.make_node("Less", ["u", "keep"], ["m"], name="keep_mask"),
+        helper.make_node("Cast", ["m"], ["mf"], name="mask_float", to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["r", "mf"], ["d"], name="drop"),
+        helper.make_node("MatMul", ["d", "w2"], ["z"], name="fc2"),
+        helper.make_node("Tanh", ["z"], ["y"], name="out"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "noisy",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_against_self_names_the_first_node_that_differs_between_identical_runs(tmp_path: Path) -> None:
+    import numpy as np
+    import onnxruntime as ort
+
+    ws = Workspace(tmp_path)
+    path = ws.add_model("noisy", noisy_model(), dims={"batch": 16})
+    ws.write()
+    plain = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    x = {"x": np.ones((16, 8), np.float32)}
+    assert not np.array_equal(plain.run(None, x)[0], plain.run(None, x)[0])  # ground truth: random each run
+    result = invoke("localize", "noisy", "--against", "self", "--runs", "4", "--json", "-c", str(ws.config_file))
+    assert result.exit_code in (0, 1), result.output
+    report = json.loads(result.stdout)
+    assert report["against"] == "self"
+    assert report["first_changed"]["name"] == "noise" and not report["first_changed"]["inputs_changed"]
+    spread = {n["name"]: n["max_abs_error"] for n in report["profile"]}
+    assert spread["fc1"] == 0 and spread["relu"] == 0  # upstream of the random op: identical runs agree
+    assert spread["noise"] > 0 and spread["out"] > 0
+    assert "noise" in report["nondeterministic_reference"] or "u" in report["nondeterministic_reference"]
+
+
+def test_against_self_on_a_deterministic_model_finds_nothing(workspace: tuple[Workspace, Path]) -> None:
+    ws, _ = workspace
+    result = invoke("localize", "mlp", "--against", "self", "--runs", "2", "--json", "-c", str(ws.config_file))
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["first_changed"] is None and report["first_out_of_tolerance"] is None
+    assert any("deterministic" in n for n in report["notes"])
+
+
+# Model Explorer's node-data format (ModelNodeData -> GraphNodeData -> NodeDataResult / GradientItem /
+# ThresholdItem) as its node_data_builder.py defines it, written out as a JSON Schema.
+_CSS = {"type": "string", "minLength": 1}
+GRAPH_NODE_DATA = {
+    "type": "object",
+    "required": ["results"],
+    "additionalProperties": False,
+    "properties": {
+        "results": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "required": ["value"],
+                "additionalProperties": False,
+                "properties": {"value": {"type": "number"}, "bgColor": _CSS, "textColor": _CSS},
+            },
+        },
+        "thresholds": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["value", "bgColor"],
+                "additionalProperties": False,
+                "properties": {"value": {"type": "number"}, "bgColor": _CSS, "textColor": _CSS},
+            },
+        },
+        "gradient": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["stop"],
+                "additionalProperties": False,
+                "properties": {
+                    "stop": {"type": "number", "minimum": 0, "maximum": 1},
+                    "bgColor": _CSS,
+                    "textColor": _CSS,
+                },
+            },
+        },
+        "hideInAggregatedStatsTable": {"type": "boolean"},
+        "hideInChildrenStatsTable": {"type": "boolean"},
+        "hideAggregatedStats": {"type": "array", "items": {"enum": ["min", "max", "sum", "avg"]}},
+        "showExpandedSummaryOnGroupNode": {"type": "boolean"},
+        "showLabelCountColumnsInChildrenStatsTable": {"type": "boolean"},
+    },
+}
+MODEL_NODE_DATA = {"type": "object", "minProperties": 1, "additionalProperties": GRAPH_NODE_DATA}
+
+
+def test_model_explorer_node_data_follows_its_format_and_marks_the_localized_node(
+    workspace: tuple[Workspace, Path], tmp_path: Path
+) -> None:
+    import jsonschema
+
+    ws, reference = workspace
+    target = tmp_path / "mlp.nodes.json"
+    result = invoke("localize", "mlp", "--reference", str(reference), "--json", "--model-explorer", str(target),
+                    "-c", str(ws.config_file))  # fmt: skip
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    model = onnx.load(str(ws.root / "models" / "mlp.onnx"))
+    for path in (target, tmp_path / "mlp.nodes.max_abs.json"):
+        data = json.loads(path.read_text(encoding="utf-8"))  # strict: no Infinity / NaN
+        jsonschema.validate(data, MODEL_NODE_DATA)
+        assert list(data) == [model.graph.name]  # model-explorer-onnx's graph id
+        results = data[model.graph.name]["results"]
+        assert set(results) <= {n.name for n in model.graph.node}  # its node ids are the node names
+        first = report["first_out_of_tolerance"]["name"]
+        assert results[first]["bgColor"] == "#d62728"
+    rel = json.loads(target.read_text(encoding="utf-8"))[model.graph.name]["results"]
+    by_name = {n["name"]: n for n in report["profile"]}
+    assert all(math.isclose(rel[k]["value"], by_name[k]["rel_error"]) for k in rel if k in by_name
+               and isinstance(by_name[k]["rel_error"], float))  # fmt: skip

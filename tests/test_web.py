@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import onnx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -217,6 +218,21 @@ def test_run_page_shows_the_localized_drift_and_the_env_diff_against_the_baselin
     assert any(TF32 in row and "absent" in row and ">0<" in row for row in stable_rows)
     assert "model_changed" in text, "the worker attributes the drift to the changed model file"
     assert f'href="/models/mlp#baselines">{history.mlp_baseline}' in html
+
+
+def test_run_page_links_the_localization_as_model_explorer_node_data(client: TestClient, history: History) -> None:
+    html = page(client, f"/runs/{history.drift_run}")
+    link = f"/runs/{history.drift_run}/model-explorer.json"
+    assert f'href="{link}"' in html
+    response = client.get(link)
+    assert response.status_code == 200 and response.headers["content-type"].startswith("application/json")
+    data = response.json()
+    [(graph, node_data)] = data.items()
+    assert graph == onnx.load(str(history.settings.model("mlp").path), load_external_data=False).graph.name
+    assert node_data["results"]["tanh_2"]["bgColor"] == "#d62728"  # the first node out of tolerance, red
+    unlocalized = client.get(f"/runs/{history.hostile_run}/model-explorer.json")
+    assert unlocalized.status_code == 200 and [g["results"] for g in unlocalized.json().values()] == [{}]
+    assert client.get("/runs/999999/model-explorer.json").status_code == 404
 
 
 def test_every_value_is_escaped_and_non_finite_numbers_read_as_symbols(client: TestClient, history: History) -> None:

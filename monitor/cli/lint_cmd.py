@@ -1,7 +1,8 @@
 """``onnxmon lint MODEL``: export hazards in an ONNX graph, each naming its node, without running it.
 
 MODEL is a model file, or the name of a configured model: then its benchmark set (the newest
-materialized version, read from its manifest) tells which input dims the set varies, and its
+materialized version, read from its manifest; made first, as a check would, when the config names a
+set not materialized yet) tells which input dims the set varies, and its
 ``checks.batch_invariance`` adds the batch it will feed. The installed ONNX Runtime is probed for
 the newest opset and IR version it loads.
 
@@ -72,7 +73,12 @@ def _target(model: str, config_file: str | None, benchset: str | None) -> tuple[
     try:
         bench = benchsets.open_benchset(settings.store.benchsets_dir, name)
     except MonitorError:
-        bench = None  # not materialized yet: lint what the file alone tells
+        bench = None  # not materialized yet: the config names it, so make it as a check's first use does
+    if bench is None:
+        try:
+            bench = benchsets.ensure(settings.benchset(name), settings.store.benchsets_dir)
+        except MonitorError:
+            bench = None  # a set that cannot be made (a missing source file): lint what the file alone tells
     varied = exportcheck.varied_dims(bench) if bench is not None else {}
     return configured.path, exportcheck.with_batch(varied, configured, bench)
 

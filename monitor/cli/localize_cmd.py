@@ -2,8 +2,11 @@
 
 ``localize`` names two of the model's nodes: the first whose output *changed* while its inputs
 did not, and the first *out of tolerance* (the check's own tolerance, or ``--threshold-rule
-std``). Exit codes: 0 no node out of tolerance, 1 a node is, 2 a usage or config mistake, 3
-localization itself failed (a crash is never reported as "a node diverged").
+std``). ``--against self`` compares ``--runs`` identical runs instead: the first node whose output
+differs between them (where nondeterminism enters) and each node's run-to-run spread. Exit codes:
+0 no node out of tolerance, 1 a node is, 2 a usage or config mistake, 3 localization itself failed
+(a crash is never reported as "a node diverged"). Localization runs in an isolated child
+(``daemon/localization.py``): an ONNX Runtime crash there is exit 3 naming the signal.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from monitor.config.settings import parse_duration
 from monitor.errors import MonitorError
 
 CRASHED = 3
-KEYWORDS = ("auto", "baseline", "unoptimized", "reference")
+KEYWORDS = ("auto", "baseline", "unoptimized", "reference", "self")
 
 
 def register(app: typer.Typer) -> None:
@@ -32,8 +35,9 @@ def register(app: typer.Typer) -> None:
             "auto",
             "--against",
             help="auto | baseline | unoptimized | model (with --reference PATH) | model:PATH | PATH of a reference"
-            " model (e.g. the fp32 build).",
+            " model (e.g. the fp32 build) | self (identical runs: the first nondeterministic node).",
         ),
+        runs: int = typer.Option(3, "--runs", min=2, max=100, help="With --against self: identical runs compared."),
         reference_path: Path | None = typer.Option(
             None, "--reference", help="With --against model: the reference model file (e.g. the fp32 build)."
         ),
@@ -55,12 +59,17 @@ def register(app: typer.Typer) -> None:
         threshold: float = typer.Option(0.01, "--threshold", help="With --threshold-rule std: fraction of the std."),
         budget: str | None = typer.Option(None, "--budget", help="Time budget, e.g. 60s; partial report after it."),
         svg: Path | None = typer.Option(None, "--svg", help="Write the per-node error plot (SVG) here."),
+        model_explorer: Path | None = typer.Option(
+            None,
+            "--model-explorer",
+            help="Write Google Model Explorer node data (per-node relative error; a .max_abs.json sibling) here.",
+        ),
         as_json: bool = common.JsonOption,
         fmt: str | None = common.OutputOption,
         quiet: bool = common.QuietOption,
     ) -> None:
         """Re-run one input with the model's tensors exposed: first node that changed, first out of tolerance."""
-        from monitor.localize import configured
+        from monitor.daemon import localization
         from monitor.localize import engine as localize
 
         as_json = output.structured(output.chosen(fmt, as_json))
@@ -72,23 +81,26 @@ def register(app: typer.Typer) -> None:
         if graph_view not in ("auto", "model", "optimized"):
             raise typer.BadParameter(f"--graph-view must be auto, model or optimized, not {graph_view!r}")
         reference = reference_model(against, reference_path)
-        plan = plan_for(common.settings(config_file), model)
+        settings = common.settings(config_file)
+        plan = plan_for(settings, model)
         console = common.console()
+        options = {
+            "sample": sample,
+            "against": "model" if reference is not None else against,
+            "reference_model": reference,
+            "mode": mode,
+            "graph_level": graph_level,
+            "graph_view": graph_view,
+            "threshold_rule": threshold_rule,
+            "chunk_size": chunk_size,
+            "rel_threshold": threshold,
+            "time_budget_s": parse_duration(budget) if budget else None,
+            "runs": runs,
+        }
         try:
             with console.status(f"localizing {model} …", spinner="dots") if not (quiet or as_json) else _nothing():
-                report = configured.localize_model(
-                    plan,
-                    sample=sample,
-                    against="model" if reference is not None else against,  # type: ignore[arg-type]
-                    reference_model=reference,
-                    mode=mode,  # type: ignore[arg-type]
-                    graph_level=graph_level,
-                    graph_view=graph_view,  # type: ignore[arg-type]
-                    threshold_rule=threshold_rule,  # type: ignore[arg-type]
-                    chunk_size=chunk_size,
-                    rel_threshold=threshold,
-                    time_budget_s=parse_duration(budget) if budget else None,
-                )
+                # In an isolated child, like every check: an ORT crash there is exit 3 with a message.
+                report = localization.localize_isolated(plan, options, memory_limit_mb=settings.daemon.memory_limit_mb)
         except MonitorError as exc:
             if exc.exit_code != 1:
                 raise
@@ -97,6 +109,10 @@ def register(app: typer.Typer) -> None:
             _crashed(exc)
         if svg is not None:
             svg.write_text(localize.plot_svg(report), encoding="utf-8")
+        if model_explorer is not None:
+            from monitor.localize import explorer
+
+            explorer.write(report, explorer.graph_name(plan.model.path), model_explorer)
         if as_json:
             common.print_json(report.to_dict())
         elif not quiet:

@@ -45,12 +45,22 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the PyTorch model over the benchmark set and store its outputs as a reference baseline."""
         from monitor import torchref
+        from monitor.daemon import child
 
         chosen = output.chosen(fmt, as_json)
         settings = common.settings(config_file)
         plan = plan_for(settings, model)
+        limit = settings.daemon.memory_limit_mb
         made = torchref.reference_torch(
-            plan, factory, intermediates=intermediates, samples=samples, promote=promote, note=note, timeout=timeout
+            plan,
+            factory,
+            intermediates=intermediates,
+            samples=samples,
+            promote=promote,
+            note=note,
+            timeout=timeout,
+            # the stack the check runs, snapshotted in a child without torch: not this process's CUDA libraries
+            environment=lambda p: child.environment_isolated(p, memory_limit_mb=limit),
         )
         db = common.open_store(settings)
         db.record_baseline(made.baseline.meta.store_record(path=made.baseline.directory, active=made.active))
@@ -64,6 +74,8 @@ def register(app: typer.Typer) -> None:
             )
             if intermediates:
                 typer.echo(made.coverage)
+                if made.facts["coverage"].get("hint"):
+                    typer.echo(f"  {made.facts['coverage']['hint']}")
             for mismatch in made.facts["input_check"]["mismatches"]:
                 typer.echo(f"input_mismatch: {mismatch['description']}")
         raise typer.Exit(0 if made else 1)

@@ -19,6 +19,7 @@ from monitor.daemon import isolate, warm
 from monitor.errors import MonitorError
 from monitor.files import baselines
 from monitor.results import CheckResult, Verdict, error_result
+from monitor.runtime import envsnap
 from monitor.runtime.kept import ModelSource
 
 GRACE_S = 10.0  # the child's own deadline fires first; the hard kill comes this much later
@@ -70,6 +71,32 @@ def capture_isolated(
     error = MonitorError(f"capturing a baseline of {plan.name!r} did not finish: {outcome.kind}: {outcome.detail}")
     error.exit_code = 3
     raise error
+
+
+def environment_job(plan: CheckPlan, with_session: bool) -> dict[str, Any]:
+    """The stack's environment inside a fresh child: after one sample of the plan's session, or bare."""
+    if not with_session:
+        return {"environment": envsnap.capture().to_dict()}
+    return {"environment": capture.stack_environment(plan).to_dict()}
+
+
+def environment_isolated(plan: CheckPlan, *, memory_limit_mb: int | None = None) -> tuple[envsnap.EnvSnapshot, str]:
+    """The environment a check of ``plan`` records, taken in an isolated child, and how it was taken.
+
+    The child imports ONNX Runtime and onnxmon only, so what the caller has loaded (torch and its CUDA
+    libraries) is not in it. When the model's session fails there, a bare child's snapshot is kept.
+    """
+    outcome = _isolated(environment_job, plan, True, timeout_s=plan.timeout_s, memory_limit_mb=memory_limit_mb)
+    how = "a fresh child after one sample of the model's configured session"
+    if outcome.kind != "ok" or outcome.value is None:
+        failed = outcome.detail
+        outcome = _isolated(environment_job, plan, False, timeout_s=60.0, memory_limit_mb=memory_limit_mb)
+        how = f"a fresh child without the model's session ({failed})"
+    if outcome.kind != "ok" or outcome.value is None:
+        error = MonitorError(f"snapshotting the environment of {plan.name!r} failed: {outcome.kind}: {outcome.detail}")
+        error.exit_code = 3
+        raise error
+    return envsnap.EnvSnapshot.from_dict(outcome.value["environment"]), how
 
 
 def run_isolated(

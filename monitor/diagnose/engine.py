@@ -115,7 +115,7 @@ def diagnose(
     hypotheses = rank.merge(
         [
             *rank.from_experiments(experiments, before, outputs_failed=outputs_failed),
-            *evidence.from_run(run, repeats_differ=repeats_differ),
+            *evidence.from_run(run, repeats_differ=repeats_differ, model_kinds=_model_kinds(plan)),
             *rank.from_rules(knowledge.match(knowledge.load(), facts)),
             *rank.from_incidents(similar),
         ]
@@ -284,6 +284,25 @@ def _op_types(plan: CheckPlan) -> set[str]:
             graphs += [a.g for a in node.attribute if a.HasField("g")]
             graphs += list(b for a in node.attribute for b in a.graphs)
     return found
+
+
+_LOW_PRECISION_TYPES = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+_QUANTIZED_OPS = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinear", "Integer")
+
+
+def _model_kinds(plan: CheckPlan) -> set[str]:
+    """What the model file is: ``quantized`` (QDQ or integer ops), ``precision`` (float16/bfloat16 tensors)."""
+    kinds = {"quantized"} if any(m in op for op in _op_types(plan) for m in _QUANTIZED_OPS) else set()
+    try:
+        model = onnx.load(str(plan.model.path), load_external_data=False)
+    except Exception:
+        return kinds
+    graph = model.graph
+    if any(t.data_type in _LOW_PRECISION_TYPES for t in graph.initializer) or any(
+        v.type.tensor_type.elem_type in _LOW_PRECISION_TYPES for v in (*graph.input, *graph.value_info, *graph.output)
+    ):
+        kinds.add("precision")
+    return kinds
 
 
 def _nodes(run: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -45,14 +45,19 @@ _ENV_CAUSES: tuple[tuple[str, str, float, str], ...] = (
 )
 
 
-def from_run(run: Mapping[str, Any], *, repeats_differ: bool = False) -> list[Hypothesis]:
+def from_run(
+    run: Mapping[str, Any], *, repeats_differ: bool = False, model_kinds: Iterable[str] = ()
+) -> list[Hypothesis]:
     """Hypotheses supported by the run's own record (``CheckResult.to_dict()`` shape).
 
     ``repeats_differ``: a replay measured two identical runs disagreeing beyond tolerance.
+    ``model_kinds``: what the model file itself is (``quantized``, ``precision``: QDQ or integer ops,
+    float16/bfloat16 tensors), for the verify flow below.
     """
     details = run.get("details") or {}
     codes = _reason_codes(run)
     found = _model_hypotheses(codes, details.get("model_diff"))
+    found += _verify_hypotheses(details, codes, set(model_kinds))
     if "benchset_changed" in codes:
         found.append(
             Hypothesis(
@@ -71,7 +76,8 @@ def from_run(run: Mapping[str, Any], *, repeats_differ: bool = False) -> list[Hy
                 "nondeterminism",
                 0.85,
                 tuple(_details(run, "nondeterministic"))[:2] or ("nondeterministic",),
-                "set session.deterministic_compute: true; for CUDA also cudnn_conv_algo_search: DEFAULT",
+                "set session.deterministic_compute: true; for CUDA also cudnn_conv_algo_search: DEFAULT;"
+                " `onnxmon localize MODEL --against self` names the first node that differs between runs",
                 "evidence",
             )
         )
@@ -96,7 +102,7 @@ def from_run(run: Mapping[str, Any], *, repeats_differ: bool = False) -> list[Hy
                 "evidence",
             )
         )
-    found += _env_hypotheses(details.get("env_diff") or [])
+    found += _env_hypotheses(details.get("env_diff") or [], gpu=_ran_on_gpu(run))
     found += _throttling(run.get("environment") or {})
     return found
 
@@ -132,6 +138,11 @@ _HAZARD_CAUSES: dict[str, tuple[str, float, str]] = {
         "export Resize with the framework's coordinate mode (align_corners / half_pixel as the model used)",
     ),
     "baked_batch": ("export_baked_shape", 0.7, "export with a dynamic batch dim (dynamic_axes / dynamic_shapes)"),
+    "baked_dim": (
+        "export_baked_shape",
+        0.7,
+        "export with the dynamic dim (e.g. seq) left dynamic: x.shape[i], not a constant",
+    ),
     "fixed_dim": ("export_baked_shape", 0.7, "export with the dims the benchmark set varies left dynamic"),
     "fp16_overflow": ("model_precision_changed", 0.6, "keep the weights past 65504 in float32 when converting"),
 }
@@ -196,6 +207,26 @@ def _model_hypotheses(codes: set[str], model_diff: Any) -> list[Hypothesis]:
     return [Hypothesis(c, 0.8 - 0.1 * i, evidence, fixes[c], "evidence") for i, c in enumerate(causes)]
 
 
+def _verify_hypotheses(details: Mapping[str, Any], codes: set[str], kinds: set[str]) -> list[Hypothesis]:
+    """The verify flow: a quantized or fp16 file checked directly against its framework's (fp32) outputs.
+
+    The file is the baseline's own (no ``model_changed``), yet what it computes in lower precision is
+    exactly what a reference made in the framework does not: the conversion is the likely cause.
+    """
+    if details.get("baseline_source") != "reference" or "model_changed" in codes:
+        return []
+    found = []
+    if "quantized" in kinds:
+        evidence = ("the model file is quantized (QDQ or integer ops) and is checked against its framework's outputs",)
+        fix = "judge the quantized model by its task metric, or keep the sensitive layers in float (onnxmon sqnr)"
+        found.append(Hypothesis("model_quantized", 0.65, evidence, fix, "evidence"))
+    if "precision" in kinds:
+        evidence = ("the model file computes in float16/bfloat16 and is checked against its framework's outputs",)
+        fix = "loosen the tolerance to fp16's rounding, or keep sensitive ops in float32 when converting"
+        found.append(Hypothesis("model_precision_changed", 0.6, evidence, fix, "evidence"))
+    return found
+
+
 def model_change_kinds(model_diff: Any) -> set[str]:
     """What a model diff shows: ``quantized``, ``precision``, ``structure``, ``weights`` (any of them)."""
     if not isinstance(model_diff, Mapping):
@@ -222,12 +253,30 @@ def model_change_kinds(model_diff: Any) -> set[str]:
     return kinds
 
 
-def _env_hypotheses(env_diff: Iterable[Mapping[str, Any]]) -> list[Hypothesis]:
+_GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "NvTensorRTRTXExecutionProvider")
+
+
+def _ran_on_gpu(run: Mapping[str, Any]) -> bool:
+    """Whether ONNX Runtime used a CUDA-library provider; a run that does not say is given the benefit."""
+    effective = run.get("providers_effective")
+    if not effective:
+        return True
+    return any(str(p) in _GPU_PROVIDERS for p in effective)
+
+
+def _env_hypotheses(env_diff: Iterable[Mapping[str, Any]], *, gpu: bool = True) -> list[Hypothesis]:
+    """Stable environment changes as causes; CUDA libraries only when a CUDA-library provider ran.
+
+    Why: a CPU-only session never calls cuBLAS or cuDNN, so their versions cannot move its numbers (a
+    reference made in a CUDA torch's process recorded them; a check of the CPU stack lacks them).
+    """
     found = []
     for change in env_diff:
         if not change.get("stable"):
             continue
         name = str(change.get("field"))
+        if name.startswith("cuda.") and not gpu:
+            continue
         for prefix, cause, confidence, fix in _ENV_CAUSES:
             if name.startswith(prefix):
                 evidence = f"{name}: {change.get('old')!r} → {change.get('new')!r}"

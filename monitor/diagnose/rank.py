@@ -51,7 +51,8 @@ def from_experiments(
                         "nondeterminism",
                         0.85,
                         (evidence,),
-                        "set session.deterministic_compute: true; for CUDA also cudnn_conv_algo_search: DEFAULT",
+                        "set session.deterministic_compute: true; for CUDA also cudnn_conv_algo_search: DEFAULT;"
+                        " `onnxmon localize MODEL --against self` names the first node that differs between runs",
                         "experiment",
                     )
                 )

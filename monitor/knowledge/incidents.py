@@ -54,7 +54,11 @@ def of_run(run: Mapping[str, Any], op_types: Iterable[str] = ()) -> dict[str, li
 
 
 def localized_op_types(report: Any) -> list[str]:
-    """Op types of a localization report's first changed / first out-of-tolerance nodes."""
+    """Op types of a localization report's first changed / first out-of-tolerance nodes.
+
+    A fused node brings its members' (``fused_op_types``): a rule about Conv must match the Conv inside a
+    fused Conv+Add+Relu, which the report names on the Relu.
+    """
     if not isinstance(report, Mapping):
         return []
     found = []
@@ -62,6 +66,7 @@ def localized_op_types(report: Any) -> list[str]:
         node = report.get(key)
         if isinstance(node, Mapping) and node.get("op_type"):
             found.append(str(node["op_type"]))
+            found += [str(t) for t in node.get("fused_op_types") or () if t and str(t) not in found]
     return found
 
 

@@ -32,6 +32,7 @@ HAZARD_CODES: dict[str, Severity] = {
     "dropout_training": "error",  # Dropout active at inference (training_mode true)
     "resize_mode": "warning",  # Resize/Upsample modes unlike PyTorch's for this interpolation
     "baked_batch": "error",  # Reshape/Expand constant fixes the leading (batch) dim
+    "baked_dim": "error",  # Reshape constant fixes another dynamic dim (a sequence length)
     "fixed_dim": "error",  # an input dim is fixed where the benchmark set varies it
     "opset_unsupported": "error",  # an operator-set version newer than the runtime supports
     "ir_version_unsupported": "error",  # an IR version newer than the runtime supports

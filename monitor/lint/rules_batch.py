@@ -1,4 +1,4 @@
-"""Batch sizes frozen into the graph: a baked Reshape/Expand constant, and fixed input dims.
+"""Batch sizes (and other dynamic dims) frozen into the graph: a baked Reshape/Expand constant, and fixed input dims.
 
 Why: the legacy exporter traces one call; ``x.view(1, -1)`` or ``x.reshape(8, -1)`` becomes a
 constant shape, so a model whose input axis 0 is dynamic still only works, or silently mixes
@@ -6,6 +6,10 @@ samples, at the batch size it was exported with. The graph shows it when a Resha
 Expand's) constant target fixes the leading dim while its data's leading dim is dynamic
 (``onnx.shape_inference`` keeps the symbolic ``batch`` through the graph). Found with
 ``batch_invariance`` too, at run time: the two agree on such a model.
+
+``baked_dim``: the same for another dynamic dim: a Reshape constant fixing, at the same axis, a
+named dynamic dim of its data that is not a batch (``[seq, batch, 64] -> [20, -1, 64]`` under a
+dynamic ``seq``; ``batch_invariance`` cannot see it, it varies the batch only).
 
 ``fixed_dim``: an input dim fixed in the model while the benchmark set (or the batch-invariance
 check) needs several sizes on that axis; the check would refuse the samples with ``model_error``.
@@ -24,15 +28,20 @@ VariedDims = Mapping[str, Mapping[int, Set[int]]]
 
 def check(graph: LintGraph) -> Iterator[Hazard]:
     dynamic_batch = _dynamic_batch_inputs(graph)
-    if not dynamic_batch:
-        return  # a fixed batch: every constant agrees with it (a set that varies it is fixed_dim's)
     batch_names = _batch_dim_names(graph)
+    dynamic_names = _dynamic_dim_names(graph)
     for node in graph.nodes:
         if node.domain not in DEFAULT_DOMAINS or node.op_type not in ("Reshape", "Expand"):
             continue
         target = graph.constant(node.input(1))
         if target is None or target.ndim != 1 or target.size == 0:
             continue
+        baked = _baked_dim(graph, node, target, dynamic_names - batch_names)
+        if baked is not None:
+            yield baked
+            continue
+        if not dynamic_batch:
+            continue  # a fixed batch: every constant agrees with it (a set that varies it is fixed_dim's)
         leading = int(target[0])
         data_shape = graph.shapes.get(node.input(0))
         data_leading = data_shape[0] if data_shape else None
@@ -73,6 +82,39 @@ def _baked(node: Node, leading: int, data_leading: int | str | None, dynamic_bat
                 severity="warning",
             )
     return None
+
+
+def _baked_dim(graph: LintGraph, node: Node, target: object, names: set[str]) -> Hazard | None:
+    """A Reshape constant fixing, at some axis, a dynamic non-batch dim its data has there (``seq``).
+
+    Only where the data has the target's rank, so that axis ``i`` of both is the same axis: ``[seq,
+    batch, 64] -> Reshape [20, -1, 64]`` keeps working for any batch, only at sequence length 20.
+    """
+    data_shape = graph.shapes.get(node.input(0))
+    values = [int(v) for v in target]  # type: ignore[attr-defined]
+    if node.op_type != "Reshape" or not data_shape or len(data_shape) != len(values):
+        return None
+    for axis, (size, dim) in enumerate(zip(values, data_shape, strict=True)):
+        if size > 1 and isinstance(dim, str) and dim in names:
+            return hazard(
+                "baked_dim",
+                node.name,
+                node.op_type,
+                f"constant shape {values} fixes axis {axis} to {size} while its input's axis {axis} is the dynamic"
+                f" {dim!r}: only {dim} {size} works (other lengths are mixed into the -1 axis or fail); export"
+                f" with x.shape[{axis}] (or 0 to copy it) instead of a constant",
+            )
+    return None
+
+
+def _dynamic_dim_names(graph: LintGraph) -> set[str]:
+    """Every named dynamic dim of the graph inputs (``batch``, ``seq``, ``height``)."""
+    names = set()
+    for value in graph.model.graph.input:
+        if value.name in graph.initializers or not value.type.HasField("tensor_type"):
+            continue
+        names |= {d.dim_param for d in value.type.tensor_type.shape.dim if d.dim_param and not d.HasField("dim_value")}
+    return names
 
 
 # Ops whose output keeps the leading dim of their (non-constant) data inputs.

@@ -13,10 +13,17 @@ ONNX's own defaults (``half_pixel`` + ``round_prefer_floor`` for nearest) are *n
 a graph edited or converted from another framework often carries ``asymmetric`` linear or
 ``tf_crop_and_resize``. Opset 10 Resize and opset 7-9 Upsample have no mode attributes: their
 linear mode is ``asymmetric``, unlike any PyTorch default.
+
+``align_corners`` is PyTorch's only for ``align_corners=True``, not the default: a linear Resize
+with it is held to what the source op said where the dynamo exporter recorded it (node metadata
+``pkg.torch.onnx.fx_node``: ``aten.upsample_bilinear2d.vec(x, size, align_corners, scales)``), so a
+mode edited or converted away from the source is found both ways; without that metadata it is a
+warning (right only if the model used ``align_corners=True``).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from monitor.lint.graph import DEFAULT_DOMAINS, LintGraph, Node
@@ -25,6 +32,10 @@ from monitor.lint.hazards import Hazard, hazard
 PYTORCH_NEAREST = {("asymmetric", "floor"): "nearest", ("half_pixel", "round_prefer_ceil"): "nearest-exact"}
 PYTORCH_LINEAR = {"half_pixel", "pytorch_half_pixel", "align_corners"}
 PYTORCH_CUBIC_A = -0.75
+# aten.upsample_{linear1d,bilinear2d,trilinear3d,bicubic2d}(.vec|.default)(input, size, align_corners, ...)
+_FX_UPSAMPLE = re.compile(
+    r"aten\.upsample_(?:\w*linear\w*|bicubic\w*)\.\w+\]\(args = \(%\w+, (?:None|\[[^\]]*\]), (True|False)"
+)
 
 
 def check(graph: LintGraph) -> Iterator[Hazard]:
@@ -56,7 +67,30 @@ def _difference(node: Node, opset: int) -> str:
             f"mode {mode!r} with coordinate_transformation_mode {coordinates!r}"
             f" (PyTorch: one of {sorted(PYTORCH_LINEAR)})"
         )
+    source = _source_align_corners(node)
+    if source is not None and source != (coordinates == "align_corners"):
+        written = "align_corners" if source else "'half_pixel' or 'pytorch_half_pixel'"
+        return (
+            f"mode {mode!r} with coordinate_transformation_mode {coordinates!r}, but the exporter recorded the"
+            f" source op with align_corners={source} (PyTorch writes {written} for it)"
+        )
+    if source is None and coordinates == "align_corners":
+        return (
+            f"mode {mode!r} with coordinate_transformation_mode 'align_corners': PyTorch's only for"
+            " F.interpolate(align_corners=True), not the default (False, 'half_pixel'); right only if the"
+            " model used align_corners=True"
+        )
     cubic_a = float(node.attribute("cubic_coeff_a", PYTORCH_CUBIC_A))
     if mode == "cubic" and abs(cubic_a - PYTORCH_CUBIC_A) > 1e-6:
         return f"mode 'cubic' with cubic_coeff_a {cubic_a:g} (PyTorch: {PYTORCH_CUBIC_A:g})"
     return ""
+
+
+def _source_align_corners(node: Node) -> bool | None:
+    """``align_corners`` of the PyTorch op the node came from, from dynamo's metadata; None when unrecorded."""
+    for prop in node.proto.metadata_props:
+        if prop.key == "pkg.torch.onnx.fx_node":
+            found = _FX_UPSAMPLE.search(prop.value)
+            if found:
+                return found.group(1) == "True"
+    return None

@@ -15,17 +15,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
+
 from monitor.config.plan import CheckPlan
 from monitor.errors import BaselineError
 from monitor.files import baselines
 from monitor.files import benchsets as benchset
 from monitor.localize import engine as localize
+from monitor.localize import selfruns
 from monitor.localize.levels import View
 from monitor.localize.report import LocalizationReport
-from monitor.localize.rule import ThresholdRule
+from monitor.localize.rule import Rule, ThresholdRule
 from monitor.runtime import envsnap
 
-Against = Literal["auto", "baseline", "unoptimized", "reference", "model"]
+Against = Literal["auto", "baseline", "unoptimized", "reference", "model", "self"]
 Mode = Literal["auto", "all", "bisect"]
 
 
@@ -43,8 +46,12 @@ def localize_model(
     rel_threshold: float = 0.01,
     time_budget_s: float | None = None,
     capture_env: Callable[[], envsnap.EnvSnapshot] = envsnap.capture,
+    runs: int = 3,
 ) -> LocalizationReport:
-    """Localize ``plan``'s model on one benchmark sample: first changed and first out-of-tolerance node."""
+    """Localize ``plan``'s model on one benchmark sample: first changed and first out-of-tolerance node.
+
+    ``against="self"``: the model against itself over ``runs`` identical runs (``selfruns.py``).
+    """
     model = plan.model
     baseline = baselines.active(plan.baselines_dir, model.name)
     if baseline is not None:
@@ -52,6 +59,12 @@ def localize_model(
     else:
         bench = benchset.ensure(plan.benchset, plan.benchsets_dir)
     feeds = bench.load_sample(sample)
+    if against == "self":
+        rule = Rule(threshold_rule, plan.default_tolerance, rel_threshold, cast_floats=True)
+        return selfruns.localize_self(
+            model.path, feeds, providers=model.providers, session=model.session, rule=rule, runs=runs,
+            chunk_size=chunk_size, graph_level=graph_level, time_budget_s=time_budget_s,
+        )  # fmt: skip
     stored = _stored_samples(baseline)
     side: str
     if against == "baseline" or (against == "auto" and sample in stored and reference_model is None):
@@ -75,6 +88,7 @@ def localize_model(
         against=side,
         reference_model_path=reference_model if side == "model" else None,
         reference_intermediates=baseline.intermediates(sample) if side == "baseline" and baseline else None,
+        reference_outputs=_sample_outputs(baseline, sample),
         same_stack=side == "baseline" and baseline is not None and _same_stack(plan, baseline, capture_env),
         mode=mode,
         graph_level=graph_level,
@@ -100,6 +114,13 @@ def _same_stack(plan: CheckPlan, baseline: baselines.Baseline, capture_env: Call
         return False
     before = envsnap.EnvSnapshot.from_dict(dict(meta.environment))
     return before.fingerprint == capture_env().fingerprint
+
+
+def _sample_outputs(baseline: baselines.Baseline | None, sample: int) -> dict[str, np.ndarray] | None:
+    """The baseline's outputs of ``sample`` (what the check compares with), None when it has none."""
+    if baseline is None or sample >= baseline.meta.sample_count:
+        return None
+    return baseline.sample_outputs(sample)
 
 
 def _stored_samples(baseline: baselines.Baseline | None) -> set[int]:

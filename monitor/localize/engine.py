@@ -53,10 +53,12 @@ from monitor.localize.levels import (
     OPTIMIZED_SUFFIX,
     View,
     attempts,
+    below_production_note,
     comparison_detail,
     exposed_subject,
     level_detail,
     levels_to_try,
+    production_outputs_agree,
     view_label,
 )
 from monitor.localize.plot import plot_svg
@@ -101,6 +103,7 @@ def localize(
     against: str | None = None,
     reference_model_path: Path | None = None,
     reference_intermediates: Mapping[str, np.ndarray] | None = None,
+    reference_outputs: Mapping[str, np.ndarray] | None = None,
     same_stack: bool = True,
     mode: Literal["auto", "all", "bisect"] = "auto",
     graph_level: str | None = None,
@@ -117,6 +120,10 @@ def localize(
     ``against`` defaults to ``model`` when ``reference_model_path`` is given, else ``unoptimized``.
     ``mode="auto"`` bisects graphs of more than 300 nodes and scans all nodes otherwise.
     ``time_budget_s`` stops the search when exceeded; the report then says ``complete=False``.
+    ``reference_outputs`` (the baseline's outputs of this sample: the check's yardstick) keep the answer
+    consistent with the check: when the exposed graph had to run below the first level tried and the
+    plain graph at that level keeps every final output in tolerance, a node out of tolerance only
+    below it is reported as a note, not as ``first_out_of_tolerance``.
     """
     if against is None:
         against = "model" if reference_model_path is not None else "unoptimized"
@@ -131,7 +138,9 @@ def localize(
     search_mode: Literal["all", "bisect"] = (
         ("bisect" if len(model.graph.node) > AUTO_BISECT_NODES else "all") if mode == "auto" else mode
     )
-    rule = Rule(threshold_rule, tolerance, rel_threshold, abs_floor, cast_floats=side == "model")
+    # Float tensors of different float dtypes (an fp16 build against fp32 intermediates or a PyTorch
+    # reference) are compared by value in float64, as the check compares outputs, on every side.
+    rule = Rule(threshold_rule, tolerance, rel_threshold, abs_floor, cast_floats=True)
     budget = Budget(started, time_budget_s)
     stored_level: str | None = None
     foreign: str | None = None
@@ -217,6 +226,13 @@ def localize(
                 details.append(f"at level {level}{view_label(view)} (kept): {subject_runner.observer_mismatch}")
             break
         level_text = level_detail(level_why, details, level, view, dropped, why)
+        below: tuple[str, ...] = ()
+        first_out = result.first_out_of_tolerance
+        if first_out is not None and level != levels[0]:
+            outputs = reference_outputs or reference.fetch(o.name for o in model.graph.output)
+            at_check = session.model_copy(update={"graph_optimization_level": levels[0]})
+            if production_outputs_agree(model_path, feeds, providers, at_check, outputs, rule):
+                below, first_out = (below_production_note(first_out, level, levels[0]),), None
         nondeterministic = tuple(sorted(n for n, v in noise.items() if v > 0)) if side != "baseline" else ()
         return LocalizationReport(
             model=model_path.name,
@@ -224,7 +240,7 @@ def localize(
             reference_model=str(reference_model_path) if side == "model" else "",
             mode=search_mode,
             first_changed=result.first_changed,
-            first_out_of_tolerance=result.first_out_of_tolerance,
+            first_out_of_tolerance=first_out,
             comparison="bitwise" if bitwise else "noise_floor",
             comparison_detail=comparison_detail(side, bitwise, same_stack, stored_level, level, noise)
             if foreign is None
@@ -246,6 +262,7 @@ def localize(
             nodes_total=len(model.graph.node),
             skipped=result.skipped,
             notes=tuple(result.notes)
+            + below
             + ((f"the reference is nondeterministic: {len(nondeterministic)} tensor(s) differ between two runs",)
                if nondeterministic else ()),
         )  # fmt: skip

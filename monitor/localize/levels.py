@@ -23,6 +23,8 @@ import onnx
 from monitor.config.settings import ProviderSpec, SessionConfig
 from monitor.localize.graph import ExposingRunner
 from monitor.localize.optimized import Origin, optimized_runner
+from monitor.localize.report import NodeDivergence
+from monitor.localize.rule import Rule
 from monitor.runtime.session import Session
 
 View = Literal["auto", "model", "optimized"]
@@ -135,4 +137,33 @@ def comparison_detail(
     return (
         f"against a different execution ({side}): changed means above the reference's spread over two runs"
         f" (max {floor:.3g})"
+    )
+
+
+def production_outputs_agree(
+    model_path: Path,
+    feeds: Mapping[str, np.ndarray],
+    providers: Sequence[ProviderSpec],
+    session: SessionConfig,
+    reference_outputs: Mapping[str, np.ndarray],
+    rule: Rule,
+) -> bool:
+    """Whether the plain graph at ``session``'s level (the check's) keeps every final output in tolerance.
+
+    Only outputs the reference holds are judged; with none of them, False (nothing says it agrees).
+    """
+    produced = Session(model_path, providers, session).run(feeds, where="localization feeds")
+    judged = [name for name in produced if name in reference_outputs]
+    return bool(judged) and not any(
+        rule.measure(name, produced[name], np.asarray(reference_outputs[name])).out_of_tolerance for name in judged
+    )
+
+
+def below_production_note(node: NodeDivergence, level: str, production: str) -> str:
+    """What a node out of tolerance only at a lower level than the check's means: information."""
+    return (
+        f"information: at level {level}, where the exposed graph reproduces the outputs, {node.name}"
+        f" ({node.op_type}) is out of tolerance, but at the check's level {production} the final outputs are"
+        " within tolerance: ORT rewrites that part of the graph there (it removes Dropout, even in training"
+        " mode, at level basic and above), so no node is out of tolerance where the check runs"
     )

@@ -51,6 +51,7 @@ class NodeDivergence:
     # nodes it replaced (a fusion), topologically ordered; empty when it is the model's own node.
     optimized_node: str = ""
     fused_from: tuple[str, ...] = ()
+    fused_op_types: tuple[str, ...] = ()  # the op types of ``fused_from``, in the same order
 
     @property
     def diverged(self) -> bool:
@@ -71,6 +72,7 @@ class NodeDivergence:
             "reasons": list(self.reasons),
             "optimized_node": self.optimized_node,
             "fused_from": list(self.fused_from),
+            "fused_op_types": list(self.fused_op_types),
         }
 
     @classmethod
@@ -90,6 +92,7 @@ class NodeDivergence:
             reasons=tuple(str(r) for r in data.get("reasons", ())),
             optimized_node=str(data.get("optimized_node", "")),
             fused_from=tuple(str(n) for n in data.get("fused_from", ())),
+            fused_op_types=tuple(str(n) for n in data.get("fused_op_types", ())),
         )
 
 

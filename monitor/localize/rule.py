@@ -16,8 +16,9 @@ Two questions are asked of every tensor both sides produce, each its own answer 
     rel_threshold)``.
 
 A changed shape or dtype is both changed and out of tolerance (it is a divergence at that node,
-not something to skip), except that ``cast_floats`` (comparing against a *different* model, e.g.
-the fp32 build of an fp16 model) compares float values across float dtypes. Integer and bool
+not something to skip), except that ``cast_floats`` compares float values across float dtypes in
+float64, as the check compares an fp16 output with an fp32 baseline (localization sets it on every
+side: an fp16 build against fp32 intermediates, a PyTorch reference, or its fp32 model file). Integer and bool
 tensors are compared exactly by the tolerance rule and by value by the std rule; 0-d tensors are
 ordinary tensors. ``rel_error`` (the difference over the reference's spread) is reported by both
 rules, for ranking and the plot.

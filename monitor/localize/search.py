@@ -149,6 +149,7 @@ class Search:
         self.errors: dict[str, TensorError] = {}
         self.skipped: dict[str, str] = {}
         self._producer = {out: n for n in nodes for out in n.outputs}
+        self._op_types = {n.name: n.op_type for n in nodes}
         self._first_out: int | None = None  # the position of the first tensor found out of tolerance
         end = len(nodes)
         self._last_use: dict[str, int] = {name: end for name in final_outputs}
@@ -228,6 +229,7 @@ class Search:
             reasons=tuple(dict.fromkeys(r for e in measured for r in e.reasons)),
             optimized_node=origin.optimized_node if origin else "",
             fused_from=origin.fused_from if origin else (),
+            fused_op_types=tuple(self._op_types.get(n, "") for n in origin.fused_from) if origin else (),
         )
 
     def profile(self) -> list[NodeDivergence]:

@@ -86,7 +86,7 @@ def load(spec: str) -> Factory:
         raise FactoryError(f"--factory {spec!r}: {name}() raised {type(exc).__name__}: {exc}") from None
     if not isinstance(module, torch.nn.Module):
         raise FactoryError(f"--factory {spec!r}: {name}() returned {type(module).__name__}, expected a torch.nn.Module")
-    training = [qualified or "(the model itself)" for qualified, sub in module.named_modules() if sub.training]
+    training = [qualified or "the model itself" for qualified, sub in module.named_modules() if sub.training]
     if training:
         shown = ", ".join(training[:5]) + (f" and {len(training) - 5} more" if len(training) > 5 else "")
         raise FactoryError(

@@ -21,6 +21,7 @@ BatchNorm. A module called more than once per forward is ambiguous and left out.
 from __future__ import annotations
 
 import ast
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -48,9 +49,23 @@ class TensorMap:
     tensors: Mapping[str, str]
     exporter: str  # legacy | dynamo | unknown
     folded: Mapping[str, str]  # BatchNorm module -> the Conv module whose tensor it took over
+    # legacy scope -> the module it is (``stem`` -> ``net.stem``) under a parent whose forward was bypassed
+    bypassed: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
-        return {"exporter": self.exporter, "tensors": dict(self.tensors), "folded": dict(self.folded)}
+        return {"exporter": self.exporter, "tensors": dict(self.tensors), "folded": dict(self.folded),
+                "bypassed": dict(self.bypassed)}  # fmt: skip
+
+    def hint(self) -> str:
+        """Why the coverage may be low, or how it was kept: a parent module whose ``forward`` was bypassed."""
+        if not self.bypassed:
+            return ""
+        parents = sorted({q.rsplit(".", 1)[0] for q in self.bypassed.values()})
+        return (
+            f"module(s) {parents} were not called as modules (a method such as forward_features() was called"
+            " on them directly, timm's idiom), so the legacy exporter scoped their children without their name"
+            f" ({', '.join(f'{k!r} is {v!r}' for k, v in sorted(self.bypassed.items())[:4])}); mapped through"
+        )
 
 
 def node_scopes(model: onnx.ModelProto) -> tuple[list[str | None], str]:
@@ -73,6 +88,10 @@ def node_scopes(model: onnx.ModelProto) -> tuple[list[str | None], str]:
 def map_modules(model: onnx.ModelProto, calls: Sequence[ModuleCall], float_tensors: frozenset[str]) -> TensorMap:
     """Every module called once that has an ONNX counterpart, with the folded-BatchNorm rule applied."""
     scopes, exporter = node_scopes(model)
+    bypassed: dict[str, str] = {}
+    if exporter == "legacy":
+        bypassed = bypassed_parents(calls)
+        scopes = [_through_bypassed(s, bypassed) for s in scopes]
     nodes = list(model.graph.node)
     graph_outputs = {o.name for o in model.graph.output}
     counts: dict[str, int] = {}
@@ -98,7 +117,30 @@ def map_modules(model: onnx.ModelProto, calls: Sequence[ModuleCall], float_tenso
         ):
             tensors[call.qualified] = tensors.pop(conv)
             folded[call.qualified] = conv
-    return TensorMap(tensors=tensors, exporter=exporter, folded=folded)
+    return TensorMap(tensors=tensors, exporter=exporter, folded=folded, bypassed=bypassed)
+
+
+def bypassed_parents(calls: Sequence[ModuleCall]) -> dict[str, str]:
+    """Legacy scope -> module, for the children of a module whose ``forward`` never ran as a call.
+
+    ``wrapper.net.forward_features(x)`` calls ``net``'s children but not ``net``: TorchScript's scope
+    stack then lacks ``net``, and ``net.stem`` is scoped ``stem``. Kept only where ``stem`` is no module
+    called by that name itself (no ambiguity).
+    """
+    called = {c.qualified for c in calls}
+    found: dict[str, str] = {}
+    for qualified in called:
+        parent, _, name = qualified.rpartition(".")
+        if parent and parent not in called and name not in called:
+            found.setdefault(name, qualified)
+    return found
+
+
+def _through_bypassed(scope: str | None, bypassed: Mapping[str, str]) -> str | None:
+    if not scope:
+        return scope
+    head, dot, rest = scope.partition(".")
+    return f"{bypassed[head]}{dot}{rest}" if head in bypassed else scope
 
 
 def counted_tensors(model: onnx.ModelProto) -> list[str]:

@@ -18,7 +18,7 @@ against this baseline then reports ``input_mismatch`` with that description.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,9 @@ from monitor.localize.graph import load_model, value_types
 from monitor.runtime import envsnap
 from monitor.torchref import deadline, hooks, inputs, naming
 from monitor.torchref import factory as factories
+
+# plan -> the environment a check of it records, and how it was taken
+StackEnvironment = Callable[[CheckPlan], tuple[envsnap.EnvSnapshot, str]]
 
 
 @dataclass(frozen=True)
@@ -78,8 +81,13 @@ def reference_torch(
     promote: bool = False,
     note: str = "",
     timeout: float = 0.0,
+    environment: StackEnvironment,
 ) -> TorchReference:
     """Run the factory's module over ``plan``'s benchmark set and store a ``reference`` baseline.
+
+    ``environment(plan)`` snapshots the ONNX Runtime stack the check will run, with how it was taken
+    (the CLI injects a fresh isolated child: this process has torch, and a CUDA torch's libraries,
+    mapped, which no check of the ONNX model uses). It runs before torch touches the benchmark set.
 
     ``timeout`` (seconds, 0 for none) bounds the user's code: loading the factory and the passes over
     the benchmark set; past it, ``FactoryTimeout`` (exit 3) and nothing is stored.
@@ -88,6 +96,7 @@ def reference_torch(
         raise MonitorError(f"--samples must be >= 1, got {samples}")
     torch = factories.import_torch()
     model = plan.model
+    snapshot, snapshot_source = environment(plan)
     ends = time.monotonic() + timeout
     with deadline.within(timeout, factory_spec):
         factory = factories.load(factory_spec)
@@ -127,6 +136,7 @@ def reference_torch(
         facts: dict[str, Any] = {
             "kind": "torch",
             "torch_version": str(torch.__version__),
+            "environment_source": snapshot_source,
             "factory": factory_spec,
             "make_inputs": factory.make_inputs is not None,
             "exporter": naming.node_scopes(graph)[1],
@@ -135,6 +145,7 @@ def reference_torch(
                 "tensors": len(counted),
                 "stored": tensor_map is not None,
                 "samples": min(samples, len(bench)) if intermediates else 0,
+                "hint": tensor_map.hint() if tensor_map else "",
             },
             "tensor_map": {m: t for m, t in tensor_map.tensors.items() if t not in dropped} if tensor_map else {},
             "folded_batchnorm": dict(tensor_map.folded) if tensor_map else {},
@@ -145,7 +156,7 @@ def reference_torch(
             },
         }
         writer.add_document(baselines.REFERENCE_DOC, facts)
-        meta = _meta(plan, bench, facts, note)
+        meta = _meta(plan, bench, facts, note, snapshot)
         first = baselines.active_id(plan.baselines_dir, model.name) is None
         described = capture.model_manifest(model.path)
         if described is not None:
@@ -232,7 +243,9 @@ def _fits(shape: tuple[int, ...], expected: list[int | str]) -> bool:
     )
 
 
-def _meta(plan: CheckPlan, bench: benchset.Benchset, facts: Mapping[str, Any], note: str) -> baseline_meta.BaselineMeta:
+def _meta(
+    plan: CheckPlan, bench: benchset.Benchset, facts: Mapping[str, Any], note: str, snapshot: envsnap.EnvSnapshot
+) -> baseline_meta.BaselineMeta:
     session = {"reference": "torch", "torch": {k: facts[k] for k in ("torch_version", "factory", "exporter")}}
     return baseline_meta.new_meta(
         plan.model.name,
@@ -240,6 +253,6 @@ def _meta(plan: CheckPlan, bench: benchset.Benchset, facts: Mapping[str, Any], n
         bench,
         source="reference",
         session=session,
-        environment=envsnap.capture().to_dict(),
+        environment=snapshot.to_dict(),
         note=note,
     )

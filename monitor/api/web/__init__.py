@@ -5,6 +5,7 @@
 * ``/``                              every configured model, failing ones first
 * ``/models/{name}``                 run history chart, baselines, events, runs
 * ``/runs/{id}``                     outputs, reasons, environment diff, localization
+* ``/runs/{id}/model-explorer.json``  the localization as Google Model Explorer node data
 * ``/environments/{fingerprint}``    one snapshot, grouped, stable fields marked
 * ``/environments/diff?a=&b=``       two environments (fingerprints or baseline ids) side by side
 
@@ -21,8 +22,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import FastAPI, Query
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 
+from monitor import jsonsafe
 from monitor.api.web import env_page, model_page, overview, run_page
 from monitor.api.web.env_page import NotFound
 from monitor.api.web.html import CONTENT_SECURITY_POLICY
@@ -61,6 +63,15 @@ def mount(app: FastAPI, handle: DaemonHandle, *, clock: Callable[[], datetime] =
     @app.get("/models/{name:path}", response_class=HTMLResponse, include_in_schema=False)
     def model(name: str) -> HTMLResponse:
         return respond(lambda: model_page.render(handle, name, clock()))
+
+    @app.get("/runs/{run_id}/model-explorer.json", include_in_schema=False)
+    def run_model_explorer(run_id: str) -> Response:
+        """The run's localization as Google Model Explorer node data (the run page links it)."""
+        try:
+            body, status = jsonsafe.dumps(run_page.model_explorer(handle, run_id)), 200
+        except NotFound as missing:
+            body, status = jsonsafe.dumps({"detail": missing.message}), missing.status
+        return Response(body, status_code=status, media_type="application/json", headers=_HEADERS)
 
     @app.get("/runs/{run_id:path}", response_class=HTMLResponse, include_in_schema=False)
     def run(run_id: str) -> HTMLResponse:

@@ -7,15 +7,33 @@ The daemon stores ``LocalizationReport.to_dict()`` under a failing run's ``detai
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from monitor.api.web.html import badge, esc, facts, num, section, table
+from monitor.localize import explorer
 from monitor.localize.plot import plot_svg
 from monitor.localize.report import LocalizationReport, NodeDivergence
 
 
-def render(details: Mapping[str, Any]) -> str:
-    """The section, or an empty string when the run was not localized."""
+def node_data(details: Mapping[str, Any], model_path: Path) -> dict[str, Any]:
+    """The run's localization as Model Explorer node data (``localize/explorer.py``); empty results without one."""
+    try:
+        graph = explorer.graph_name(model_path)
+    except Exception:  # the model file moved or is unreadable now: the adapter's default graph name
+        graph = "main_graph"
+    data = details.get("localization")
+    if not isinstance(data, Mapping) or "error" in data:
+        return {graph: {"results": {}}}
+    try:
+        report = LocalizationReport.from_dict(data)
+    except (KeyError, TypeError, ValueError):
+        return {graph: {"results": {}}}
+    return explorer.node_data(report, graph)
+
+
+def render(details: Mapping[str, Any], *, explorer_url: str = "") -> str:
+    """The section, or an empty string when the run was not localized; ``explorer_url`` links its node data."""
     data = details.get("localization")
     if not isinstance(data, Mapping):
         return ""
@@ -26,7 +44,14 @@ def render(details: Mapping[str, Any]) -> str:
         report = LocalizationReport.from_dict(data)
     except (KeyError, TypeError, ValueError):
         return section("Localization", '<p class="muted">the stored report is not readable</p>', anchor="localization")
-    return section("Localization: where the model moved", _report(report), anchor="localization")
+    body = _report(report)
+    if explorer_url:
+        body += (
+            f'<p>On the graph: <a href="{esc(explorer_url)}">Model Explorer node data</a> (per-node relative'
+            ' error; out of tolerance red, changed orange), for <span class="mono">model-explorer MODEL.onnx'
+            " --extensions=model_explorer_onnx --node_data_paths=FILE.json</span></p>"
+        )
+    return section("Localization: where the model moved", body, anchor="localization")
 
 
 def _report(report: LocalizationReport) -> str:

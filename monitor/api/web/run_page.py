@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from monitor.api.environments import run_env_diff
 from monitor.api.params import page_id
@@ -70,7 +71,7 @@ def render(handle: DaemonHandle, run_ref: str, now: datetime) -> str:
         decisions.render(record.outputs),
         section("Environment against the baseline's", diff_view(run_env_diff(handle, record), "baseline", "this run")),
         model_diff.render(record.details),
-        localization.render(record.details),
+        localization.render(record.details, explorer_url=f"/runs/{record.id}/model-explorer.json"),
         _diagnosis(handle, record),
     ]
     if record.timings:
@@ -192,3 +193,16 @@ def _all_metrics(outputs: Sequence[OutputStats]) -> str:
     ]
     inner = table(["metric", *(o.name for o in outputs)], rows, css="metrics")
     return f"<details><summary>All metrics</summary>{inner}</details>"
+
+
+def model_explorer(handle: DaemonHandle, run_ref: str) -> dict[str, Any]:
+    """The run's localization as Model Explorer node data; ``NotFound`` for no such run.
+
+    A run that was not localized has valid node data that colours nothing (an empty ``results``).
+    """
+    run_id = int(run_ref) if run_ref.isdecimal() and len(run_ref) < 20 else 0
+    record = handle.store.run(run_id) if 1 <= run_id <= MAX_ID else None
+    if record is None:
+        raise NotFound(404, f"no run {run_ref!r}")
+    known = {m.name: m.path for m in handle.settings.models}
+    return localization.node_data(record.details, known.get(record.model, Path("/nonexistent")))
