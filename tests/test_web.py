@@ -304,3 +304,8 @@ def test_run_page_says_what_changed_in_the_model_file(client: TestClient, histor
     assert "1 initializer changed values (float32)" in text
     row = next(r for r in re.findall(r"<tr>(.*?)</tr>", section_html) if ">w2<" in r)
     assert "matmul_2 (MatMul)" in row, row
+
+
+def test_the_model_explorer_data_of_a_run_takes_only_ascii_digits_as_its_id(client: TestClient) -> None:
+    # issue 30 B11 after issue 27's new route: /runs/١/model-explorer.json must not be run 1
+    assert client.get("/runs/\u0661/model-explorer.json").status_code == 404

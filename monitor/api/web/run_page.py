@@ -200,8 +200,8 @@ def model_explorer(handle: DaemonHandle, run_ref: str) -> dict[str, Any]:
 
     A run that was not localized has valid node data that colours nothing (an empty ``results``).
     """
-    run_id = int(run_ref) if run_ref.isdecimal() and len(run_ref) < 20 else 0
-    record = handle.store.run(run_id) if 1 <= run_id <= MAX_ID else None
+    run_id = page_id(run_ref)  # ASCII digits only, as the run page itself (issue 30 B11)
+    record = handle.store.run(run_id) if run_id else None
     if record is None:
         raise NotFound(404, f"no run {run_ref!r}")
     known = {m.name: m.path for m in handle.settings.models}
