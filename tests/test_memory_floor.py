@@ -21,7 +21,7 @@ from tests.workspace import Workspace
 @pytest.mark.parametrize("worker", ["warm", "fresh"])
 def test_a_cap_below_the_check_process_footprint_says_so_in_the_reason(tmp_path: Path, worker: str) -> None:
     ws = Workspace(tmp_path)
-    two_models(ws)
+    two_models(ws, timeout="60s")  # a loaded machine starts a child slowly; a 3 s timeout hid the MemoryError
     ws.extra["daemon"].update(memory_limit_mb=300, worker=worker)
     settings = ws.settings()
     with Store(settings.store.url) as store:
