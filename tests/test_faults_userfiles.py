@@ -296,3 +296,16 @@ def test_a_small_file_under_a_large_limit_is_read_without_reserving_the_limit(tm
     """
     done = run_capped(code, str(tmp_path / "small"))
     assert done.stdout.strip() == "100", done.stderr[-1000:]
+
+
+@pytest.mark.parametrize("kind", sorted(SPECIALS))
+def test_env_diff_of_a_fifo_device_or_huge_snapshot_file_is_one_line_in_bounded_time(tmp_path: Path, kind: str) -> None:
+    # the last file read without the bounded reader (issue 30): `onnxmon env diff FILE.json`
+    path = tmp_path / "snapshot.json"
+    SPECIALS[kind](path)
+    done = run_capped(
+        "import sys\nfrom monitor import cli\nsys.exit(cli.main(sys.argv[1:]))", "env", "diff", str(path), "current"
+    )
+    assert done.returncode == 2, done.stdout + done.stderr[-2000:]
+    (line,) = done.stderr.strip().splitlines()
+    assert str(path) in line and "cannot read a JSON snapshot" in line and "Traceback" not in done.stderr

@@ -12,6 +12,7 @@ fields (load, clocks) are left out unless ``--volatile``; versions come before b
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 
 import typer
 
+from monitor import bounded
 from monitor.cli import common, output
 from monitor.config.settings import mask_url
 from monitor.errors import MonitorError
@@ -40,6 +42,8 @@ class StoreUnreadable(MonitorError):
 
 
 HEX = re.compile(r"^[0-9a-fA-F]{4,64}$")
+SNAPSHOT_LIMIT = 16 * 1024 * 1024
+"""The largest snapshot (or check result) file ``env diff`` reads: a snapshot is a few kilobytes."""
 
 
 class StoreLookup:
@@ -127,11 +131,12 @@ def active_baseline_refs(config_file: str | None, model: str | None) -> list[tup
 def resolve_snapshot(ref: str, lookups: Sequence[Lookup] = ()) -> envsnap.EnvSnapshot:
     """The snapshot ``ref`` names: a JSON file path first, then the first lookup that knows ``ref``."""
     path = Path(ref)
-    if path.is_file():
+    if os.path.lexists(path) and not HEX.match(ref) and ref != "current":
+        # a FIFO, a device or a huge file is refused in one line, never read whole (monitor/bounded.py)
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise MonitorError(f"{path}: cannot read a JSON snapshot: {exc}") from exc
+            data = json.loads(bounded.read_text(path, limit=SNAPSHOT_LIMIT))
+        except (OSError, ValueError, RecursionError) as exc:
+            raise MonitorError(f"{path}: cannot read a JSON snapshot: {exc}") from None
         return _snapshot_from(data, str(path))
     for lookup in lookups:
         found = lookup(ref)
