@@ -19,9 +19,8 @@ from monitor import jsonsafe
 from monitor.config.plan import CheckPlan
 from monitor.rehearse.candidate import Candidate
 from monitor.results import CheckResult, error_result
+from monitor.sinks.spool import RESULT_FLOATS  # the keys of a printed CheckResult whose non-finite strings are floats
 
-RESULT_FLOATS = ("metrics", "tolerance", "timings", "started_at", "finished_at", "duration_s", "details", "environment")
-"""Keys of a printed ``CheckResult`` whose non-finite strings are floats (as the spool reads its entries)."""
 STARTUP_S = 60.0
 """Room for the candidate interpreter to start and import ONNX Runtime, on top of the check's own limits."""
 

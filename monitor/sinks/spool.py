@@ -55,7 +55,7 @@ FAILED_DIR = "failed"
 MAX_ENTRY_BYTES = 64 << 20  # a result with its details is kilobytes; a bigger entry is not ours
 _ENTRY = re.compile(r"^(\d{12,})\.json$")
 _FORMAT = 1
-_FLOATS = ("metrics", "tolerance", "timings", "started_at", "finished_at", "duration_s", "details", "environment")
+RESULT_FLOATS = ("metrics", "tolerance", "timings", "started_at", "finished_at", "duration_s", "details", "environment")
 """Keys of ``CheckResult.to_dict`` whose non-finite strings are read back as floats (all but names and reasons)."""
 
 
@@ -137,7 +137,7 @@ class Spool:
         """Decode one entry; ``ValueError`` naming the file when it is not a spooled result."""
         try:
             raw = bounded.read_bytes(path, limit=MAX_ENTRY_BYTES)
-            payload = jsonsafe.loads(raw.decode("utf-8"), floats=_FLOATS)
+            payload = jsonsafe.loads(raw.decode("utf-8"), floats=RESULT_FLOATS)
             if not isinstance(payload, Mapping) or payload.get("format") != _FORMAT:
                 raise ValueError(f"expected a JSON object with format {_FORMAT}")
             result = CheckResult.from_dict(payload["result"])
