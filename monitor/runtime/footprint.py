@@ -10,6 +10,7 @@ footprint just before the cap is applied (``daemon.isolate.prepare_child``), and
 from __future__ import annotations
 
 import contextlib
+import errno
 import resource
 from pathlib import Path
 
@@ -32,9 +33,23 @@ def note() -> None:
     _noted = address_space()
 
 
+def out_of_address_space(exc: BaseException) -> bool:
+    """Whether ``exc`` is how an allocation refused by RLIMIT_AS shows up.
+
+    Not only ``MemoryError``: a thread's stack is an mmap too, so under a tight cap ``Thread.start``
+    raises ``RuntimeError: can't start new thread`` before any array is allocated (seen in CI, where
+    the check's watchdog thread was the first thing to need memory), and an mmap of a file is ``ENOMEM``.
+    """
+    if isinstance(exc, MemoryError):
+        return True
+    if isinstance(exc, RuntimeError) and "can't start new thread" in str(exc):
+        return True
+    return isinstance(exc, OSError) and exc.errno == errno.ENOMEM
+
+
 def cap_note(exc: BaseException) -> str:
-    """For a ``MemoryError`` under an address-space cap: whether the cap is below the process's own footprint."""
-    if not isinstance(exc, MemoryError):
+    """For an allocation refused under an address-space cap: whether the cap is below the process's own footprint."""
+    if not out_of_address_space(exc):
         return ""
     cap = resource.getrlimit(resource.RLIMIT_AS)[0]
     if cap == resource.RLIM_INFINITY or cap <= 0:
