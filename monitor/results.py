@@ -9,12 +9,13 @@ the store, so the figures derived from it (``error_ratio``, ``atol_ratio``, ``is
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
+
+from monitor import shapes
 
 
 class Verdict(enum.StrEnum):
@@ -150,7 +151,7 @@ class OutputMetrics:
     error_ratio: float | None = None  # max over elements of |a-b| / (atol + rtol*|b|): 1.0 is the line
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return shapes.to_dict(self)
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,7 @@ class AppliedTolerance:
     numeric: str = "fail"  # "warn": a numeric drift that flips no decision is a warning (the two-tier rule)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return shapes.to_dict(self)
 
 
 @dataclass(frozen=True)
@@ -180,18 +181,18 @@ class DecisionStats:
     total: int = 0
     flipped: int = 0
     flips: tuple[tuple[int, int], ...] = ()
+    DERIVED: ClassVar = (("ratio", "flips"),)  # written for readers (the API's DecisionsOut), ignored when read
 
     @property
     def ratio(self) -> float:
         return self.flipped / self.total if self.total else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {"flips": [list(f) for f in self.flips], "ratio": self.ratio}
+        return shapes.to_dict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DecisionStats:
-        flips = tuple((int(s), int(r)) for s, r in data.get("flips", ()))
-        return cls(str(data["kind"]), int(data["total"]), int(data["flipped"]), flips)
+        return shapes.from_dict(cls, data)
 
 
 @dataclass(frozen=True)
@@ -253,32 +254,12 @@ class OutputStats:
         return 0.0 if error == 0 else math.inf if not math.isnan(error) else math.nan
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "verdict": self.verdict.value,
-            "dtype": self.dtype,
-            "shape": list(self.shape),
-            "metrics": self.metrics.to_dict(),
-            "tolerance": self.tolerance.to_dict(),
-            "reasons": [dataclasses.asdict(r) for r in self.reasons],
-            "decisions": self.decisions.to_dict() if self.decisions is not None else None,
-            "warnings": [dataclasses.asdict(r) for r in self.warnings],
-        }
+        return shapes.to_dict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> OutputStats:
         """Rebuild an output from ``to_dict`` output."""
-        return cls(
-            name=data["name"],
-            verdict=Verdict(data["verdict"]),
-            dtype=data.get("dtype", ""),
-            shape=tuple(data.get("shape", ())),
-            metrics=OutputMetrics(**data["metrics"]),
-            tolerance=AppliedTolerance(**data["tolerance"]),
-            reasons=tuple(Reason(**r) for r in data.get("reasons", ())),
-            decisions=DecisionStats.from_dict(data["decisions"]) if data.get("decisions") else None,
-            warnings=tuple(Reason(**r) for r in data.get("warnings", ())),
-        )
+        return shapes.from_dict(cls, data)
 
 
 def run_error_ratio(ratios: Iterable[float | None]) -> float | None:
@@ -323,6 +304,7 @@ class CheckResult:
     environment: Mapping[str, Any] = field(default_factory=dict)
     attribution: str | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
+    DERIVED: ClassVar = (("duration_s", "finished_at"), ("all_reasons", "reasons"))  # written, not read
 
     def __bool__(self) -> bool:
         return self.verdict is Verdict.PASS
@@ -341,51 +323,13 @@ class CheckResult:
         return self.reasons + tuple(r for o in self.outputs for r in o.reasons)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "verdict": self.verdict.value,
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "duration_s": self.duration_s,
-            "reasons": [dataclasses.asdict(r) for r in self.reasons],  # check-level; all_reasons: outputs' too
-            "all_reasons": [dataclasses.asdict(r) for r in self.all_reasons()],
-            "outputs": [o.to_dict() for o in self.outputs],
-            "baseline_id": self.baseline_id,
-            "model_sha256": self.model_sha256,
-            "benchset": self.benchset,
-            "benchset_sha256": self.benchset_sha256,
-            "providers_requested": list(self.providers_requested),
-            "providers_effective": list(self.providers_effective),
-            "sample_count": self.sample_count,
-            "timings": dict(self.timings),
-            "environment": dict(self.environment),
-            "attribution": self.attribution,
-            "details": dict(self.details),
-        }
+        """Every field (reasons: check-level; ``all_reasons``: the outputs' too), mapped by ``monitor.shapes``."""
+        return shapes.to_dict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CheckResult:
         """Rebuild a result from ``to_dict`` output (used across the child-process boundary)."""
-        outputs = tuple(OutputStats.from_dict(o) for o in data.get("outputs", ()))
-        return cls(
-            model=data["model"],
-            verdict=Verdict(data["verdict"]),
-            started_at=float(data["started_at"]),
-            finished_at=float(data["finished_at"]),
-            reasons=tuple(Reason(**r) for r in data.get("reasons", ())),
-            outputs=outputs,
-            baseline_id=data.get("baseline_id"),
-            model_sha256=data.get("model_sha256"),
-            benchset=data.get("benchset"),
-            benchset_sha256=data.get("benchset_sha256"),
-            providers_requested=tuple(data.get("providers_requested", ())),
-            providers_effective=tuple(data.get("providers_effective", ())),
-            sample_count=int(data.get("sample_count", 0)),
-            timings=dict(data.get("timings", {})),
-            environment=dict(data.get("environment", {})),
-            attribution=data.get("attribution"),
-            details=dict(data.get("details", {})),
-        )
+        return shapes.from_dict(cls, data)
 
 
 def fingerprint_of(snapshot: Mapping[str, Any] | None) -> str | None:

@@ -124,7 +124,7 @@ def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
 
 # --- the map (docs/architecture.md) as data ----------------------------------------------------------
 
-VOCABULARY_ROOMS = ("results", "errors", "jsonsafe", "bounded")
+VOCABULARY_ROOMS = ("results", "errors", "jsonsafe", "bounded", "shapes")
 
 
 @dataclass(frozen=True)

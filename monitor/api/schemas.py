@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from monitor import jsonsafe
+from monitor import jsonsafe, shapes
 from monitor.results import OutputStats, Reason
 from monitor.store import BaselineRecord, EnvironmentRecord, EventRecord, RunRecord
 
@@ -145,30 +145,15 @@ class RunSummary(_Out):
         return cls(**_run_fields(run))
 
 
+# What a run's JSON leaves out of ``RunRecord``'s fields: a summary has no outputs, timings or details (the
+# detail adds them), and neither shows the benchmark set's hash. Every other field is shown under its name.
+RUN_HIDDEN = ("outputs", "timings", "details", "benchset_sha256")
+
+
 def _run_fields(run: RunRecord) -> dict[str, Any]:
+    """``RunRecord``'s fields (``monitor.shapes``) less ``RUN_HIDDEN``, floats JSON-safe, times as they are."""
     return {
-        "id": run.id,
-        "model": run.model,
-        "verdict": run.verdict.value,
-        "started_at": run.started_at,
-        "finished_at": run.finished_at,
-        "duration_s": num(run.duration_s),
-        "node": run.node,
-        "pod": run.pod,
-        "reasons": [ReasonOut.of(r) for r in run.reasons],
-        "attribution": run.attribution,
-        "baseline_id": run.baseline_id,
-        "environment_fingerprint": run.environment_fingerprint,
-        "model_sha256": run.model_sha256,
-        "benchset": run.benchset,
-        "sample_count": run.sample_count,
-        "providers_requested": list(run.providers_requested),
-        "providers_effective": list(run.providers_effective),
-        "worst_output": run.worst_output,
-        "worst_max_abs_error": num(run.worst_max_abs_error),
-        "worst_atol_ratio": num(run.worst_atol_ratio),
-        "error_ratio": num(run.error_ratio),
-        "candidate": run.candidate,
+        k: v if isinstance(v, datetime) else json_safe(v) for k, v in shapes.to_dict(run, exclude=RUN_HIDDEN).items()
     }
 
 
@@ -198,18 +183,8 @@ class OutputOut(_Out):
 
     @classmethod
     def of(cls, output: OutputStats) -> OutputOut:
-        return cls(
-            name=output.name,
-            verdict=output.verdict.value,
-            dtype=output.dtype,
-            shape=list(output.shape),
-            metrics=json_safe(output.metrics.to_dict()),
-            tolerance=json_safe(output.tolerance.to_dict()),
-            error_ratio=num(output.error_ratio),
-            reasons=[ReasonOut.of(r) for r in output.reasons],
-            decisions=DecisionsOut(**output.decisions.to_dict()) if output.decisions is not None else None,
-            warnings=[ReasonOut.of(r) for r in output.warnings],
-        )
+        """Every field of ``OutputStats`` (``monitor.shapes``), JSON-safe, plus its derived ``error_ratio``."""
+        return cls(**json_safe(shapes.to_dict(output)), error_ratio=num(output.error_ratio))
 
 
 class FieldChangeOut(_Out):

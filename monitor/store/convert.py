@@ -1,6 +1,8 @@
 """Conversions between ``CheckResult`` values, table rows and the store's plain records.
 
-Output rows are read back as the ``OutputStats`` they were written from.
+Output rows are read back as the ``OutputStats`` they were written from. Both ways are derived from the
+dataclasses by ``monitor.shapes``: a column is the field of the same name, and the few exceptions (what a
+run keeps in other tables, the metrics as columns, what rides in the tolerance JSON) are declared here.
 
 Also the JSON encoder the engine uses: PostgreSQL's JSON type rejects ``NaN``/``Infinity``
 tokens, so non-finite floats inside JSON columns are written as the strings ``"NaN"``,
@@ -10,24 +12,13 @@ rows written before it existed already followed. Metric columns are real floats 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import PurePath
 from typing import Any
 
-from monitor import jsonsafe
-from monitor.results import (
-    AppliedTolerance,
-    CheckResult,
-    DecisionStats,
-    OutputMetrics,
-    OutputStats,
-    Reason,
-    Verdict,
-    run_error_ratio,
-    worst_output,
-)
+from monitor import jsonsafe, shapes
+from monitor.results import CheckResult, OutputMetrics, OutputStats, run_error_ratio, worst_output
 from monitor.store import schema, text
 from monitor.store.records import BaselineRecord, EventRecord, RunRecord
 
@@ -64,115 +55,76 @@ def parse_when(value: Any, what: str) -> datetime:
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
+# A result's fields become the ``runs`` row's columns of the same names (``duration_s`` too), except these,
+# kept elsewhere; the times are aware datetimes in the row. A field that is neither a column nor named here
+# makes ``schema.Run`` refuse the row (tests/test_shapes.py says so before a migration is forgotten).
+RUN_APART: Mapping[str, str] = {
+    "model": "the models table (model_id)",
+    "outputs": "output_results rows (output_row)",
+    "environment": "the environments table, keyed by environment_fingerprint",
+    "all_reasons": "derived: each output's reasons are in its row",
+}
+RUN_TIMES = ("started_at", "finished_at")
+
+
 def run_row(result: CheckResult, model_id: int, node: str | None, pod: str | None) -> schema.Run:
+    """The ``runs`` row of ``result``: its shape (``monitor.shapes``) less ``RUN_APART``, plus what the store adds."""
     worst = worst_output(result.outputs)
+    columns = shapes.to_dict(result, exclude=RUN_APART)
+    columns.update({name: utc(columns[name]) for name in RUN_TIMES})
     return schema.Run(
+        **columns,
         model_id=model_id,
-        baseline_id=result.baseline_id,
         environment_fingerprint=result.environment_fingerprint,
-        model_sha256=result.model_sha256,
-        benchset=result.benchset,
-        benchset_sha256=result.benchset_sha256,
-        started_at=utc(result.started_at),
-        finished_at=utc(result.finished_at),
-        duration_s=result.duration_s,
-        verdict=result.verdict.value,
-        reasons=[dataclasses.asdict(r) for r in result.reasons],
-        attribution=result.attribution,
         node=node or "",
         pod=pod,
-        sample_count=result.sample_count,
-        providers_requested=list(result.providers_requested),
-        providers_effective=list(result.providers_effective),
-        timings=dict(result.timings),
-        details=dict(result.details),
         worst_output=worst.name if worst is not None else None,
         worst_max_abs_error=worst.metrics.max_abs_error if worst is not None else None,
         worst_atol_ratio=worst.atol_ratio if worst is not None else None,
     )
 
 
+# An output's fields become its row's columns of the same names, but for these two exceptions: each metric
+# is a column of its own, and decisions and warnings ride in the ``tolerance`` JSON (no column: no
+# migration), present only when the output has them.
+OUTPUT_FLAT = "metrics"
+OUTPUT_IN_TOLERANCE = ("decisions", "warnings")
+
+
 def output_row(output: OutputStats, run_id: int) -> schema.OutputResult:
-    return schema.OutputResult(
-        run_id=run_id,
-        name=output.name,
-        verdict=output.verdict.value,
-        dtype=output.dtype,
-        shape=list(output.shape),
-        tolerance=output.tolerance.to_dict() | _decided(output),
-        reasons=[dataclasses.asdict(r) for r in output.reasons],
-        **output.metrics.to_dict(),
-    )
-
-
-# Decisions and warnings ride in the output row's ``tolerance`` JSON (no column of their own: no migration).
-_DECIDED = ("decisions", "warnings")
-
-
-def _decided(output: OutputStats) -> dict[str, Any]:
-    extra: dict[str, Any] = {}
-    if output.decisions is not None:
-        extra["decisions"] = output.decisions.to_dict()
-    if output.warnings:
-        extra["warnings"] = [dataclasses.asdict(r) for r in output.warnings]
-    return extra
-
-
-_METRIC_FIELDS = tuple(f.name for f in dataclasses.fields(OutputMetrics))
+    columns = shapes.to_dict(output)
+    metrics = columns.pop(OUTPUT_FLAT)
+    riders = {name: columns.pop(name) for name in OUTPUT_IN_TOLERANCE}
+    columns["tolerance"] |= {name: value for name, value in riders.items() if value}
+    return schema.OutputResult(run_id=run_id, **columns, **metrics)
 
 
 def output_stats(row: schema.OutputResult) -> OutputStats:
     """The ``OutputStats`` a stored output row was written from (``output_row`` the other way)."""
-    metrics = OutputMetrics(**{name: getattr(row, name) for name in _METRIC_FIELDS})
-    tolerance = {k: _number(v) for k, v in row.tolerance.items() if k not in _DECIDED}
-    decided = row.tolerance.get("decisions")
-    return OutputStats(
-        name=row.name,
-        verdict=Verdict(row.verdict),
-        metrics=metrics,
-        tolerance=AppliedTolerance(**tolerance),
-        reasons=_reasons(row.reasons),
-        dtype=row.dtype,
-        shape=tuple(row.shape),
-        decisions=DecisionStats.from_dict(decided) if decided else None,
-        warnings=_reasons(row.tolerance.get("warnings") or []),
-    )
+    tolerance = dict(row.tolerance)
+    riders = {name: tolerance.pop(name, None) for name in OUTPUT_IN_TOLERANCE}
+    data = {name: getattr(row, name) for name in shapes.field_names(OutputStats) if hasattr(schema.OutputResult, name)}
+    data[OUTPUT_FLAT] = {name: getattr(row, name) for name in shapes.field_names(OutputMetrics)}
+    data["tolerance"] = tolerance
+    data |= {name: value for name, value in riders.items() if value}
+    return shapes.from_dict(OutputStats, data, where=f"stored output {row.name!r} of run {row.run_id}")
 
 
 def run_record(
     row: schema.Run, model: str, outputs: tuple[OutputStats, ...] = (), error_ratio: float | None = None
 ) -> RunRecord:
-    """The record of a stored run; its ``error_ratio`` from ``outputs`` when given, else as passed."""
+    """The record of a stored run (its columns by name); ``error_ratio`` from ``outputs`` when given, else as passed."""
     if outputs:
         error_ratio = run_error_ratio(o.error_ratio for o in outputs)
-    return RunRecord(
-        id=row.id,
-        model=model,
-        verdict=Verdict(row.verdict),
-        started_at=row.started_at,
-        finished_at=row.finished_at,
-        duration_s=row.duration_s,
-        node=row.node or None,
-        pod=row.pod,
-        reasons=_reasons(row.reasons),
-        attribution=row.attribution,
-        baseline_id=row.baseline_id,
-        environment_fingerprint=row.environment_fingerprint,
-        model_sha256=row.model_sha256,
-        benchset=row.benchset,
-        benchset_sha256=row.benchset_sha256,
-        sample_count=row.sample_count,
-        providers_requested=tuple(row.providers_requested),
-        providers_effective=tuple(row.providers_effective),
-        timings=dict(row.timings),
-        details=dict(row.details),
-        worst_output=row.worst_output,
-        worst_max_abs_error=row.worst_max_abs_error,
-        worst_atol_ratio=row.worst_atol_ratio,
-        outputs=outputs,
-        candidate=bool(getattr(row, "candidate", False)),
-        error_ratio=error_ratio,
-    )
+    data = {name: getattr(row, name) for name in shapes.field_names(RunRecord) if hasattr(schema.Run, name)}
+    given = {
+        "model": model,
+        "node": row.node or None,
+        "outputs": outputs,
+        "candidate": bool(getattr(row, "candidate", False)),
+        "error_ratio": error_ratio,
+    }
+    return shapes.from_dict(RunRecord, data, where=f"stored run {row.id}", values=given)
 
 
 def event_record(row: schema.Event, model: str) -> EventRecord:
@@ -205,15 +157,6 @@ def baseline_record(row: schema.Baseline, model: str, benchset: schema.Benchset 
         promoted_by=row.promoted_by,
         run_id=row.run_id,
     )
-
-
-def _reasons(raw: list[Any]) -> tuple[Reason, ...]:
-    return tuple(Reason(**r) for r in raw)
-
-
-def _number(value: Any) -> Any:
-    """Undo ``json_safe`` for a scalar: the strings it wrote for non-finite floats become floats."""
-    return jsonsafe.to_float(value)
 
 
 def replica(environment: Mapping[str, Any], what: str) -> str | None:
