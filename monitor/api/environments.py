@@ -43,8 +43,8 @@ def resolve_environment(handle: DaemonHandle, ref: str) -> tuple[str | None, dic
     """``current`` (this process's environment, captured now), a fingerprint (prefix) from the store,
     else a baseline id (its recorded environment)."""
     if ref == "current":
-        snapshot = envsnap.capture().to_dict()
-        return str(snapshot["fingerprint"]), snapshot
+        snapshot = envsnap.capture()
+        return snapshot.fingerprint, snapshot.to_dict()
     if re.fullmatch(HEX_PREFIX, ref):
         found = handle.store.find_environments(ref.lower(), limit=2)
         if found:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from monitor import jsonsafe
+from monitor import jsonsafe, shapes
 from monitor.errors import BaselineError
 from monitor.results import fingerprint_of
 
@@ -62,25 +62,8 @@ class BaselineMeta:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "model": self.model,
-            "created_at": self.created_at,
-            "source": self.source,
-            "model_sha256": self.model_sha256,
-            "model_md5": self.model_md5,
-            "external_data": dict(self.external_data),
-            "benchset": self.benchset,
-            "benchset_version": self.benchset_version,
-            "benchset_sha256": self.benchset_sha256,
-            "sample_count": self.sample_count,
-            "outputs": {k: dict(v) for k, v in self.outputs.items()},
-            "files": dict(self.files),
-            "session": dict(self.session),
-            "environment": dict(self.environment),
-            "intermediates": dict(self.intermediates),
-            "note": self.note,
-        }
+        """Every field, in order (``monitor.shapes``): what ``meta.json`` holds."""
+        return shapes.to_dict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, where: str) -> BaselineMeta:

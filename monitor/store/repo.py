@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 
 from monitor.config.settings import StoreConfig, mask_url
 from monitor.errors import BaselineError
-from monitor.results import CheckResult
+from monitor.results import CheckResult, fingerprint_of
 from monitor.store import convert, health, leases, queries, recent, retention, text, writes
 from monitor.store import events as transitions
 from monitor.store import schema as s
@@ -226,7 +226,7 @@ class Store:
         except ValueError as exc:
             raise BaselineError(f"baseline {meta['baseline_id']}: {exc}") from None
         environment = meta.get("environment") or {}
-        fingerprint = str(environment["fingerprint"]) if environment.get("fingerprint") else None
+        fingerprint = fingerprint_of(environment)
         with self._session(write=True) as session:
             model_id = writes.model_id(session, str(meta["model"]), created, None)
             if fingerprint:
