@@ -31,10 +31,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import math
 import types
 import typing
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, TypeVar, Union
 
 T = TypeVar("T")
@@ -42,25 +41,38 @@ T = TypeVar("T")
 DERIVED_ATTRIBUTE = "DERIVED"
 """The name of the ``ClassVar`` that lists a class's derived keys: ``((property, after field), ...)``."""
 
+Encoder = Callable[[Any], Any] | None
+"""How one declared type is written (None: the value as it is); built once per type, so a field costs a call."""
+Decoder = Callable[[Any], Any] | None
+"""How one declared type is read back (None: the value as it is); raises ``ShapeError`` naming the misfit."""
+
 
 class ShapeError(ValueError):
-    """A dict that does not fit the dataclass it is read as; the message names the field."""
+    """A dict that does not fit the dataclass it is read as; the message names the field (``path``)."""
+
+    def __init__(self, problem: str, path: str = "") -> None:
+        super().__init__(f"{path}: {problem}" if path else problem)
+        self.problem, self.path = problem, path
+
+    def under(self, segment: str) -> ShapeError:
+        """The same misfit seen from one level up (``segment``: ``".name"`` or ``"[3]"``)."""
+        return ShapeError(self.problem, segment + self.path)
 
 
 def to_dict(value: Any, *, derived: bool = True, exclude: Collection[str] = ()) -> dict[str, Any]:
     """``value`` (a dataclass instance) as a plain dict in field order, with its derived keys unless ``derived=False``.
 
     ``exclude``: fields (and derived keys) a shape keeps elsewhere, left out rather than mapped and dropped."""
-    cls = type(value)
-    hints = _hints(cls)
-    after = _derived(cls) if derived else {}
     data: dict[str, Any] = {}
-    for name in hints:
+    for name, encode, after in _writing(type(value)):
         if name not in exclude:
-            data[name] = _encode(getattr(value, name), hints[name])
-        for key in (k for k in after.get(name, ()) if k not in exclude):
-            derived_value = getattr(value, key)
-            data[key] = _plain(derived_value() if callable(derived_value) else derived_value)
+            field_value = getattr(value, name)
+            data[name] = field_value if encode is None or field_value is None else encode(field_value)
+        if derived and after:
+            for key in after:
+                if key not in exclude:
+                    derived_value = getattr(value, key)
+                    data[key] = _plain(derived_value() if callable(derived_value) else derived_value)
     return data
 
 
@@ -68,22 +80,10 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, where: str = "", values:
     """An instance of the dataclass ``cls`` from ``data`` (``to_dict``'s output, or JSON read back).
 
     ``values``: fields a shape already holds as typed values (a stored run's ``OutputStats``), taken as they are."""
-    where = where or cls.__name__
-    if not isinstance(data, Mapping):
-        raise ShapeError(f"{where}: expected an object, got {type(data).__name__}")
-    hints = _hints(cls)
-    given: dict[str, Any] = dict(values or {})
-    for name, hint in hints.items():
-        if name in given:
-            continue
-        if name in data:
-            given[name] = _decode(data[name], hint, f"{where}.{name}")
-        elif name in _required(cls):
-            raise ShapeError(f"{where}: missing field {name!r}")
     try:
-        return cls(**given)
-    except (TypeError, ValueError) as exc:  # a __post_init__ that refuses the value (an unknown reason code)
-        raise ShapeError(f"{where}: {exc}") from None
+        return _read(cls, data, values)
+    except ShapeError as exc:
+        raise ShapeError(exc.problem, (where or cls.__name__) + exc.path) from None
 
 
 def field_names(cls: type) -> tuple[str, ...]:
@@ -91,9 +91,30 @@ def field_names(cls: type) -> tuple[str, ...]:
     return tuple(_hints(cls))
 
 
+def _read(cls: type[T], data: Any, values: Mapping[str, Any] | None = None) -> T:
+    if not isinstance(data, Mapping):
+        raise ShapeError(f"expected an object, got {type(data).__name__}")
+    given: dict[str, Any] = dict(values) if values else {}
+    for name, decode, required in _reading(cls):
+        if name in given:
+            continue
+        if name in data:
+            raw = data[name]
+            try:
+                given[name] = raw if decode is None else decode(raw)
+            except ShapeError as exc:
+                raise exc.under(f".{name}") from None
+        elif required:
+            raise ShapeError(f"missing field {name!r}")
+    try:
+        return cls(**given)
+    except (TypeError, ValueError) as exc:  # a __post_init__ that refuses the value (an unknown reason code)
+        raise ShapeError(str(exc)) from None
+
+
 _HINTS: dict[type, dict[str, Any]] = {}
-_REQUIRED: dict[type, frozenset[str]] = {}
-_DERIVED: dict[type, dict[str, tuple[str, ...]]] = {}
+_WRITING: dict[type, tuple[tuple[str, Encoder, tuple[str, ...]], ...]] = {}
+_READING: dict[type, tuple[tuple[str, Decoder, bool], ...]] = {}
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -106,52 +127,62 @@ def _hints(cls: type) -> dict[str, Any]:
     return _HINTS[cls]
 
 
-def _required(cls: type) -> frozenset[str]:
-    if cls not in _REQUIRED:
-        missing = dataclasses.MISSING
-        fields = dataclasses.fields(cls)
-        _REQUIRED[cls] = frozenset(f.name for f in fields if f.default is missing and f.default_factory is missing)
-    return _REQUIRED[cls]
+def _writing(cls: type) -> tuple[tuple[str, Encoder, tuple[str, ...]], ...]:
+    """Per field: its name, its encoder, and the derived keys (``DERIVED``) written right after it."""
+    if cls not in _WRITING:
+        hints = _hints(cls)
+        after: dict[str, tuple[str, ...]] = {}
+        for key, field_name in getattr(cls, DERIVED_ATTRIBUTE, ()):
+            if field_name not in hints:
+                raise TypeError(
+                    f"{cls.__name__}.{DERIVED_ATTRIBUTE}: {key!r} follows {field_name!r}, which is no field"
+                )
+            after[field_name] = (*after.get(field_name, ()), key)
+        _WRITING[cls] = tuple((name, _encoder(hint), after.get(name, ())) for name, hint in hints.items())
+    return _WRITING[cls]
 
 
-def _derived(cls: type) -> dict[str, tuple[str, ...]]:
-    """Field name -> the derived keys written right after it, from the class's ``DERIVED``."""
-    if cls in _DERIVED:
-        return _DERIVED[cls]
-    declared: tuple[tuple[str, str], ...] = getattr(cls, DERIVED_ATTRIBUTE, ())
-    after: dict[str, tuple[str, ...]] = {}
-    for key, field_name in declared:
-        if field_name not in _hints(cls):
-            raise TypeError(f"{cls.__name__}.{DERIVED_ATTRIBUTE}: {key!r} follows {field_name!r}, which is no field")
-        after[field_name] = (*after.get(field_name, ()), key)
-    _DERIVED[cls] = after
-    return after
+def _reading(cls: type) -> tuple[tuple[str, Decoder, bool], ...]:
+    """Per field: its name, its decoder, and whether it must be given (no default)."""
+    if cls not in _READING:
+        hints, missing = _hints(cls), dataclasses.MISSING
+        required = {f.name for f in dataclasses.fields(cls) if f.default is missing and f.default_factory is missing}
+        _READING[cls] = tuple((name, _decoder(hint), name in required) for name, hint in hints.items())
+    return _READING[cls]
 
 
-def _encode(value: Any, hint: Any) -> Any:
-    if value is None or hint is Any:
-        return value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return to_dict(value)
-    if isinstance(value, enum.Enum):
-        return value.value
+def _encoder(hint: Any) -> Encoder:
+    if hint is Any:
+        return None
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if _is_union(origin):
-        arm = next((a for a in args if a is not type(None) and _fits(value, a)), Any)
-        return _encode(value, arm)
-    if isinstance(value, tuple | list):
+        arms = [a for a in args if a is not type(None)]
+        if len(arms) != 1:
+            return _plain  # several arms: by what the value is
+        inner = _encoder(arms[0])
+        return None if inner is None else (lambda v: None if v is None else inner(v))
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return to_dict
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return _enum_value
+    if origin is tuple or origin is list:
         if origin is tuple and args and args[-1] is not Ellipsis:
-            return [_encode(v, a) for v, a in zip(value, args, strict=True)]
-        item = args[0] if args else Any
-        return [_encode(v, item) for v in value]
-    if isinstance(value, Mapping):
-        item = args[1] if len(args) == 2 else Any
-        return {k: _encode(v, item) for k, v in value.items()}
-    return value
+            items = [_encoder(a) for a in args]
+            return lambda v: [x if e is None else e(x) for x, e in zip(v, items, strict=True)]
+        item = _encoder(args[0]) if args else None
+        return list if item is None else (lambda v: [item(x) for x in v])
+    if isinstance(origin, type) and issubclass(origin, Mapping):
+        value_encoder = _encoder(args[1]) if len(args) == 2 else None
+        return dict if value_encoder is None else (lambda v: {k: value_encoder(x) for k, x in v.items()})
+    return None
+
+
+def _enum_value(value: enum.Enum) -> Any:
+    return value.value
 
 
 def _plain(value: Any) -> Any:
-    """A derived value (no declared field type) mapped by what it is: dataclasses, enums, tuples, mappings."""
+    """A value mapped by what it is (a derived key, a union's arm): dataclasses, enums, tuples, mappings."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return to_dict(value)
     if isinstance(value, enum.Enum):
@@ -163,78 +194,136 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _decode(value: Any, hint: Any, where: str) -> Any:
+def _decoder(hint: Any) -> Decoder:
     if hint is Any:
-        return value
+        return None
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if _is_union(origin):
-        if value is None and type(None) in args:
-            return None
-        arms = [a for a in args if a is not type(None)]
-        errors = []
-        for arm in arms:
-            try:
-                return _decode(value, arm, where)
-            except ShapeError as exc:
-                errors.append(str(exc))
-        raise ShapeError(errors[0] if len(errors) == 1 else f"{where}: {value!r} fits none of {arms}")
+        return _union_decoder(args)
     if origin is tuple or origin is list:
-        if not isinstance(value, list | tuple):
-            raise ShapeError(f"{where}: expected a list, got {type(value).__name__}")
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            if len(value) != len(args):
-                raise ShapeError(f"{where}: expected {len(args)} items, got {len(value)}")
-            return tuple(_decode(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args, strict=True)))
-        item = args[0] if args else Any
-        items = [_decode(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else items
-    if origin is not None and isinstance(origin, type) and issubclass(origin, Mapping):
-        if not isinstance(value, Mapping):
-            raise ShapeError(f"{where}: expected an object, got {type(value).__name__}")
-        item = args[1] if len(args) == 2 else Any
-        return {str(k): _decode(v, item, f"{where}.{k}") for k, v in value.items()}
-    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
-        return from_dict(hint, value, where=where)
+        return _sequence_decoder(origin, args)
+    if isinstance(origin, type) and issubclass(origin, Mapping):
+        return _mapping_decoder(_decoder(args[1]) if len(args) == 2 else None)
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return lambda v: _read(hint, v)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return _enum_decoder(hint)
+    return _scalar_decoder(hint)
+
+
+def _union_decoder(args: tuple[Any, ...]) -> Decoder:
+    optional = type(None) in args
+    arms = [_decoder(a) for a in args if a is not type(None)]
+
+    def decode(value: Any) -> Any:
+        if value is None and optional:
+            return None
+        errors: list[ShapeError] = []
+        for arm in arms:
+            if arm is None:
+                return value
+            try:
+                return arm(value)
+            except ShapeError as exc:
+                errors.append(exc)
+        if len(errors) == 1:
+            raise errors[0]
+        raise ShapeError(f"{value!r} fits none of {[str(a) for a in args]}")
+
+    return decode
+
+
+def _sequence_decoder(origin: Any, args: tuple[Any, ...]) -> Decoder:
+    fixed = [_decoder(a) for a in args] if origin is tuple and args and args[-1] is not Ellipsis else None
+    item = _decoder(args[0]) if args and fixed is None else None
+    make = tuple if origin is tuple else list
+
+    def decode(value: Any) -> Any:
+        if not isinstance(value, list | tuple):
+            raise ShapeError(f"expected a list, got {type(value).__name__}")
+        if fixed is not None and len(value) != len(fixed):
+            raise ShapeError(f"expected {len(fixed)} items, got {len(value)}")
+        decoders = fixed if fixed is not None else [item] * len(value)
+        out = []
+        for index, (element, element_decoder) in enumerate(zip(value, decoders, strict=True)):
+            try:
+                out.append(element if element_decoder is None else element_decoder(element))
+            except ShapeError as exc:
+                raise exc.under(f"[{index}]") from None
+        return make(out)
+
+    return decode
+
+
+def _mapping_decoder(value_decoder: Decoder) -> Decoder:
+    def decode(value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise ShapeError(f"expected an object, got {type(value).__name__}")
+        if value_decoder is None:
+            return {str(k): v for k, v in value.items()}
+        out = {}
+        for key, element in value.items():
+            try:
+                out[str(key)] = value_decoder(element)
+            except ShapeError as exc:
+                raise exc.under(f".{key}") from None
+        return out
+
+    return decode
+
+
+def _enum_decoder(hint: type[enum.Enum]) -> Decoder:
+    def decode(value: Any) -> Any:
         try:
             return hint(value)
         except ValueError:
-            raise ShapeError(f"{where}: {value!r} is no {hint.__name__}") from None
-    return _scalar(value, hint, where)
+            raise ShapeError(f"{value!r} is no {hint.__name__}") from None
+
+    return decode
 
 
-def _scalar(value: Any, hint: Any, where: str) -> Any:
+NON_FINITE = ("NaN", "Infinity", "-Infinity")  # the JSON encoding's spellings (monitor.jsonsafe), read as floats
+
+
+def _scalar_decoder(hint: Any) -> Decoder:
     if hint is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # "NaN", "Infinity", "-Infinity": the JSON encoding's spellings only
-            try:
-                number = float(value)
-            except ValueError:
-                number = 0.0
-            if not math.isfinite(number) and value in ("NaN", "Infinity", "-Infinity"):
-                return number
-        raise ShapeError(f"{where}: expected a number, got {value!r}")
+        return _float
     if hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        raise ShapeError(f"{where}: expected an integer, got {value!r}")
+        return _int
     if hint is bool or hint is str:
-        if not isinstance(value, hint):
-            raise ShapeError(f"{where}: expected {hint.__name__}, got {value!r}")
+
+        def exact(value: Any) -> Any:
+            if not isinstance(value, hint):
+                raise ShapeError(f"expected {hint.__name__}, got {value!r}")
+            return value
+
+        return exact
+    if isinstance(hint, type):
+
+        def instance(value: Any) -> Any:
+            if not isinstance(value, hint):
+                raise ShapeError(f"expected {hint.__name__}, got {type(value).__name__}")
+            return value
+
+        return instance
+    return None  # Literal and other forms: taken as given (the class's own checks apply)
+
+
+def _float(value: Any) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str) and value in NON_FINITE:
+        return float(value)
+    raise ShapeError(f"expected a number, got {value!r}")
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if isinstance(hint, type) and not isinstance(value, hint):
-        raise ShapeError(f"{where}: expected {hint.__name__}, got {type(value).__name__}")
-    return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise ShapeError(f"expected an integer, got {value!r}")
 
 
 def _is_union(origin: Any) -> bool:
     return origin is Union or origin is types.UnionType
-
-
-def _fits(value: Any, hint: Any) -> bool:
-    """Whether ``value`` is of the union arm ``hint`` (its origin for generics), to encode it as that arm."""
-    target = typing.get_origin(hint) or hint
-    return target is Any or (isinstance(target, type) and isinstance(value, target))
