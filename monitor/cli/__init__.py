@@ -40,6 +40,7 @@ def _root(
         "-o",
         "--output",
         metavar="FORMAT",
+        parser=output.parse_format,
         help="Output format of the command: table | json | yaml | wide (also after the command).",
         show_default=False,
     ),
@@ -49,7 +50,6 @@ def _root(
 
     -c/--config and -o/--output work before or after the command; after wins.
     """
-    output.chosen(output_format)  # a bad format is a usage error here, before the command runs
     output.set_global(ctx, config_file=config_file, output=output_format, as_json=as_json)
 
 

@@ -26,9 +26,9 @@ def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Capture, import, list, inspect and promote baselines.", no_args_is_help=True)
 
     @group.command("capture")
+    @output.options()
     def capture_cmd(
         model: str = ModelArgument,
-        config_file: str | None = common.ConfigOption,
         promote: bool = typer.Option(False, "--promote", help="Make it the active baseline."),
         reference: bool = typer.Option(
             False, "--reference", help="Run on the CPU provider with optimizations disabled (source 'reference')."
@@ -42,12 +42,11 @@ def register(app: typer.Typer) -> None:
             None, "--timeout", help="Hard limit, e.g. 30m (default: 3 x the model's check timeout)."
         ),
         quiet: bool = common.QuietOption,
-        fmt: str | None = common.OutputOption,
-        as_json: bool = common.JsonOption,
+        *,
+        out: output.Output,
     ) -> None:
         """Run the benchmark set on this stack and store the outputs as a new baseline."""
-        chosen = output.chosen(fmt, as_json)
-        settings = common.settings(config_file)
+        settings = common.settings(out.config_file)
         plan = plan_for(settings, model)  # an unknown name fails before the progress bar shows
         crosscheck.refuse_unknown_outputs(settings, [model], signature.output_names, signature.output_types)
         store = common.open_store(settings)  # an un-migrated store stops here, before a baseline is written
@@ -67,9 +66,10 @@ def register(app: typer.Typer) -> None:
         with store:
             _record(settings, baseline, store=store)
         if not quiet:
-            _print_baseline(chosen, settings, baseline, "captured")
+            _print_baseline(out, settings, baseline, "captured")
 
     @group.command("import")
+    @output.options()
     def import_cmd(
         model: str = ModelArgument,
         files: list[Path] = typer.Argument(
@@ -82,17 +82,15 @@ def register(app: typer.Typer) -> None:
             help="Intermediate tensors (keys = the model's tensor names) for localization: an npz per sample"
             " from the first, or one polygraphy JSON; repeat the option per file.",
         ),
-        config_file: str | None = common.ConfigOption,
         promote: bool = typer.Option(False, "--promote", help="Make it the active baseline."),
         note: str = typer.Option("", "--note", help="Free text kept with the baseline."),
-        fmt: str | None = common.OutputOption,
-        as_json: bool = common.JsonOption,
+        *,
+        out: output.Output,
     ) -> None:
         """Store reference outputs produced elsewhere (e.g. PyTorch) as a baseline (source 'imported')."""
-        chosen = output.chosen(fmt, as_json)
         if kind not in ("npz", "onnx-test-data", "polygraphy-json"):
             raise typer.BadParameter(f"--kind must be npz, onnx-test-data or polygraphy-json, got {kind!r}")
-        settings = common.settings(config_file)
+        settings = common.settings(out.config_file)
         common.refuse_unready_store(settings)  # before anything is written to the baselines directory
         baseline = capture.import_baseline(
             plan_for(settings, model),
@@ -103,18 +101,17 @@ def register(app: typer.Typer) -> None:
             note=note,
         )
         _record(settings, baseline)
-        _print_baseline(chosen, settings, baseline, "imported")
+        _print_baseline(out, settings, baseline, "imported")
 
     @group.command("list")
+    @output.options()
     def list_cmd(
         model: str = ModelArgument,
-        config_file: str | None = common.ConfigOption,
-        as_json: bool = common.JsonOption,
-        fmt: str | None = common.OutputOption,
+        *,
+        out: output.Output,
     ) -> None:
         """Every baseline of MODEL, oldest first; the active one is marked."""
-        chosen = output.chosen(fmt, as_json)
-        settings = common.settings(config_file)
+        settings = common.settings(out.config_file)
         root = settings.store.baselines_dir
         active = baselines.active_id(root, model)
         items = baselines.list_baselines(root, model)
@@ -130,60 +127,56 @@ def register(app: typer.Typer) -> None:
                 )  # fmt: skip
             return shown
 
-        output.emit(chosen, lambda: [_listed(b.meta.to_dict(), b.id == active) for b in items], table)
+        out.emit(lambda: [_listed(b.meta.to_dict(), b.id == active) for b in items], table)
 
     @group.command("show")
+    @output.options()
     def show_cmd(
         baseline_id: str = BaselineIdArgument,
-        config_file: str | None = common.ConfigOption,
-        fmt: str | None = common.OutputOption,
-        as_json: bool = common.JsonOption,
+        *,
+        out: output.Output,
     ) -> None:
         """Print one baseline's metadata (JSON, or YAML with -o yaml) and verify its tensors."""
-        chosen = output.chosen(fmt, as_json)
-        settings = common.settings(config_file)
+        settings = common.settings(out.config_file)
         baseline = baselines.get(settings.store.baselines_dir, baseline_id)
         problems = baseline.verify()
         data = baseline.meta.to_dict() | {"directory": str(baseline.directory), "problems": problems}
-        common.print_json(data, "yaml" if chosen == "yaml" else "json")
+        out.emit(lambda: data)  # data only: a table would be the same JSON
         raise typer.Exit(1 if problems else 0)
 
     @group.command("promote")
+    @output.options()
     def promote_cmd(
         baseline_id: str = BaselineIdArgument,
-        config_file: str | None = common.ConfigOption,
-        fmt: str | None = common.OutputOption,
-        as_json: bool = common.JsonOption,
         note: str = typer.Option("", "--note", help="Why: kept with the promotion, shown by history and the pages."),
         by: str | None = typer.Option(None, "--by", help="Who promotes (default: your login name)."),
+        *,
+        out: output.Output,
     ) -> None:
         """Make BASELINE_ID the active baseline of its model, recording when, by whom and why."""
-        chosen = output.chosen(fmt, as_json)
-        settings = common.settings(config_file)
+        settings = common.settings(out.config_file)
         who = by or promoter()
         with common.open_store(settings) as store:  # an un-migrated store stops here, before ACTIVE changes
             baseline = baselines.promote(settings.store.baselines_dir, baseline_id, by=who, note=note)
             _record(settings, baseline, store=store)
             store.record_promotion(baseline.meta.model, baseline.id, by=who, note=note)
-        output.emit(
-            chosen,
+        out.emit(
             lambda: {"model": baseline.meta.model, "active": baseline.id, "directory": str(baseline.directory)},
             lambda wide: f"{baseline.meta.model}: active baseline is now {baseline.id}",
         )
 
     @group.command("history")
+    @output.options()
     def history_cmd(
         model: str = ModelArgument,
-        config_file: str | None = common.ConfigOption,
-        as_json: bool = common.JsonOption,
-        fmt: str | None = common.OutputOption,
+        *,
+        out: output.Output,
     ) -> None:
         """Every baseline of MODEL on disk and in the store: when active, on which environment, where recorded."""
         from monitor.cli import baseline_history
 
-        chosen = output.chosen(fmt, as_json)
-        entries = baseline_history.collect(common.settings(config_file), model)
-        output.emit(chosen, lambda: [e.to_dict() for e in entries], lambda wide: baseline_history.table(entries, wide))
+        entries = baseline_history.collect(common.settings(out.config_file), model)
+        out.emit(lambda: [e.to_dict() for e in entries], lambda wide: baseline_history.table(entries, wide))
 
     app.add_typer(group, name="baseline")
 
@@ -197,7 +190,7 @@ def _listed(meta: dict[str, object], active: bool) -> dict[str, object]:
     return meta | {"created_at": jsonsafe.normalized(str(meta.get("created_at", ""))), "active": active}
 
 
-def _print_baseline(fmt: str, settings: Settings, baseline: baselines.Baseline, verb: str) -> None:
+def _print_baseline(out: output.Output, settings: Settings, baseline: baselines.Baseline, verb: str) -> None:
     """The new baseline's id (and where it lives), as a sentence or as data for scripts."""
     active = baselines.active_id(settings.store.baselines_dir, baseline.meta.model) == baseline.id
     data = {
@@ -209,7 +202,7 @@ def _print_baseline(fmt: str, settings: Settings, baseline: baselines.Baseline, 
     }
     state = "active" if active else "inactive"
     sentence = f"{verb} {baseline.id} ({baseline.meta.sample_count} samples, {state}) in {baseline.directory}"
-    output.emit(fmt, lambda: data, lambda wide: sentence)
+    out.emit(lambda: data, lambda wide: sentence)
 
 
 def _record(settings: Settings, baseline: baselines.Baseline, store: Store | None = None) -> None:

@@ -12,7 +12,6 @@ from monitor.cli import common, output
 from monitor.errors import BenchsetError
 from monitor.files import benchsets as benchset
 
-ConfigOption = common.ConfigOption
 RootOption = typer.Option(None, "--root", help="Benchset directory (default: store.benchsets_dir of the config).")
 FilesArgument = typer.Argument(..., help="npz files, one onnx test-data directory, or one JSON file.")
 KindOption = typer.Option(None, "--kind", help="npz | onnx-test-data | polygraphy-json (default: guessed).")
@@ -24,16 +23,15 @@ def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Create, import, verify and list benchmark sets.", no_args_is_help=True)
 
     @group.command("create")
+    @output.options()
     def create(
         name: str = NameArgument,
-        config_file: str | None = ConfigOption,
         quiet: bool = common.QuietOption,
-        fmt: str | None = common.OutputOption,
-        as_json: bool = common.JsonOption,
+        *,
+        out: output.Output,
     ) -> None:
         """Materialize the set NAME declared in the config (a new version only if its declaration changed)."""
-        chosen = output.chosen(fmt, as_json)
-        settings = common.load(config_file)
+        settings = common.load(out.config_file)
         root = settings.store.benchsets_dir
         before = _current_version(root, name)
         console = common.console()
@@ -42,62 +40,54 @@ def register(app: typer.Typer) -> None:
             bs = benchset.materialize(settings.benchset(name), root)
         if quiet:
             return
-        _print_state(chosen, bs, "unchanged" if before == bs.version else "created")
+        _print_state(out, bs, "unchanged" if before == bs.version else "created")
 
     @group.command("import")
+    @output.options()
     def import_(
         name: str = NameArgument,
         files: list[Path] = FilesArgument,
         kind: str | None = KindOption,
-        config_file: str | None = ConfigOption,
         root: Path | None = RootOption,
-        fmt: str | None = common.OutputOption,
-        as_json: bool = common.JsonOption,
+        *,
+        out: output.Output,
     ) -> None:
         """Materialize set NAME from files given by hand."""
-        chosen = output.chosen(fmt, as_json)
-        directory = _root(root, config_file)
+        directory = _root(root, out.config_file)
         before = _current_version(directory, name)
         bs = benchset.import_files(name, files, directory, kind or _guess_kind(files))
-        _print_state(chosen, bs, "unchanged" if before == bs.version else "created")
+        _print_state(out, bs, "unchanged" if before == bs.version else "created")
 
     @group.command("verify")
+    @output.options()
     def verify(
         name: str = NameArgument,
         version: int | None = VersionOption,
-        config_file: str | None = ConfigOption,
         root: Path | None = RootOption,
-        fmt: str | None = common.OutputOption,
-        as_json: bool = common.JsonOption,
+        *,
+        out: output.Output,
     ) -> None:
         """Re-hash every tensor of set NAME; exit 1 and print each problem if any."""
-        chosen = output.chosen(fmt, as_json)
-        bs = benchset.open_benchset(_root(root, config_file), name, version)
+        bs = benchset.open_benchset(_root(root, out.config_file), name, version)
         problems = benchset.verify(bs)
-        if output.structured(chosen):
-            data = _row(bs) | {"ok": not problems, "problems": problems}
-            common.print_json(data, chosen)
-            if problems:
-                raise SystemExit(1)
-            return
-        for problem in problems:
-            typer.echo(problem)
+        summary = f"{len(problems)} problem(s)" if problems else f"ok ({len(bs)} sample(s), sha256 {bs.sha256})"
+        out.emit(
+            lambda: _row(bs) | {"ok": not problems, "problems": problems},
+            lambda wide: [*problems, f"{bs.name} v{bs.version}: {summary}"],
+        )
         if problems:
-            typer.echo(f"{bs.name} v{bs.version}: {len(problems)} problem(s)")
             raise SystemExit(1)  # survives standalone_mode=False, where click returns typer.Exit's code
-        typer.echo(f"{bs.name} v{bs.version}: ok ({len(bs)} sample(s), sha256 {bs.sha256})")
 
     @group.command("list")
+    @output.options()
     def list_(
-        as_json: bool = common.JsonOption,
-        fmt: str | None = common.OutputOption,
         all_versions: bool = typer.Option(False, "--all", help="Every version, not only the newest."),
-        config_file: str | None = ConfigOption,
         root: Path | None = RootOption,
+        *,
+        out: output.Output,
     ) -> None:
         """List the sets (their newest version unless --all)."""
-        chosen = output.chosen(fmt, as_json)
-        sets = benchset.list_benchsets(_root(root, config_file), all_versions=all_versions)
+        sets = benchset.list_benchsets(_root(root, out.config_file), all_versions=all_versions)
 
         def table(wide: bool) -> common.PlainTable:
             shown = common.PlainTable("name", "version", "samples", "source", "created", "sha256")
@@ -106,7 +96,7 @@ def register(app: typer.Typer) -> None:
                 shown.add_row(bs.name, f"v{bs.version}", str(len(bs)), bs.source, bs.created_at, digest)
             return shown
 
-        output.emit(chosen, lambda: [_row(bs) for bs in sets], table)
+        out.emit(lambda: [_row(bs) for bs in sets], table)
 
     app.add_typer(group, name="benchset")
 
@@ -123,9 +113,8 @@ def _row(bs: benchset.Benchset) -> dict[str, object]:
     }
 
 
-def _print_state(fmt: str, bs: benchset.Benchset, state: str) -> None:
-    output.emit(
-        fmt,
+def _print_state(out: output.Output, bs: benchset.Benchset, state: str) -> None:
+    out.emit(
         lambda: _row(bs) | {"state": state},
         lambda wide: f"{bs.name} v{bs.version} ({state}): {len(bs)} sample(s), sha256 {bs.sha256}",
     )

@@ -37,11 +37,9 @@ def exit_code(results: list[CheckResult]) -> int:
 
 def register(app: typer.Typer) -> None:
     @app.command("check")
+    @output.options()
     def check(
         models: list[str] = typer.Argument(None, help="Models to check (default: all in the config)."),
-        config_file: str | None = common.ConfigOption,
-        as_json: bool = common.JsonOption,
-        fmt: str | None = common.OutputOption,
         quiet: bool = common.QuietOption,
         store: bool = typer.Option(True, "--store/--no-store", help="Record the results in the store."),
         diagnose: bool = typer.Option(
@@ -50,10 +48,11 @@ def register(app: typer.Typer) -> None:
             help="On a fail, diagnose it as onnxmon diagnose does (replays within daemon.diagnose_budget) for the"
             " likely cause; --no-diagnose: no replays, the cause ranked from the evidence alone, unweighed.",
         ),
+        *,
+        out: output.Output,
     ) -> None:
         """Replay each model's benchmark set and compare with its active baseline."""
-        chosen = output.chosen(fmt, as_json)
-        settings = common.settings(config_file)
+        settings = common.settings(out.config_file)
         names = models or [m.name for m in settings.models]
         if not names:
             raise MonitorError(f"{settings.source}: no models configured")
@@ -71,15 +70,14 @@ def register(app: typer.Typer) -> None:
         recorded = recording.record(settings, results) if store else None
         run_ids = list(recorded.run_ids) if recorded is not None else []
         run_ids += [None] * (len(results) - len(run_ids))
-        if output.structured(chosen):
-            common.print_json([as_json_record(r, i) for r, i in zip(results, run_ids, strict=True)], chosen)
-        elif not quiet:
-            output.print_table(render(results, wide=chosen == "wide"))
-            for model, line in causes.items():
-                typer.echo(f"{model}: {line}")
+
+        def text(wide: bool) -> list[Table | str]:
             recorded_as = [f"{r.model} run {i}" for r, i in zip(results, run_ids, strict=True) if i is not None]
-            if recorded_as:  # the ids `incident note`, `diagnose --run` and the run page take
-                typer.echo(f"recorded: {', '.join(recorded_as)}")
+            # the run ids are what `incident note`, `diagnose --run` and the run page take
+            recorded_line = [f"recorded: {', '.join(recorded_as)}"] if recorded_as else []
+            return [render(results, wide=wide), *(f"{model}: {line}" for model, line in causes.items()), *recorded_line]
+
+        out.emit(lambda: [as_json_record(r, i) for r, i in zip(results, run_ids, strict=True)], text, quiet=quiet)
         code = exit_code(results)
         if recorded is not None and not recorded.complete:
             typer.echo(f"onnxmon: warning: {recorded.message()}", err=True)

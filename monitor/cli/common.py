@@ -18,9 +18,6 @@ if TYPE_CHECKING:
     from monitor.store import Store
 
 ConfigOption = output.ConfigOption
-JsonOption = output.JsonOption
-OutputOption = output.OutputOption
-UnusedConfigOption = output.UnusedConfigOption
 # The largest id a store holds (64-bit signed in SQLite and PostgreSQL): past it the driver overflows.
 MAX_ID = 2**63 - 1
 QuietOption = typer.Option(False, "--quiet", "-q", help="Print nothing but errors; rely on the exit code.")
@@ -101,11 +98,6 @@ def node_identity() -> tuple[str | None, str | None]:
 
     here = identity()
     return here.node, here.pod
-
-
-def print_json(data: Any, fmt: str = "json") -> None:
-    """``data`` as strict, indented JSON on stdout (``monitor.jsonsafe``), or as YAML when ``fmt`` says so."""
-    output.print_data(data, fmt)
 
 
 ERROR_RATIO_HEADER = "error ÷ tolerance"

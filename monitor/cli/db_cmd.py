@@ -22,37 +22,35 @@ def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Create and migrate the history database.", no_args_is_help=True)
 
     @group.command("upgrade")
+    @output.options()
     def upgrade(
-        config_file: str | None = common.ConfigOption,
         url: str | None = UrlOption,
-        fmt: str | None = common.OutputOption,
-        as_json: bool = common.JsonOption,
+        *,
+        out: output.Output,
     ) -> None:
         """Migrate the database to the newest schema (safe to run again)."""
-        chosen = output.chosen(fmt, as_json)
-        with _store(config_file, url) as store:
+        with _store(out.config_file, url) as store:
             before = store.current_revision()
             store.upgrade()
             after = store.current_revision()
             data = {"database": store.display_url, "before": before, "after": after}
-            output.emit(chosen, lambda: data, lambda wide: f"{store.display_url}: {before or 'empty'} -> {after}")
+            out.emit(lambda: data, lambda wide: f"{store.display_url}: {before or 'empty'} -> {after}")
 
     @group.command("current")
+    @output.options()
     def current(
-        config_file: str | None = common.ConfigOption,
         url: str | None = UrlOption,
         check: bool = typer.Option(False, "--check", help="Exit 1 unless the database is at the newest revision."),
-        fmt: str | None = common.OutputOption,
-        as_json: bool = common.JsonOption,
+        *,
+        out: output.Output,
     ) -> None:
         """Print the database's schema revision and the newest one this version ships."""
-        chosen = output.chosen(fmt, as_json)
-        with _store(config_file, url) as store:
+        with _store(out.config_file, url) as store:
             revision, head = store.current_revision(), store.head_revision()
             state = "up to date" if revision == head else "behind: run `onnxmon db upgrade`"
             data = {"database": store.display_url, "revision": revision, "head": head, "up_to_date": revision == head}
             sentence = f"{store.display_url}: revision {revision or 'none (empty database)'}, head {head} ({state})"
-            output.emit(chosen, lambda: data, lambda wide: sentence)
+            out.emit(lambda: data, lambda wide: sentence)
             if check and revision != head:
                 raise typer.Exit(1)
 

@@ -26,6 +26,7 @@ from monitor.results import CheckResult
 
 def register(app: typer.Typer) -> None:
     @app.command("diagnose")
+    @output.options()
     def diagnose(
         model: str = typer.Argument(..., help="The model to diagnose (a name from the config)."),
         run_id: int | None = typer.Option(
@@ -38,14 +39,12 @@ def register(app: typer.Typer) -> None:
             max=86400.0,
             help="Seconds for the whole diagnosis (default: daemon.diagnose_budget).",
         ),
-        config_file: str | None = common.ConfigOption,
-        as_json: bool = common.JsonOption,
-        fmt: str | None = common.OutputOption,
         store: bool = typer.Option(True, "--store/--no-store", help="Record the run and its diagnosis in the store."),
+        *,
+        out: output.Output,
     ) -> None:
         """Replay the failing samples one knob at a time (each in an isolated child) and rank the likely causes."""
-        chosen = output.chosen(fmt, as_json)
-        settings = common.settings(config_file)
+        settings = common.settings(out.config_file)
         plan = plan_for(settings, model)
         seconds = budget or settings.daemon.diagnose_budget
         incidents = known_incidents(settings)
@@ -68,10 +67,7 @@ def register(app: typer.Typer) -> None:
                 _record(settings, result, diagnosis if verdict != "pass" else None)
         if "error" in diagnosis:
             raise _could_not(f"diagnosing {model!r} failed: {diagnosis['error']}")
-        if output.structured(chosen):
-            common.print_json(diagnosis, chosen)
-        else:
-            typer.echo(render(diagnosis))
+        out.emit(lambda: diagnosis, lambda wide: render(diagnosis))
         if verdict == "error":  # nothing could be replayed: the diagnosis is the evidence alone
             raise typer.Exit(3)
 

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 def register(app: typer.Typer) -> None:
     @app.command("diff-model")
+    @output.options()
     def diff_model_cmd(
         files: list[Path] = typer.Argument(
             None, help="OLD NEW model files (.onnx; external data next to them); with --baseline, only NEW or none."
@@ -35,17 +36,15 @@ def register(app: typer.Typer) -> None:
         baseline_of: str | None = typer.Option(
             None, "--baseline", help="Model name from the config: diff its file against its active baseline."
         ),
-        config_file: str | None = common.ConfigOption,
         top: int = typer.Option(10, "--top", min=0, help="Changes listed per kind in the text form."),
         limit: int = typer.Option(200, "--limit", min=1, help="Entries per list in --json (the rest are counted)."),
-        as_json: bool = common.JsonOption,
-        fmt: str | None = common.OutputOption,
         quiet: bool = common.QuietOption,
+        *,
+        out: output.Output,
     ) -> None:
         """Diff ONNX models statically: weights, nodes, types, opsets; exit 1 when they differ."""
         from monitor import modeldiff
 
-        as_json = output.structured(output.chosen(fmt, as_json))
         given = list(files or [])
         if baseline_of is None:
             if len(given) != 2:
@@ -54,11 +53,8 @@ def register(app: typer.Typer) -> None:
         else:
             if len(given) > 1:
                 raise ConfigError(f"diff-model --baseline {baseline_of} takes at most one NEW file, got {len(given)}")
-            diff = _against_baseline(config_file, baseline_of, given[0] if given else None)
-        if as_json:
-            common.print_json(diff.to_dict(limit=limit))
-        elif not quiet:
-            typer.echo(diff.render(top=top))
+            diff = _against_baseline(out.config_file, baseline_of, given[0] if given else None)
+        out.emit(lambda: diff.to_dict(limit=limit), lambda wide: diff.render(top=top), quiet=quiet)
         raise typer.Exit(1 if diff else 0)
 
 

@@ -205,17 +205,17 @@ def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Show the environment snapshot, or diff two snapshots.", no_args_is_help=True)
 
     @group.command("show")
+    @output.options(reads_config=False)
     def show(
-        as_json: bool = typer.Option(False, "--json", help="Print the snapshot as JSON (same as -o json)."),
-        fmt: str | None = common.OutputOption,
-        config_file: str | None = common.UnusedConfigOption,
+        *,
+        out: output.Output,
     ) -> None:
         """Capture this machine's environment and print it, grouped by section, stable vs volatile."""
-        chosen = output.chosen(fmt, as_json)
         snapshot = envsnap.capture()
-        output.emit(chosen, snapshot.to_dict, lambda wide: envsnap.format_table(snapshot))
+        out.emit(snapshot.to_dict, lambda wide: envsnap.format_table(snapshot))
 
     @group.command("diff")
+    @output.options()
     def diff(
         a: str | None = typer.Argument(
             None, help="Snapshot JSON file, 'current', baseline id or fingerprint (default: the active baseline)."
@@ -227,21 +227,19 @@ def register(app: typer.Typer) -> None:
         volatile: bool = typer.Option(
             False, "--volatile", help="Also list volatile fields (load, clocks, capture time): left out by default."
         ),
-        config_file: str | None = common.ConfigOption,
-        as_json: bool = typer.Option(False, "--json", help="Print the changes as JSON (same as -o json)."),
-        fmt: str | None = common.OutputOption,
+        *,
+        out: output.Output,
     ) -> None:
         """List the fields that changed from A to B, versions first; exit 1 when the fingerprints differ.
 
         Without A: each model's active baseline against B (one diff per model when several are
         configured; -o json then prints a list of the per-model objects).
         """
-        chosen = output.chosen(fmt, as_json)
-        lookups: list[Lookup] = [current_lookup, StoreLookup(config_file)]
+        lookups: list[Lookup] = [current_lookup, StoreLookup(out.config_file)]
         second = resolve_snapshot(b, lookups)
         pairs: list[tuple[str | None, str, envsnap.EnvSnapshot]] = []
         if a is None:
-            for name, baseline_id, environment in active_baseline_refs(config_file, model):
+            for name, baseline_id, environment in active_baseline_refs(out.config_file, model):
                 pairs.append((name, f"{name} (baseline {baseline_id}): ", _snapshot_from(environment, baseline_id)))
         else:
             pairs.append((None, "", resolve_snapshot(a, lookups)))
@@ -258,7 +256,7 @@ def register(app: typer.Typer) -> None:
                 for title, first, _, changes, hidden in diffs
             )
 
-        output.emit(chosen, data, text)
+        out.emit(data, text)
         if any(first.fingerprint != second.fingerprint for _, first, _, _, _ in diffs):
             raise typer.Exit(1)
 

@@ -32,29 +32,28 @@ _VERDICT_STYLE = {"pass": "green", "fail": "bold red", "error": "bold magenta"}
 
 def register(app: typer.Typer) -> None:
     @app.command("history")
+    @output.options()
     def history(
         model: str = typer.Argument(..., help="Model name as in the config."),
         since: str | None = typer.Option(None, "--since", help="Only this far back, e.g. 7d, 12h, 30m."),
         node: str | None = typer.Option(None, "--node", help="Only runs on this node (plus model-wide events)."),
         limit: int = typer.Option(200, "--limit", min=1, help="At most this many runs."),
-        as_json: bool = common.JsonOption,
-        fmt: str | None = common.OutputOption,
-        config_file: str | None = common.ConfigOption,
         url: str | None = typer.Option(None, "--url", help="Database URL (default: store.url from the config)."),
+        *,
+        out: output.Output,
     ) -> None:
         """Show a model's runs with environment changes and baseline promotions interleaved."""
-        chosen = output.chosen(fmt, as_json)
         start = _since(since)
-        with common.open_store(common.settings(config_file), url) as store:
+        with common.open_store(common.settings(out.config_file), url) as store:
             items = store.history(model, since=start, limit=limit, node=node)
             if not items and model not in store.models():
                 known = ", ".join(store.models()) or "none yet"
                 raise MonitorError(f"model '{model}' has no history in {store.display_url} (models: {known})")
-        if output.structured(chosen):
-            common.print_json([_item_json(i) for i in items], chosen)
-            return
         width = output.console().width if output.is_terminal() else None
-        output.print_table(_table(model, list(reversed(items)), wide=chosen == "wide", width=width))
+        out.emit(
+            lambda: [_item_json(i) for i in items],
+            lambda wide: _table(model, list(reversed(items)), wide=wide, width=width),
+        )
 
 
 def _since(value: str | None) -> datetime | None:

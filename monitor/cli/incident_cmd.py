@@ -22,6 +22,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="incident")
 
     @group.command("note")
+    @output.options()
     def note(
         run_id: int = typer.Argument(
             ..., min=1, max=common.MAX_ID, help="The run it is about (the run column of onnxmon history)."
@@ -30,15 +31,13 @@ def register(app: typer.Typer) -> None:
         text: str = typer.Option(..., "--text", help="What was found."),
         fix: str | None = typer.Option(None, "--fix", help="What fixed it (e.g. cudnn_conv_algo_search=DEFAULT)."),
         by: str | None = typer.Option(None, "--by", help="Who notes it (default: the login name)."),
-        config_file: str | None = common.ConfigOption,
-        as_json: bool = common.JsonOption,
-        fmt: str | None = common.OutputOption,
+        *,
+        out: output.Output,
     ) -> None:
         """Note an incident on a run: its cause, what was found and the fix, matched to later failures."""
-        chosen = output.chosen(fmt, as_json)
         from monitor.store import knowledge
 
-        settings = common.settings(config_file)
+        settings = common.settings(out.config_file)
         with common.open_store(settings) as store:
             signature = knowledge.signature_of(store, run_id)
             if signature is None:
@@ -46,65 +45,66 @@ def register(app: typer.Typer) -> None:
             record = knowledge.record_incident(
                 store, run_id, cause=cause, text=text, fix=fix, by=by or _login(), signature=signature
             )
-        if output.structured(chosen):
-            common.print_json(record.to_dict(), chosen)
-        else:
-            typer.echo(f"incident {record.id} noted on run {run_id} of {record.model}: {record.cause}")
+        out.emit(
+            record.to_dict, lambda wide: f"incident {record.id} noted on run {run_id} of {record.model}: {record.cause}"
+        )
 
     @group.command("list")
+    @output.options()
     def list_(
         model: str | None = typer.Option(None, "--model", help="Only this model's incidents."),
         limit: int = typer.Option(100, "--limit", min=1, max=10000, help="Newest first, at most this many."),
-        config_file: str | None = common.ConfigOption,
-        as_json: bool = common.JsonOption,
-        fmt: str | None = common.OutputOption,
+        *,
+        out: output.Output,
     ) -> None:
         """Incidents, newest first."""
-        chosen = output.chosen(fmt, as_json)
         from monitor.store import knowledge
 
-        settings = common.settings(config_file)
+        settings = common.settings(out.config_file)
         with common.open_store(settings) as store:
             records = knowledge.incidents(store, limit=limit, model=model)
-        if output.structured(chosen):
-            common.print_json([r.to_dict() for r in records], chosen)
-            return
-        # Whole texts with -o wide and when piped (a script or a grep must see all of it); on a
-        # terminal's plain table, the first 80 characters with an ellipsis.
-        cut = None if chosen == "wide" or not output.is_terminal() else 80
-        table = common.PlainTable(pad_edge=False)
-        for column in ("id", "at", "model", "run", "cause", "fix", "text"):
-            table.add_column(column, overflow="fold", no_wrap=column in ("id", "at", "run"))
-        for r in records:
-            at = r.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")
-            text = r.text if cut is None or len(r.text) <= cut else r.text[: cut - 1] + "…"
-            table.add_row(str(r.id), at, r.model, str(r.run_id or "-"), r.cause, r.fix or "-", text)
-        output.print_table(table)
+
+        def table(wide: bool) -> common.PlainTable:
+            # Whole texts with -o wide and when piped (a script or a grep must see all of it); on a
+            # terminal's plain table, the first 80 characters with an ellipsis.
+            cut = None if wide or not output.is_terminal() else 80
+            shown = common.PlainTable(pad_edge=False)
+            for column in ("id", "at", "model", "run", "cause", "fix", "text"):
+                shown.add_column(column, overflow="fold", no_wrap=column in ("id", "at", "run"))
+            for r in records:
+                at = r.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+                text = r.text if cut is None or len(r.text) <= cut else r.text[: cut - 1] + "…"
+                shown.add_row(str(r.id), at, r.model, str(r.run_id or "-"), r.cause, r.fix or "-", text)
+            return shown
+
+        out.emit(lambda: [r.to_dict() for r in records], table)
 
     @group.command("show")
+    @output.options()
     def show(
         incident_id: int = typer.Argument(..., min=1, max=common.MAX_ID, help="The incident id."),
-        config_file: str | None = common.ConfigOption,
-        as_json: bool = common.JsonOption,
-        fmt: str | None = common.OutputOption,
+        *,
+        out: output.Output,
     ) -> None:
         """One incident with the signature it is matched by."""
-        chosen = output.chosen(fmt, as_json)
         from monitor.store import knowledge
 
-        settings = common.settings(config_file)
+        settings = common.settings(out.config_file)
         with common.open_store(settings) as store:
             record = knowledge.incident(store, incident_id)
         if record is None:
             raise MonitorError(f"no incident {incident_id}")
         data = record.to_dict()
-        if output.structured(chosen):
-            common.print_json(data, chosen)
-            return
-        for key in ("id", "at", "model", "run_id", "created_by", "cause", "fix", "text"):
-            typer.echo(terminal.safe(f"{key}: {data[key]}"))  # a person's text: escapes shown, not obeyed
-        for part, values in data["signature"].items():
-            typer.echo(f"signature.{part}: {', '.join(values) or '-'}")
+
+        def text(wide: bool) -> list[str]:
+            # a person's text: escapes shown, not obeyed
+            lines = [terminal.safe(f"{key}: {data[key]}") for key in ("id", "at", "model", "run_id", "created_by",
+                                                                      "cause", "fix", "text")]  # fmt: skip
+            return lines + [
+                f"signature.{part}: {', '.join(values) or '-'}" for part, values in data["signature"].items()
+            ]
+
+        out.emit(lambda: data, text)
 
 
 def _login() -> str:

@@ -22,9 +22,9 @@ from monitor.errors import ConfigError, MonitorError
 
 def register(app: typer.Typer) -> None:
     @app.command("lint")
+    @output.options()
     def lint_cmd(
         model: str = typer.Argument(..., help="A model file (.onnx), or a model name from the config."),
-        config_file: str | None = common.ConfigOption,
         benchset: str | None = typer.Option(
             None, "--benchset", help="Benchmark set whose input shapes the model must accept (default: the model's)."
         ),
@@ -34,22 +34,18 @@ def register(app: typer.Typer) -> None:
             help="A configured model only: run its benchmark set's first samples with every tensor exposed and"
             " flag float32 activations past 512 (AutoCast's data_max) before an fp16 build. Runs the model.",
         ),
-        as_json: bool = common.JsonOption,
-        fmt: str | None = common.OutputOption,
         quiet: bool = common.QuietOption,
+        *,
+        out: output.Output,
     ) -> None:
         """Find export hazards (training mode, Resize modes, baked batch, fp16, QDQ, opset); exit 1 on an error."""
         from monitor import lint
         from monitor.runtime import support
 
-        path, varied = _target(model, config_file, benchset)
-        maxima = _activation_maxima(model, config_file, benchset) if activations else None
+        path, varied = _target(model, out.config_file, benchset)
+        maxima = _activation_maxima(model, out.config_file, benchset) if activations else None
         report = lint.lint_model(path, support=support.probe(), varied=varied, activations=maxima)
-        chosen = output.chosen(fmt, as_json)
-        if output.structured(chosen):
-            output.print_data(report.to_dict(), chosen)
-        elif not quiet:
-            typer.echo(report.render())
+        out.emit(report.to_dict, lambda wide: report.render(), quiet=quiet)
         raise typer.Exit(0 if report else 1)
 
 

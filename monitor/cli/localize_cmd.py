@@ -27,9 +27,9 @@ KEYWORDS = ("auto", "baseline", "unoptimized", "reference", "self")
 
 def register(app: typer.Typer) -> None:
     @app.command("localize")
+    @output.options()
     def localize_cmd(
         model: str = typer.Argument(..., help="Model name from the config."),
-        config_file: str | None = common.ConfigOption,
         sample: int = typer.Option(0, "--sample", min=0, help="Benchmark sample to replay."),
         against: str = typer.Option(
             "auto",
@@ -64,15 +64,13 @@ def register(app: typer.Typer) -> None:
             "--model-explorer",
             help="Write Google Model Explorer node data (per-node relative error; a .max_abs.json sibling) here.",
         ),
-        as_json: bool = common.JsonOption,
-        fmt: str | None = common.OutputOption,
         quiet: bool = common.QuietOption,
+        *,
+        out: output.Output,
     ) -> None:
         """Re-run one input with the model's tensors exposed: first node that changed, first out of tolerance."""
         from monitor.daemon import localization
         from monitor.localize import engine as localize
-
-        as_json = output.structured(output.chosen(fmt, as_json))
 
         if mode not in ("auto", "all", "bisect"):
             raise typer.BadParameter(f"--mode must be auto, all or bisect, not {mode!r}")
@@ -81,7 +79,7 @@ def register(app: typer.Typer) -> None:
         if graph_view not in ("auto", "model", "optimized"):
             raise typer.BadParameter(f"--graph-view must be auto, model or optimized, not {graph_view!r}")
         reference = reference_model(against, reference_path)
-        settings = common.settings(config_file)
+        settings = common.settings(out.config_file)
         plan = plan_for(settings, model)
         console = common.console()
         options = {
@@ -98,7 +96,9 @@ def register(app: typer.Typer) -> None:
             "runs": runs,
         }
         try:
-            with console.status(f"localizing {model} …", spinner="dots") if not (quiet or as_json) else _nothing():
+            with (
+                console.status(f"localizing {model} …", spinner="dots") if not (quiet or out.structured) else _nothing()
+            ):
                 # In an isolated child, like every check: an ORT crash there is exit 3 with a message.
                 report = localization.localize_isolated(plan, options, memory_limit_mb=settings.daemon.memory_limit_mb)
         except MonitorError as exc:
@@ -113,12 +113,9 @@ def register(app: typer.Typer) -> None:
             from monitor.localize import explorer
 
             explorer.write(report, explorer.graph_name(plan.model.path), model_explorer)
-        if as_json:
-            common.print_json(report.to_dict())
-        elif not quiet:
-            console.print(report.summary(), markup=False)
-            for line in (report.comparison_detail, report.rule_detail, report.graph_level_detail, *report.notes):
-                console.print(f"  {line}", markup=False)
+
+        def text(wide: bool) -> list[common.PlainTable | str]:
+            details = (report.comparison_detail, report.rule_detail, report.graph_level_detail, *report.notes)
             table = common.PlainTable(
                 "#", "node", "op", "rel error", "max abs", "changed", "out of tol", "inputs changed",
                 title="top nodes by error",
@@ -129,27 +126,27 @@ def register(app: typer.Typer) -> None:
                     common.fmt(node.max_abs_error), _yes(node.changed), _yes(node.out_of_tolerance),
                     _yes(node.inputs_changed),
                 )  # fmt: skip
-            console.print(table)
+            return [report.summary(), *(f"  {line}" for line in details), table]
+
+        out.emit(report.to_dict, text, quiet=quiet)
         raise typer.Exit(0 if report.first_out_of_tolerance is None else 1)
 
     @app.command("sqnr")
+    @output.options()
     def sqnr_cmd(
         model: str = typer.Argument(..., help="Model name from the config (the quantized QDQ model)."),
         float_model: Path = typer.Option(..., "--float", help="The float model it was quantized from."),
-        config_file: str | None = common.ConfigOption,
         sample: int = typer.Option(0, "--sample", min=0, help="Benchmark sample to replay."),
-        as_json: bool = common.JsonOption,
-        fmt: str | None = common.OutputOption,
+        *,
+        out: output.Output,
     ) -> None:
         """Per-layer SQNR (dB) of a QDQ model against its float model, paired by DequantizeLinear outputs."""
         from monitor.files import benchsets
         from monitor.localize import sqnr
 
-        as_json = output.structured(output.chosen(fmt, as_json))
-
         if not float_model.is_file():
             raise typer.BadParameter(f"--float {float_model}: no such file")
-        plan = plan_for(common.settings(config_file), model)
+        plan = plan_for(common.settings(out.config_file), model)
         try:
             feeds = benchsets.ensure(plan.benchset, plan.benchsets_dir).load_sample(sample)
             layers = sqnr.per_layer_sqnr(float_model, plan.model.path, feeds)
@@ -159,16 +156,17 @@ def register(app: typer.Typer) -> None:
             _crashed(exc)
         except Exception as exc:
             _crashed(exc)
-        if as_json:
-            common.print_json({"model": model, "float": str(float_model), "layers": [x.to_dict() for x in layers]})
-            return
-        table = common.PlainTable("#", "node", "op", "tensor", "paired with", "SQNR dB", title="per-layer SQNR")
-        for layer in layers:
-            table.add_row(
-                str(layer.index), layer.node, layer.op_type, layer.tensor, layer.quantized_tensor,
-                common.fmt(layer.sqnr_db),
-            )  # fmt: skip
-        common.console().print(table)
+
+        def table(wide: bool) -> common.PlainTable:
+            shown = common.PlainTable("#", "node", "op", "tensor", "paired with", "SQNR dB", title="per-layer SQNR")
+            for layer in layers:
+                shown.add_row(
+                    str(layer.index), layer.node, layer.op_type, layer.tensor, layer.quantized_tensor,
+                    common.fmt(layer.sqnr_db),
+                )  # fmt: skip
+            return shown
+
+        out.emit(lambda: {"model": model, "float": str(float_model), "layers": [x.to_dict() for x in layers]}, table)
 
 
 def reference_model(against: str, reference: Path | None) -> Path | None:

@@ -1,20 +1,26 @@
 """How a command prints: ``-o table|json|yaml|wide`` (``--json`` is ``-o json``), and global options.
 
-Every command that prints takes ``-o``/``--output`` and ``--json`` after its name; the root takes
-them, and ``-c/--config``, before it (``onnxmon -o json -c prod.yaml history m``). A value given
-after the command wins over one given before. ``table`` is a rich table on a terminal and plain
-tab-separated lines (a header, then one row per line, no box drawing) when stdout is a pipe or a
-file, so ``cut -f2`` and ``awk -F'\\t'`` work; ``wide`` adds the columns a table leaves out
-(full hashes). ``json`` goes through ``monitor.jsonsafe`` (strict, RFC 3339 UTC timestamps) and
-``yaml`` is the same data as YAML.
+Every command that prints takes ``-c/--config``, ``-o``/``--output`` and ``--json`` after its name,
+from one place: ``options`` adds them and hands the command one resolved ``Output``; the root takes
+them before it (``onnxmon -o json -c prod.yaml history m``). A value given after the command wins
+over one given before; a format not in ``FORMATS`` is refused while the line is parsed (exit 2).
+A command prints only through ``emit``: its data, or its table or sentence. ``table`` is a rich
+table on a terminal and plain tab-separated lines (a header, then one row per line, no box
+drawing) when stdout is a pipe or a file, so ``cut -f2`` and ``awk -F'\\t'`` work; ``wide`` adds
+the columns a table leaves out (full hashes). ``json`` goes through ``monitor.jsonsafe`` (strict,
+RFC 3339 UTC timestamps) and ``yaml`` is the same data as YAML, in block style.
 """
 
 from __future__ import annotations
 
 import contextvars
+import dataclasses
+import enum
+import functools
+import inspect
 import json
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import typer
@@ -26,13 +32,34 @@ from rich.text import Text
 from monitor import jsonsafe
 from monitor.cli import terminal
 
-FORMATS = ("table", "json", "yaml", "wide")
+
+class Format(enum.StrEnum):
+    """What ``-o`` takes: a table (TSV when piped), the same with every column, or the data."""
+
+    TABLE = "table"
+    JSON = "json"
+    YAML = "yaml"
+    WIDE = "wide"
+
+
+FORMATS = tuple(f.value for f in Format)
+
+
+def parse_format(value: str) -> Format:
+    """``-o VALUE`` checked while the command line is parsed: a wrong value is a usage error (exit 2)."""
+    try:
+        return Format(value.lower())
+    except ValueError:
+        # "-o", not "'-o' / '--output'": the choices fit one line of the error box of an 80-column terminal
+        raise typer.BadParameter(f"expected one of {' | '.join(FORMATS)}, got {value!r}", param_hint="-o") from None
+
 
 OutputOption = typer.Option(
     None,
     "-o",
     "--output",
     metavar="FORMAT",
+    parser=parse_format,
     help="Output format: table | json | yaml | wide (default: table; tab-separated when piped).",
     show_default=False,
 )
@@ -77,18 +104,77 @@ def config_file(explicit: str | None) -> str | None:
     return explicit if explicit is not None else _root_param("config_file")
 
 
-def chosen(output: str | None, as_json: bool = False) -> str:
+def chosen(output: str | None, as_json: bool = False) -> Format:
     """The format this invocation asked for: after the command beats before it; ``--json`` is json."""
     if output is None and as_json:
-        output = "json"
+        output = Format.JSON
     if output is None:
         output = _root_param("output")
         if output is None and _root_param("as_json"):
-            output = "json"
-    output = (output or "table").lower()
-    if output not in FORMATS:
-        raise typer.BadParameter(f"expected one of {' | '.join(FORMATS)}, got {output!r}", param_hint="'-o/--output'")
-    return output
+            output = Format.JSON
+    return parse_format(output or Format.TABLE)
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """One invocation's ``-c``/``-o``/``--json``, resolved once (after the command beats before it).
+
+    Commands get it from ``options`` and print only through ``emit``, so every command's
+    ``-o yaml`` is YAML and every table is TSV in a pipe.
+    """
+
+    format: Format
+    config_file: str | None
+
+    @property
+    def wide(self) -> bool:
+        return self.format is Format.WIDE
+
+    @property
+    def structured(self) -> bool:
+        return structured(self.format)
+
+    def emit(
+        self, data: Callable[[], Any], text: Callable[[bool], Shown] | None = None, *, quiet: bool = False,
+        err: bool = False,
+    ) -> None:  # fmt: skip
+        """``emit`` in this invocation's format."""
+        emit(self.format, data, text, quiet=quiet, err=err)
+
+
+def options(*, reads_config: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a command the shared ``-c/--config``, ``-o/--output`` and ``--json`` and hand it the resolved ``Output``.
+
+    The command takes a keyword-only ``out: Output`` instead of declaring the three itself; the options
+    are added last to its signature, as typer reads it. ``reads_config=False``: ``-c`` is accepted and
+    ignored (the command reads no config), as scripts pass it everywhere.
+    """
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(command, eval_str=True)
+        own = [p for name, p in signature.parameters.items() if name != "out"]
+        if len(own) == len(signature.parameters):
+            raise TypeError(f"{command.__qualname__} takes no `out` parameter for output.options to give")
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        shared = [
+            inspect.Parameter("config_path", kind, default=ConfigOption if reads_config else UnusedConfigOption,
+                              annotation=str | None),
+            inspect.Parameter("output_format", kind, default=OutputOption, annotation=str | None),
+            inspect.Parameter("as_json", kind, default=JsonOption, annotation=bool),
+        ]  # fmt: skip
+
+        @functools.wraps(command)
+        def with_output(*args: Any, **kwargs: Any) -> Any:
+            fmt = chosen(kwargs.pop("output_format"), kwargs.pop("as_json"))
+            out = Output(format=fmt, config_file=config_file(kwargs.pop("config_path")))
+            return command(*args, **kwargs, out=out)
+
+        parameters = [p.replace(kind=kind) for p in own] + shared
+        with_output.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        with_output.__annotations__ = {p.name: p.annotation for p in parameters}
+        return with_output
+
+    return decorate
 
 
 def structured(fmt: str) -> bool:
@@ -136,13 +222,28 @@ def _plain(cell: Any) -> str:
     return terminal.safe(text.replace("\t", " ").replace("\r", " ").replace("\n", " "))
 
 
-def emit(fmt: str, data: Callable[[], Any], text: Callable[[bool], Table | str]) -> None:
-    """Print ``data()`` for json/yaml, else ``text(wide)``: a table (TSV when piped) or a sentence."""
-    if structured(fmt):
-        print_data(data(), fmt)
+Shown = Table | str | Sequence[Table | str]
+"""What a command shows when it does not print data: a table, a sentence, or several of them in order."""
+
+
+def emit(
+    fmt: str, data: Callable[[], Any], text: Callable[[bool], Shown] | None = None, *, quiet: bool = False,
+    err: bool = False,
+) -> None:  # fmt: skip
+    """The one way a command prints: ``data()`` for json/yaml, else ``text(wide)``.
+
+    A table is a rich table on a terminal and TSV when piped; a sentence is printed as written.
+    ``text=None``: the data is the only form (``table`` prints it as JSON). ``quiet``: nothing
+    unless data was asked for. ``err``: the text goes to stderr (an error report), the data to stdout.
+    """
+    if structured(fmt) or text is None:
+        print_data(data(), fmt if structured(fmt) else "json")
         return
-    shown = text(fmt == "wide")
-    if isinstance(shown, Table):
-        print_table(shown)
-    else:
-        typer.echo(shown)
+    if quiet:
+        return
+    shown = text(fmt == Format.WIDE)
+    for part in [shown] if isinstance(shown, Table | str) else shown:
+        if isinstance(part, Table):
+            print_table(part)
+        else:
+            typer.echo(part, nl=not part.endswith("\n"), err=err)

@@ -22,12 +22,12 @@ def register(app: typer.Typer) -> None:
                         no_args_is_help=True)  # fmt: skip
 
     @group.command("torch")
+    @output.options()
     def torch_cmd(
         model: str = typer.Argument(..., help="Model name from the config."),
         factory: str = typer.Option(
             ..., "--factory", help="FILE.py:FUNCTION returning the nn.Module the model was exported from (eval mode)."
         ),
-        config_file: str | None = common.ConfigOption,
         intermediates: bool = typer.Option(
             False, "--intermediates", help="Also store the layers' outputs mapped to ONNX tensor names (localize)."
         ),
@@ -40,15 +40,14 @@ def register(app: typer.Typer) -> None:
             min=0.0,
             help="Seconds the factory's code may run in all (0: no limit); past it exit 3.",
         ),
-        as_json: bool = common.JsonOption,
-        fmt: str | None = common.OutputOption,
+        *,
+        out: output.Output,
     ) -> None:
         """Run the PyTorch model over the benchmark set and store its outputs as a reference baseline."""
         from monitor import torchref
         from monitor.daemon import child
 
-        chosen = output.chosen(fmt, as_json)
-        settings = common.settings(config_file)
+        settings = common.settings(out.config_file)
         plan = plan_for(settings, model)
         limit = settings.daemon.memory_limit_mb
         made = torchref.reference_torch(
@@ -64,20 +63,21 @@ def register(app: typer.Typer) -> None:
         )
         db = common.open_store(settings)
         db.record_baseline(made.baseline.meta.store_record(path=made.baseline.directory, active=made.active))
-        if output.structured(chosen):
-            common.print_json(made.to_dict(), chosen)
-        else:
+
+        def text(wide: bool) -> list[str]:
             state = "active" if made.active else "inactive"
-            typer.echo(
+            lines = [
                 f"reference {made.baseline.id} ({made.baseline.meta.sample_count} samples, {state}) from torch"
                 f" {made.facts['torch_version']}, {made.facts['exporter']} exporter, in {made.baseline.directory}"
-            )
+            ]
             if intermediates:
-                typer.echo(made.coverage)
+                lines.append(made.coverage)
                 if made.facts["coverage"].get("hint"):
-                    typer.echo(f"  {made.facts['coverage']['hint']}")
-            for mismatch in made.facts["input_check"]["mismatches"]:
-                typer.echo(f"input_mismatch: {mismatch['description']}")
+                    lines.append(f"  {made.facts['coverage']['hint']}")
+            lines += [f"input_mismatch: {m['description']}" for m in made.facts["input_check"]["mismatches"]]
+            return lines
+
+        out.emit(made.to_dict, text)
         raise typer.Exit(0 if made else 1)
 
     app.add_typer(group, name="reference")

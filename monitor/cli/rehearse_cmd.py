@@ -16,22 +16,21 @@ from monitor.errors import MonitorError
 
 def register(app: typer.Typer) -> None:
     @app.command("rehearse")
+    @output.options()
     def rehearse_cmd(
         models: list[str] = typer.Argument(None, help="Models to rehearse (default: all in the config)."),
         python: str = typer.Option(
             ..., "--python", help="The candidate interpreter: onnxmon and the candidate onnxruntime installed."
         ),
-        config_file: str | None = common.ConfigOption,
         store: bool = typer.Option(True, "--store/--no-store", help="Record the results as candidate runs."),
-        as_json: bool = common.JsonOption,
-        fmt: str | None = common.OutputOption,
+        *,
+        out: output.Output,
     ) -> None:
         """Replay every model on a candidate stack and say, per model, go or no-go, and why."""
         from monitor.rehearse import candidate as candidates
         from monitor.rehearse.rehearsal import rehearse
 
-        chosen = output.chosen(fmt, as_json)
-        settings = common.settings(config_file)
+        settings = common.settings(out.config_file)
         if settings.source is None:
             raise MonitorError("rehearse needs a config file (-c FILE): the candidate reads the same one")
         names = models or [m.name for m in settings.models]
@@ -47,7 +46,7 @@ def register(app: typer.Typer) -> None:
         finally:
             if opened is not None:
                 opened.close()
-        output.emit(chosen, report.to_dict, lambda wide: report.text())
+        out.emit(report.to_dict, lambda wide: report.text())
         if store and unstored:
             typer.echo(f"onnxmon: warning: {unstored} candidate run(s) not recorded in the store", err=True)
         raise typer.Exit(report.exit_code())

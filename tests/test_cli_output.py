@@ -1,0 +1,169 @@
+"""One output path for every command: ``-o yaml`` is YAML, ``-o json`` the same data, a piped table is TSV.
+
+The commands are enumerated from the CLI's own command tree (``tree.walk``), so a command added
+later is run here too or the test names it. Each runs for real, as a script runs it: the installed
+``onnxmon`` in a subprocess (stdout a pipe, never a terminal) against a workspace with ONNX models,
+a baseline captured by ONNX Runtime and a SQLite store. ``-o yaml`` must parse with
+``yaml.safe_load`` and must *not* parse with ``json.loads``: JSON is valid YAML, so a command that
+printed JSON for ``-o yaml`` would pass a YAML-only check.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from tests import modelzoo
+from tests.test_cli_scripting import ARGS, NOT_PRINTING, RUN_ELSEWHERE, Setup, fill, leaves, strict
+from tests.workspace import Workspace
+
+ONNXMON = str(Path(sys.executable).parent / "onnxmon")
+TIMEOUT_S = 600
+
+# Where this module runs a command otherwise than tests/test_cli_scripting.py's ARGS: sqnr of the
+# classifier has no QDQ layer and prints nothing (exit 3); here it gets a quantized model.
+OVERRIDES: dict[tuple[str, ...], tuple[str, ...]] = {
+    ("sqnr",): ("qdq", "--float", "{float_model}", "-c", "{config}"),
+}
+
+# The header of each command's table (its TSV first line, or for `check` the line the table starts at).
+# Commands not listed print a sentence or a report, never a table; every command's piped stdout is
+# checked for box drawing.
+TABLES: dict[tuple[str, ...], tuple[str, ...]] = {
+    ("baseline", "history"): ("", "id", "source", "created", "active from", "active until", "environment"),
+    ("baseline", "list"): ("", "id", "created", "source", "samples", "model sha256", "environment"),
+    ("benchset", "list"): ("name", "version", "samples", "source", "created", "sha256"),
+    ("check",): ("model", "output", "verdict"),
+    ("history",): ("when (UTC)", "run"),
+    ("incident", "list"): ("id", "at", "model", "run", "cause", "fix", "text"),
+    ("localize",): ("#", "node", "op", "rel error", "max abs", "changed", "out of tol", "inputs changed"),
+    ("sqnr",): ("#", "node", "op", "tensor", "paired with", "SQNR dB"),
+}
+
+# Commands whose data differs from one run to the next (new ids, timestamps, timings, load):
+# their -o json and -o yaml runs are compared by shape (the same keys and list lengths), the rest by value.
+VARIES = {
+    ("baseline", "capture"),
+    ("baseline", "import"),
+    ("benchset", "import"),  # the first run makes the set ("created"), the next finds it ("unchanged")
+    ("check",),
+    ("diagnose",),
+    ("env", "show"),
+    ("incident", "note"),
+    ("localize",),
+    ("rehearse",),
+}
+
+BOX_DRAWING = re.compile("[\u2500-\u257f]")
+
+
+def onnxmon(*argv: str) -> subprocess.CompletedProcess[str]:
+    """``onnxmon ARGV`` in its own process, stdout and stderr pipes (so not a terminal)."""
+    return subprocess.run(
+        [ONNXMON, *argv], capture_output=True, text=True, timeout=TIMEOUT_S, check=False, stdin=subprocess.DEVNULL
+    )
+
+
+def quantized(float_path: Path, qdq_path: Path) -> None:
+    """``float_path`` quantized to int8 QDQ by ONNX Runtime's own quantizer."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    class Reader(CalibrationDataReader):  # type: ignore[misc]
+        def __init__(self) -> None:
+            rng = np.random.default_rng(3)
+            self._batches = iter([{"x": rng.normal(0, 1, (2, 16)).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self._batches, None)
+
+    quantize_static(str(float_path), str(qdq_path), Reader(), quant_format=QuantFormat.QDQ)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
+    """Model ``clf`` with a baseline captured, promoted and checked by the CLI, an incident noted on that
+    run; model ``qdq``, an int8 QDQ build of ``models/float.onnx``."""
+    ws = Workspace(tmp_path_factory.mktemp("ws"))
+    ws.add_model("clf", modelzoo.classifier())
+    float_path = modelzoo.save(modelzoo.deep_mlp(layers=4), ws.root / "models" / "float.onnx")
+    ws.add_model("qdq", modelzoo.deep_mlp(layers=4))
+    quantized(float_path, ws.root / "models" / "qdq.onnx")
+    config = str(ws.write())
+    captured = onnxmon("baseline", "capture", "clf", "--promote", "-o", "json", "-c", config)
+    assert captured.returncode == 0, captured.stderr
+    checked = onnxmon("check", "clf", "-o", "json", "-c", config)
+    assert checked.returncode == 0, checked.stderr
+    (result,) = strict(checked.stdout)
+    noted = onnxmon("incident", "note", str(result["run_id"]), "--cause", "unknown", "--text", "t", "-c", config)
+    assert noted.returncode == 0, noted.stderr
+    return Setup(ws, strict(captured.stdout)["id"], result["environment"]["fingerprint"])
+
+
+def printing() -> list[tuple[str, ...]]:
+    """Every leaf command of the CLI's tree but the daemon."""
+    return sorted(path for path, _ in leaves() if path not in NOT_PRINTING)
+
+
+def arguments(setup: Setup, path: tuple[str, ...], tmp: Path) -> list[str]:
+    args = OVERRIDES.get(path, ARGS[path])
+    ours = {"{float_model}": str(setup.ws.root / "models" / "float.onnx")}
+    return fill(setup, tuple(ours.get(a, a) for a in args), tmp)
+
+
+def skeleton(value: Any) -> Any:
+    """The shape of a JSON value: its keys and list lengths, every scalar replaced by its kind."""
+    if isinstance(value, dict):
+        return {k: skeleton(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [skeleton(v) for v in value]
+    return "number" if isinstance(value, int | float) and not isinstance(value, bool) else type(value).__name__
+
+
+def test_every_printing_command_is_run_here() -> None:
+    missing = [" ".join(p) for p in printing() if p not in ARGS and p not in RUN_ELSEWHERE and p not in OVERRIDES]
+    assert not missing, "add these to tests/test_cli_scripting.py ARGS: " + ", ".join(missing)
+    commands = set(printing())
+    assert commands.issuperset(TABLES) and commands.issuperset(VARIES), "a command named here is gone"
+
+
+@pytest.mark.parametrize("path", printing(), ids=" ".join)
+def test_yaml_is_yaml_json_is_the_same_data_and_a_piped_table_is_tab_separated(
+    setup: Setup, path: tuple[str, ...], tmp_path: Path
+) -> None:
+    if path in RUN_ELSEWHERE:
+        pytest.skip(RUN_ELSEWHERE[path])
+    args = arguments(setup, path, tmp_path)
+    as_yaml, as_json, table = (onnxmon(*path, *args, *fmt) for fmt in (("-o", "yaml"), ("-o", "json"), ()))
+    for run in (as_yaml, as_json, table):
+        assert run.returncode in (0, 1), f"onnxmon {' '.join(path)}: exit {run.returncode}\n{run.stderr}"
+    assert as_yaml.returncode == as_json.returncode == table.returncode, (as_yaml.stderr, as_json.stderr)
+
+    assert as_yaml.stdout.strip(), f"-o yaml printed nothing\n{as_yaml.stderr}"
+    data = yaml.safe_load(as_yaml.stdout)
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(as_yaml.stdout)  # YAML block style: a command printing JSON for -o yaml fails here
+    same = strict(as_json.stdout)
+    if path in VARIES:
+        assert skeleton(data) == skeleton(same)
+    else:
+        assert data == same
+
+    assert not BOX_DRAWING.search(table.stdout), f"box drawing in a pipe:\n{table.stdout}"
+    header = TABLES.get(path)
+    if header is None:
+        return
+    lines = table.stdout.splitlines()
+    starts = [i for i, line in enumerate(lines) if tuple(line.split("\t")[: len(header)]) == header]
+    assert starts, f"no tab-separated header {header} in:\n{table.stdout}"
+    columns = len(lines[starts[0]].split("\t"))
+    rows = [line for line in lines[starts[0] + 1 :] if "\t" in line]
+    assert rows, f"a header without rows:\n{table.stdout}"
+    assert all(len(row.split("\t")) == columns for row in rows), table.stdout
