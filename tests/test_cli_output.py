@@ -1,11 +1,13 @@
 """One output path for every command: ``-o yaml`` is YAML, ``-o json`` the same data, a piped table is TSV.
 
 The commands are enumerated from the CLI's own command tree (``tree.walk``), so a command added
-later is run here too or the test names it. Each runs for real, as a script runs it: the installed
-``onnxmon`` in a subprocess (stdout a pipe, never a terminal) against a workspace with ONNX models,
-a baseline captured by ONNX Runtime and a SQLite store. ``-o yaml`` must parse with
-``yaml.safe_load`` and must *not* parse with ``json.loads``: JSON is valid YAML, so a command that
-printed JSON for ``-o yaml`` would pass a YAML-only check.
+later is run here too or the test names it. Each runs the real command tree in this process (typer's
+runner: stdout is not a terminal, as in a pipe) against a workspace with ONNX models, a baseline
+captured by ONNX Runtime and a SQLite store; the commands whose piped tables were box-drawn
+(``localize``, ``sqnr``) and ``check`` also run as the installed ``onnxmon`` with stdout a real pipe.
+Three processes per command made this module take ~10 minutes; in-process it takes a fraction.
+``-o yaml`` must parse with ``yaml.safe_load`` and must *not* parse with ``json.loads``: JSON is
+valid YAML, so a command that printed JSON for ``-o yaml`` would pass a YAML-only check.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +26,7 @@ import pytest
 import yaml
 
 from tests import modelzoo
-from tests.test_cli_scripting import ARGS, NOT_PRINTING, RUN_ELSEWHERE, Setup, fill, leaves, strict
+from tests.test_cli_scripting import ARGS, NOT_PRINTING, RUN_ELSEWHERE, Setup, fill, invoke, leaves, strict
 from tests.workspace import Workspace
 
 ONNXMON = str(Path(sys.executable).parent / "onnxmon")
@@ -65,11 +69,29 @@ VARIES = {
 BOX_DRAWING = re.compile("[\u2500-\u257f]")
 
 
-def onnxmon(*argv: str) -> subprocess.CompletedProcess[str]:
+@dataclass(frozen=True)
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def onnxmon(*argv: str) -> Ran:
     """``onnxmon ARGV`` in its own process, stdout and stderr pipes (so not a terminal)."""
-    return subprocess.run(
+    done = subprocess.run(
         [ONNXMON, *argv], capture_output=True, text=True, timeout=TIMEOUT_S, check=False, stdin=subprocess.DEVNULL
     )
+    return Ran(done.returncode, done.stdout, done.stderr)
+
+
+def in_process(*argv: str) -> Ran:
+    """``onnxmon ARGV`` through the CLI's own command tree in this process (stdout not a terminal)."""
+    result = invoke(*argv)
+    return Ran(result.exit_code, result.stdout, result.stderr)
+
+
+# Run also as a separate process with stdout a real pipe: the tables that were box-drawn there.
+AS_A_PROCESS = {("check",), ("localize",), ("sqnr",)}
 
 
 def quantized(float_path: Path, qdq_path: Path) -> None:
@@ -97,12 +119,12 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
     ws.add_model("qdq", modelzoo.deep_mlp(layers=4))
     quantized(float_path, ws.root / "models" / "qdq.onnx")
     config = str(ws.write())
-    captured = onnxmon("baseline", "capture", "clf", "--promote", "-o", "json", "-c", config)
+    captured = in_process("baseline", "capture", "clf", "--promote", "-o", "json", "-c", config)
     assert captured.returncode == 0, captured.stderr
-    checked = onnxmon("check", "clf", "-o", "json", "-c", config)
+    checked = in_process("check", "clf", "-o", "json", "-c", config)
     assert checked.returncode == 0, checked.stderr
     (result,) = strict(checked.stdout)
-    noted = onnxmon("incident", "note", str(result["run_id"]), "--cause", "unknown", "--text", "t", "-c", config)
+    noted = in_process("incident", "note", str(result["run_id"]), "--cause", "unknown", "--text", "t", "-c", config)
     assert noted.returncode == 0, noted.stderr
     return Setup(ws, strict(captured.stdout)["id"], result["environment"]["fingerprint"])
 
@@ -134,16 +156,20 @@ def test_every_printing_command_is_run_here() -> None:
     assert commands.issuperset(TABLES) and commands.issuperset(VARIES), "a command named here is gone"
 
 
-@pytest.mark.parametrize("path", printing(), ids=" ".join)
+@pytest.mark.parametrize(
+    ("path", "run"),
+    [(p, in_process) for p in printing()] + [(p, onnxmon) for p in sorted(AS_A_PROCESS)],
+    ids=lambda v: " ".join(v) if isinstance(v, tuple) else v.__name__,
+)
 def test_yaml_is_yaml_json_is_the_same_data_and_a_piped_table_is_tab_separated(
-    setup: Setup, path: tuple[str, ...], tmp_path: Path
+    setup: Setup, path: tuple[str, ...], run: Callable[..., Ran], tmp_path: Path
 ) -> None:
     if path in RUN_ELSEWHERE:
         pytest.skip(RUN_ELSEWHERE[path])
     args = arguments(setup, path, tmp_path)
-    as_yaml, as_json, table = (onnxmon(*path, *args, *fmt) for fmt in (("-o", "yaml"), ("-o", "json"), ()))
-    for run in (as_yaml, as_json, table):
-        assert run.returncode in (0, 1), f"onnxmon {' '.join(path)}: exit {run.returncode}\n{run.stderr}"
+    as_yaml, as_json, table = (run(*path, *args, *fmt) for fmt in (("-o", "yaml"), ("-o", "json"), ()))
+    for ran in (as_yaml, as_json, table):
+        assert ran.returncode in (0, 1), f"onnxmon {' '.join(path)}: exit {ran.returncode}\n{ran.stderr}"
     assert as_yaml.returncode == as_json.returncode == table.returncode, (as_yaml.stderr, as_json.stderr)
 
     assert as_yaml.stdout.strip(), f"-o yaml printed nothing\n{as_yaml.stderr}"
