@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from monitor.config.settings import ProviderSpec, SessionConfig  # noqa: E402
 from monitor.localize.engine import LEVEL_KEY, capture_intermediates, localize  # noqa: E402
+from monitor.localize.request import LocalizeRequest  # noqa: E402
 from tests import modelzoo  # noqa: E402
 
 WIDTH, LAYERS, BATCH = 256, 66, 2048  # 3*66+1 = 199 nodes; each activation is 2 MiB
@@ -62,9 +63,10 @@ import sys, numpy as np
 sys.path.insert(0, {root!r})
 from monitor.config.settings import ProviderSpec, SessionConfig
 from monitor.localize.engine import localize
+from monitor.localize.request import LocalizeRequest
 feeds = {{"x": np.load({inputs!r})["x"]}}
-report = localize({subject!r}, feeds, providers=[ProviderSpec(name="CPUExecutionProvider")], session=SessionConfig(),
-                  reference_model_path={reference!r}, mode="all", chunk_size=16)
+report = localize({subject!r}, feeds, LocalizeRequest(reference_model={reference!r}, mode="all", chunk_size=16),
+                  providers=[ProviderSpec(name="CPUExecutionProvider")], session=SessionConfig())
 print(report.summary())
 """
 
@@ -116,7 +118,14 @@ def profile(subject: Path, feeds: dict[str, np.ndarray], stored: dict[str, np.nd
 
     profiler = cProfile.Profile()
     profiler.enable()
-    localize(subject, feeds, providers=CPU, session=SessionConfig(), against="baseline", reference_intermediates=stored)
+    localize(
+        subject,
+        feeds,
+        LocalizeRequest(against="baseline"),
+        providers=CPU,
+        session=SessionConfig(),
+        reference_intermediates=stored,
+    )
     profiler.disable()
     stats = pstats.Stats(profiler)
     total = max(stats.total_tt, 1e-9)  # type: ignore[attr-defined]
@@ -150,15 +159,18 @@ def main() -> None:
     )
     ours: dict[str, float] = {}
     for against, mode in (("baseline", "bisect"), ("baseline", "all"), ("model", "bisect"), ("model", "all")):
-        side = (
-            {"against": "baseline", "reference_intermediates": stored}
-            if against == "baseline"
-            else {"reference_model_path": reference}
-        )
+        side = {"against": "baseline"} if against == "baseline" else {"reference_model": reference}
         times = []
         for _ in range(3):  # the first call pays imports and ORT start-up; a daemon pays them once
             started = time.perf_counter()
-            report = localize(subject, feeds, providers=CPU, session=SessionConfig(), mode=mode, **side)  # type: ignore[arg-type]
+            report = localize(
+                subject,
+                feeds,
+                LocalizeRequest(mode=mode, **side),
+                providers=CPU,
+                session=SessionConfig(),
+                reference_intermediates=stored if against == "baseline" else None,
+            )  # type: ignore[arg-type]
             times.append(time.perf_counter() - started)
         first = report.first.name if report.first else None
         print(
