@@ -24,8 +24,10 @@ them runs the same way, which is what makes a bitwise comparison meaningful.
 
 *Changed* is bitwise when the caller says the stack and session settings are the baseline's
 (``same_stack``); otherwise the subject is run twice and its spread is the noise floor. A
-reference that runs (``unoptimized``, ``model``) is always run twice; a spread there is reported
-as a nondeterministic reference and becomes the floor.
+reference that runs (``unoptimized``, ``model``) is run twice the first time for a reference file
+and input, and its per-tensor spread kept while the file is unchanged (``noisefloor.py``), so a
+later localization against it runs it once; a spread there is reported as a nondeterministic
+reference and becomes the floor.
 """
 
 from __future__ import annotations
@@ -40,11 +42,13 @@ import numpy as np
 
 from monitor.config.settings import ProviderSpec, SessionConfig
 from monitor.errors import MonitorError
+from monitor.localize import noisefloor
 from monitor.localize.graph import (
     ExposingRunner,
     StoredTensors,
     graph_nodes,
     load_model,
+    load_model_and_data_files,
     node_outputs,
     refuse_disjoint,
 )
@@ -173,9 +177,10 @@ def localize(
             reference = StoredTensors(stored)
         else:
             reference_path = Path(reference_model_path or model_path)
+            reference_proto, data_files = load_model_and_data_files(reference_path)
             runner = stack.enter_context(
                 ExposingRunner(
-                    load_model(reference_path),
+                    reference_proto,
                     feeds,
                     providers=REFERENCE_PROVIDERS,
                     session=REFERENCE_SESSION,
@@ -184,8 +189,10 @@ def localize(
             )
             if side == "model":  # a reference sharing no tensor name would compare nothing: "first changed none"
                 refuse_disjoint(model, str(model_path), str(reference_model_path), runner.producible, _DQ)
-            repeated = Repeated(runner)
-            reference, noise = repeated, repeated.noise
+            # Its noise floor is measured once per reference file and input, then kept (noisefloor.py).
+            key = noisefloor.reference_key(reference_path, data_files, feeds, REFERENCE_PROVIDERS, REFERENCE_SESSION)
+            kept = noisefloor.KeptNoise(runner, key)
+            reference, noise = kept, kept.noise
         levels, level_why = levels_to_try(session, graph_level, stored_level)
         bitwise = (
             side == "baseline"
