@@ -4,8 +4,11 @@
    check script that compares the reduced subgraph with the reference's intermediates stored in a
    file, using our threshold (as a user would write it), and, side by side in the same run, ours:
    against the baseline's stored intermediates (the same setting as Polygraphy's: the reference
-   values are on disk; ``bisect`` and ``all``), and against the reference *model* (which we run,
-   twice, to measure its noise floor).
+   values are on disk; ``bisect`` and ``all``), and against the reference *model*, which we run:
+   before (its noise floor measured, the reference run twice per fetch: ``noisefloor.forget()``
+   before the call) and after (the floor kept from an earlier localization of the same reference
+   file and input: one run per fetch), interleaved, medians of ``REPEATS``; the two must give the
+   same first divergent node and ranking.
 2. Peak memory (RSS high-water of a child process) of our ``all`` mode with ``chunk_size=16``
    vs ``polygraphy run --onnx-outputs mark all --onnxrt``, and of a plain inference run.
 3. Where our time goes (``--profile``): session creation, inference, comparison.
@@ -17,6 +20,7 @@ numbers are printed. Run: ``.venv/bin/python bench/bench_localize.py``.
 from __future__ import annotations
 
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,12 +35,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from monitor.config.settings import ProviderSpec, SessionConfig  # noqa: E402
-from monitor.localize.engine import LEVEL_KEY, capture_intermediates, localize  # noqa: E402
+from monitor.localize import noisefloor  # noqa: E402
+from monitor.localize.engine import LEVEL_KEY, LocalizationReport, capture_intermediates, localize  # noqa: E402
+from monitor.localize.request import LocalizeRequest  # noqa: E402
 from tests import modelzoo  # noqa: E402
 
 WIDTH, LAYERS, BATCH = 256, 66, 2048  # 3*66+1 = 199 nodes; each activation is 2 MiB
 PERTURBED = "w30"  # consumed by matmul_30
 CPU = [ProviderSpec(name="CPUExecutionProvider")]
+REPEATS = 3
 
 CHECK_SCRIPT = """
 import sys
@@ -62,9 +69,10 @@ import sys, numpy as np
 sys.path.insert(0, {root!r})
 from monitor.config.settings import ProviderSpec, SessionConfig
 from monitor.localize.engine import localize
+from monitor.localize.request import LocalizeRequest
 feeds = {{"x": np.load({inputs!r})["x"]}}
-report = localize({subject!r}, feeds, providers=[ProviderSpec(name="CPUExecutionProvider")], session=SessionConfig(),
-                  reference_model_path={reference!r}, mode="all", chunk_size=16)
+report = localize({subject!r}, feeds, LocalizeRequest(reference_model={reference!r}, mode="all", chunk_size=16),
+                  providers=[ProviderSpec(name="CPUExecutionProvider")], session=SessionConfig())
 print(report.summary())
 """
 
@@ -116,7 +124,14 @@ def profile(subject: Path, feeds: dict[str, np.ndarray], stored: dict[str, np.nd
 
     profiler = cProfile.Profile()
     profiler.enable()
-    localize(subject, feeds, providers=CPU, session=SessionConfig(), against="baseline", reference_intermediates=stored)
+    localize(
+        subject,
+        feeds,
+        LocalizeRequest(against="baseline"),
+        providers=CPU,
+        session=SessionConfig(),
+        reference_intermediates=stored,
+    )
     profiler.disable()
     stats = pstats.Stats(profiler)
     total = max(stats.total_tt, 1e-9)  # type: ignore[attr-defined]
@@ -136,6 +151,14 @@ def profile(subject: Path, feeds: dict[str, np.ndarray], stored: dict[str, np.nd
     print(f"  profile: total                        {total:6.2f} s")
 
 
+def _first(report: LocalizationReport) -> str | None:
+    return report.first.name if report.first else None
+
+
+def _ranking(report: LocalizationReport) -> list[str]:
+    return [node.name for node in report.top]
+
+
 def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="onnxmon-bench-localize-"))
     subject, reference, feeds = build(workdir)
@@ -149,23 +172,47 @@ def main() -> None:
         f" {time.perf_counter() - started:.2f} s"
     )
     ours: dict[str, float] = {}
-    for against, mode in (("baseline", "bisect"), ("baseline", "all"), ("model", "bisect"), ("model", "all")):
-        side = (
-            {"against": "baseline", "reference_intermediates": stored}
-            if against == "baseline"
-            else {"reference_model_path": reference}
-        )
+    for mode in ("bisect", "all"):  # against the stored intermediates: the reference does not run
         times = []
-        for _ in range(3):  # the first call pays imports and ORT start-up; a daemon pays them once
+        for _ in range(REPEATS):
             started = time.perf_counter()
-            report = localize(subject, feeds, providers=CPU, session=SessionConfig(), mode=mode, **side)  # type: ignore[arg-type]
+            report = localize(
+                subject, feeds, LocalizeRequest(against="baseline", mode=mode), providers=CPU, session=SessionConfig(),
+                reference_intermediates=stored,
+            )  # fmt: skip
             times.append(time.perf_counter() - started)
-        first = report.first.name if report.first else None
         print(
-            f"ours vs {against:8s} {mode:6s}: first call {times[0]:6.2f} s, best of 3 {min(times):6.2f} s"
-            f"  inferences {report.runs:3d}  first divergent node {first} ({report.comparison})"
+            f"ours vs baseline {mode:6s}: median of {REPEATS} {statistics.median(times):6.2f} s"
+            f"  inferences {report.runs:3d}  first divergent node {_first(report)} ({report.comparison})"
         )
-        ours[f"{against} {mode}"] = min(times)
+        ours[f"baseline {mode}"] = statistics.median(times)
+    for mode in ("bisect", "all"):  # against the reference model, which runs: its floor fresh (before) vs kept
+        request = LocalizeRequest(reference_model=reference, mode=mode)
+        noisefloor.forget()
+        started = time.perf_counter()
+        cold = localize(subject, feeds, request, providers=CPU, session=SessionConfig())
+        first_call = time.perf_counter() - started
+        fresh_times, kept_times = [], []
+        for _ in range(REPEATS):  # interleaved: the machine's load falls on both alike
+            noisefloor.forget()  # as before: the reference's floor measured again (two runs per fetch)
+            started = time.perf_counter()
+            fresh = localize(subject, feeds, request, providers=CPU, session=SessionConfig())
+            fresh_times.append(time.perf_counter() - started)
+            started = time.perf_counter()  # the floor the fresh call measured is kept: one run per fetch
+            kept = localize(subject, feeds, request, providers=CPU, session=SessionConfig())
+            kept_times.append(time.perf_counter() - started)
+            same = (_first(kept), _ranking(kept)) == (_first(fresh), _ranking(fresh)) == (_first(cold), _ranking(cold))
+            if not same:
+                raise SystemExit(f"the kept floor changed the answer: {_first(kept)} vs {_first(fresh)}")
+        fresh_s, kept_s = statistics.median(fresh_times), statistics.median(kept_times)
+        print(
+            f"ours vs model    {mode:6s}: first call {first_call:6.2f} s; median of {REPEATS} interleaved:"
+            f" floor measured {fresh_s:6.2f} s ({fresh.runs} inferences), floor kept {kept_s:6.2f} s"
+            f" ({kept.runs} inferences), kept/measured {kept_s / fresh_s:.3f};"
+            f" first divergent node {_first(kept)}, top {len(kept.top)} ranking identical"
+        )
+        ours[f"model {mode}, floor measured"] = fresh_s
+        ours[f"model {mode}, floor kept"] = kept_s
 
     if "--profile" in sys.argv:
         profile(subject, feeds, stored)

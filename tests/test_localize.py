@@ -25,6 +25,7 @@ from monitor.localize.engine import (
 )
 from monitor.localize.graph import ExposingRunner, load_model, save_optimized_model
 from monitor.localize.report import NodeDivergence
+from monitor.localize.request import LocalizeRequest
 from monitor.localize.rule import Rule
 from tests import modelzoo
 
@@ -66,11 +67,9 @@ def test_perturbed_weight_is_localized_to_its_consuming_node(
     report = localize(
         models["perturbed"],
         mlp_feeds,
+        LocalizeRequest(reference_model=models["mlp"], mode=mode, graph_view="model"),
         providers=CPU,
         session=PRODUCTION,
-        reference_model_path=models["mlp"],
-        mode=mode,  # type: ignore[arg-type]
-        graph_view="model",  # the model's own tensors: every node answers for itself
     )
     for first in (report.first_changed, report.first_out_of_tolerance):
         assert first is not None
@@ -86,10 +85,9 @@ def test_bisect_uses_fewer_runs_than_nodes(models: dict[str, Path], mlp_feeds: d
     report = localize(
         models["perturbed"],
         mlp_feeds,
+        LocalizeRequest(reference_model=models["mlp"], mode="bisect"),
         providers=CPU,
         session=PRODUCTION,
-        reference_model_path=models["mlp"],
-        mode="bisect",
     )
     assert report.runs < 30 < report.nodes_total
 
@@ -98,7 +96,7 @@ def test_bisect_uses_fewer_runs_than_nodes(models: dict[str, Path], mlp_feeds: d
 def test_unchanged_model_has_no_divergent_node(
     models: dict[str, Path], mlp_feeds: dict[str, np.ndarray], mode: str
 ) -> None:
-    report = localize(models["mlp"], mlp_feeds, providers=CPU, session=PRODUCTION, mode=mode)  # type: ignore[arg-type]
+    report = localize(models["mlp"], mlp_feeds, LocalizeRequest(mode=mode), providers=CPU, session=PRODUCTION)  # type: ignore[arg-type]
     assert report and report.first_out_of_tolerance is None
     assert all(not n.out_of_tolerance for n in report.profile)
     assert report.against == "unoptimized" and report.nondeterministic_reference == ()
@@ -115,11 +113,9 @@ def test_fp16_conversion_is_localized_and_the_error_persists(
     report = localize(
         path,
         mlp_feeds,
+        LocalizeRequest(reference_model=models["mlp"], threshold_rule="std", rel_threshold=1e-3),
         providers=CPU,
         session=PRODUCTION,
-        reference_model_path=models["mlp"],
-        threshold_rule="std",
-        rel_threshold=1e-3,
     )
     assert report.first_changed is not None and not report.first_changed.inputs_changed
     assert report.first is not None and report.first.index >= report.first_changed.index
@@ -133,7 +129,9 @@ def test_fp16_conversion_is_localized_and_the_error_persists(
 def test_exposing_a_fused_tensor_drops_the_graph_level_and_says_so(
     models: dict[str, Path], fused_feeds: dict[str, np.ndarray]
 ) -> None:
-    report = localize(models["fused"], fused_feeds, providers=CPU, session=PRODUCTION, graph_view="model")
+    report = localize(
+        models["fused"], fused_feeds, LocalizeRequest(graph_view="model"), providers=CPU, session=PRODUCTION
+    )
     assert report.graph_level != "all" and report.graph_view == "model"
     assert "changed the final outputs" in report.graph_level_detail
     model_nodes = {n.name for n in onnx.load(str(models["fused"])).graph.node}
@@ -178,10 +176,9 @@ def test_perturbed_weight_inside_a_fusion_names_the_fused_node(
     report = localize(
         models["fused_perturbed"],
         fused_feeds,
+        LocalizeRequest(reference_model=models["fused"], graph_view="model"),
         providers=CPU,
         session=PRODUCTION,
-        reference_model_path=models["fused"],
-        graph_view="model",
     )
     assert report.graph_level != "all" and report.first_changed is not None
     assert report.first_changed.name == "matmul_2" and not report.first_changed.inputs_changed
@@ -191,7 +188,11 @@ def test_perturbed_weight_inside_a_fusion_on_the_optimized_graph_names_the_fusio
     models: dict[str, Path], fused_feeds: dict[str, np.ndarray]
 ) -> None:
     report = localize(
-        models["fused_perturbed"], fused_feeds, providers=CPU, session=PRODUCTION, reference_model_path=models["fused"]
+        models["fused_perturbed"],
+        fused_feeds,
+        LocalizeRequest(reference_model=models["fused"]),
+        providers=CPU,
+        session=PRODUCTION,
     )
     out, changed = report.first_out_of_tolerance, report.first_changed
     assert report.graph_level == "all" and report.graph_view == "optimized" and out is not None
@@ -208,11 +209,9 @@ def test_chunk_size_does_not_change_the_answer(models: dict[str, Path], mlp_feed
         localize(
             models["perturbed"],
             mlp_feeds,
+            LocalizeRequest(reference_model=models["mlp"], mode="all", chunk_size=size),
             providers=CPU,
             session=PRODUCTION,
-            reference_model_path=models["mlp"],
-            mode="all",
-            chunk_size=size,
         )
         for size in (8, 1000)
     )
@@ -231,7 +230,12 @@ def test_an_fp16_build_against_fp32_intermediates_is_measured_in_float64_not_inf
     fp16 = float16.convert_float_to_float16(onnx.load(str(models["mlp"])), keep_io_types=True)
     path = modelzoo.save(fp16, tmp_path / "fp16.onnx")
     report = localize(
-        path, mlp_feeds, providers=CPU, session=PRODUCTION, against="baseline", reference_intermediates=baseline
+        path,
+        mlp_feeds,
+        LocalizeRequest(against="baseline"),
+        providers=CPU,
+        session=PRODUCTION,
+        reference_intermediates=baseline,
     )
     compared = [n for n in report.profile if n.op_type in ("MatMul", "Relu", "Add")]
     assert len(compared) > 50
@@ -251,11 +255,10 @@ def test_baseline_intermediates_localize_the_perturbed_node(
         report = localize(
             models["perturbed"],
             mlp_feeds,
+            LocalizeRequest(against="baseline", mode=mode),
             providers=CPU,
             session=PRODUCTION,
-            against="baseline",
             reference_intermediates=baseline,
-            mode=mode,
         )
         assert report.against == "baseline" and report.comparison == "bitwise"
         for first in (report.first_changed, report.first_out_of_tolerance):
@@ -271,11 +274,10 @@ def test_on_the_optimized_graph_the_perturbed_weight_is_named_on_its_fused_gemm(
         report = localize(
             models["perturbed"],
             mlp_feeds,
+            LocalizeRequest(against="baseline", mode=mode),
             providers=CPU,
             session=PRODUCTION,
-            against="baseline",
             reference_intermediates=baseline,
-            mode=mode,
         )
         assert report.graph_view == "optimized" and report.comparison == "bitwise"
         for first in (report.first_changed, report.first_out_of_tolerance):
@@ -292,11 +294,9 @@ def test_time_budget_cuts_the_search_short(models: dict[str, Path], mlp_feeds: d
     report = localize(
         models["perturbed"],
         mlp_feeds,
+        LocalizeRequest(reference_model=models["mlp"], mode="all", time_budget_s=0.0),
         providers=CPU,
         session=PRODUCTION,
-        reference_model_path=models["mlp"],
-        mode="all",
-        time_budget_s=0.0,
     )
     assert report.complete is False and report.profile == ()
 
@@ -328,7 +328,11 @@ def test_qdq_model_reports_per_layer_sqnr(tmp_path: Path) -> None:
 
 def test_report_round_trips_through_strict_json(models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]) -> None:
     report = localize(
-        models["perturbed"], mlp_feeds, providers=CPU, session=PRODUCTION, reference_model_path=models["mlp"]
+        models["perturbed"],
+        mlp_feeds,
+        LocalizeRequest(reference_model=models["mlp"]),
+        providers=CPU,
+        session=PRODUCTION,
     )
     text = json.dumps(report.to_dict(), allow_nan=False)
     assert LocalizationReport.from_dict(json.loads(text)) == report
@@ -341,10 +345,9 @@ def test_plot_is_svg_with_the_first_divergence_marked(
     report = localize(
         models["perturbed"],
         mlp_feeds,
+        LocalizeRequest(reference_model=models["mlp"], graph_view="model"),
         providers=CPU,
         session=PRODUCTION,
-        reference_model_path=models["mlp"],
-        graph_view="model",
     )
     svg = plot_svg(report)
     root = ET.fromstring(svg)
@@ -384,17 +387,21 @@ def test_different_shapes_are_not_comparable() -> None:
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        ({"against": "baseline"}, "needs the baseline's intermediates"),
         ({"chunk_size": 0}, "chunk_size must be >= 1"),
         ({"rel_threshold": 0.0}, "rel_threshold must be > 0"),
         ({"mode": "linear"}, "mode must be"),
     ],
 )
-def test_bad_arguments_are_user_errors(
-    models: dict[str, Path], mlp_feeds: dict[str, np.ndarray], arguments: dict[str, object], message: str
-) -> None:
+def test_bad_options_are_user_errors_when_the_request_is_built(arguments: dict[str, object], message: str) -> None:
     with pytest.raises(MonitorError, match=message):
-        localize(models["mlp"], mlp_feeds, providers=CPU, session=PRODUCTION, **arguments)  # type: ignore[arg-type]
+        LocalizeRequest(**arguments)  # type: ignore[arg-type]
+
+
+def test_against_the_baseline_without_its_intermediates_is_a_user_error(
+    models: dict[str, Path], mlp_feeds: dict[str, np.ndarray]
+) -> None:
+    with pytest.raises(MonitorError, match="needs the baseline's intermediates"):
+        localize(models["mlp"], mlp_feeds, LocalizeRequest(against="baseline"), providers=CPU, session=PRODUCTION)
 
 
 def test_perturbed_conv_in_a_cnn_is_localized(tmp_path: Path) -> None:
@@ -402,14 +409,14 @@ def test_perturbed_conv_in_a_cnn_is_localized(tmp_path: Path) -> None:
     reference = modelzoo.save(cnn, tmp_path / "cnn.onnx")
     subject = modelzoo.save(modelzoo.perturb_initializer(cnn, "cw2", 3.0, index=40), tmp_path / "cnn_perturbed.onnx")
     feeds = {"x": np.random.default_rng(5).normal(0, 1, (1, 3, 16, 16)).astype(np.float32)}
-    report = localize(subject, feeds, providers=CPU, session=PRODUCTION, reference_model_path=reference)
+    report = localize(subject, feeds, LocalizeRequest(reference_model=reference), providers=CPU, session=PRODUCTION)
     # Against the unoptimized reference every optimized kernel may change bits (first_changed can be
     # an earlier Conv); the check's tolerance names the perturbed one.
     assert report.first_out_of_tolerance is not None
     assert set(report.first_out_of_tolerance.outputs) & {"conv2", "crelu2"}
     same_level = localize(
-        subject, feeds, providers=CPU, session=SessionConfig(graph_optimization_level="disable"),
-        reference_model_path=reference,
+        subject, feeds, LocalizeRequest(reference_model=reference), providers=CPU,
+        session=SessionConfig(graph_optimization_level="disable"),
     )  # fmt: skip
     assert same_level.first_changed is not None and not same_level.first_changed.inputs_changed
     assert set(same_level.first_changed.outputs) & {"conv2", "crelu2"}
@@ -500,9 +507,9 @@ def test_capture_records_the_level_it_ran_at(models: dict[str, Path], fused_feed
         report = localize(
             models["fused_perturbed"],
             fused_feeds,
+            LocalizeRequest(against="baseline"),
             providers=CPU,
             session=PRODUCTION,
-            against="baseline",
             reference_intermediates=stored,
         )
         assert report.graph_level == level.removesuffix(":optimized") and report.comparison == "bitwise"
@@ -571,7 +578,7 @@ def test_intermediates_stored_before_the_optimized_view_replay_on_the_models_own
     stored = capture_intermediates(models["mlp"], mlp_feeds, providers=CPU, session=PRODUCTION, graph_view="model")
     older = {k: v for k, v in stored.items() if k != LEVEL_KEY}  # a baseline captured by an earlier onnxmon
     report = localize(
-        models["perturbed"], mlp_feeds, providers=CPU, session=PRODUCTION, against="baseline",
+        models["perturbed"], mlp_feeds, LocalizeRequest(against="baseline"), providers=CPU, session=PRODUCTION,
         reference_intermediates=older,
     )  # fmt: skip
     assert report.graph_view == "model"

@@ -29,6 +29,7 @@ from monitor.files import benchsets
 from monitor.localize.engine import capture_intermediates, localize
 from monitor.localize.graph import node_outputs
 from monitor.localize.optimized import map_optimized
+from monitor.localize.request import LocalizeRequest
 from tests import variants
 from tests.realmodels import Prepared, prepare
 
@@ -152,7 +153,12 @@ def test_a_changed_conv_weight_on_the_optimized_graph_is_named_with_the_fused_no
         if set(n.input) & _changed_initializers(item.pristine, item.path)
     }
     report = localize(
-        item.path, feeds, providers=CPU, session=SessionConfig(), against="baseline", reference_intermediates=stored
+        item.path,
+        feeds,
+        LocalizeRequest(against="baseline"),
+        providers=CPU,
+        session=SessionConfig(),
+        reference_intermediates=stored,
     )
     first = report.first_changed
     assert report.graph_view == "optimized" and report.graph_level == "all" and report.comparison == "bitwise"

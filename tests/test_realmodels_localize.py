@@ -28,6 +28,7 @@ from onnx import numpy_helper
 from monitor import capture
 from monitor.localize import configured
 from monitor.localize.report import LocalizationReport
+from monitor.localize.request import LocalizeRequest
 from tests import variants
 from tests.realmodels import MODELS, Prepared, prepare
 
@@ -129,7 +130,7 @@ def test_first_changed_names_a_consumer_of_the_changed_weight(
         what = variants.edit_largest_weight(item.pristine, item.path, item.model.external_data, variants.scaled)
         _, consumers = changed_and_consumers(item.pristine, item.path)
         try:
-            report = configured.localize_model(item.plan(), against="baseline")
+            report = configured.localize_model(item.plan(), LocalizeRequest(against="baseline"))
         except Exception as exc:  # a crash is a finding, collected so every model is tried
             crashes.append(f"{name}: {type(exc).__name__}: {exc}"[:300])
             rows.append((name, what, ", ".join(sorted(consumers)), "CRASH", "CRASH", ""))
@@ -181,7 +182,9 @@ def test_localize_never_crashes_on_converted_models(
         tried.append(name)
         for against, reference in (("baseline", None), ("model", item.pristine)):
             try:
-                report = configured.localize_model(item.plan(), against=against, reference_model=reference)  # type: ignore[arg-type]
+                report = configured.localize_model(
+                    item.plan(), LocalizeRequest(against=against, reference_model=reference)
+                )  # type: ignore[arg-type]
                 assert isinstance(report, LocalizationReport)
                 print(f"{variant} {name} vs {against}: {report.summary()}")
             except Exception as exc:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -20,9 +21,12 @@ from monitor.cli import common, output
 from monitor.config.plan import plan_for
 from monitor.config.settings import parse_duration
 from monitor.errors import MonitorError
+from monitor.localize.request import LocalizeRequest, RequestError
 
 CRASHED = 3
 KEYWORDS = ("auto", "baseline", "unoptimized", "reference", "self")
+# A request field -> the flag that sets it, where the two are not spelled alike.
+FLAGS = {"reference_model": "reference", "rel_threshold": "threshold", "time_budget_s": "budget"}
 
 
 def register(app: typer.Typer) -> None:
@@ -72,35 +76,22 @@ def register(app: typer.Typer) -> None:
         from monitor.daemon import localization
         from monitor.localize import engine as localize
 
-        if mode not in ("auto", "all", "bisect"):
-            raise typer.BadParameter(f"--mode must be auto, all or bisect, not {mode!r}")
-        if threshold_rule not in ("tolerance", "std"):
-            raise typer.BadParameter(f"--threshold-rule must be tolerance or std, not {threshold_rule!r}")
-        if graph_view not in ("auto", "model", "optimized"):
-            raise typer.BadParameter(f"--graph-view must be auto, model or optimized, not {graph_view!r}")
         reference = reference_model(against, reference_path)
+        request = localize_request(
+            sample=sample, against="model" if reference is not None else against, reference_model=reference,
+            mode=mode, graph_level=graph_level, graph_view=graph_view, threshold_rule=threshold_rule,
+            chunk_size=chunk_size, rel_threshold=threshold, time_budget_s=parse_duration(budget) if budget else None,
+            runs=runs,
+        )  # fmt: skip
         settings = common.settings(out.config_file)
         plan = plan_for(settings, model)
         console = common.console()
-        options = {
-            "sample": sample,
-            "against": "model" if reference is not None else against,
-            "reference_model": reference,
-            "mode": mode,
-            "graph_level": graph_level,
-            "graph_view": graph_view,
-            "threshold_rule": threshold_rule,
-            "chunk_size": chunk_size,
-            "rel_threshold": threshold,
-            "time_budget_s": parse_duration(budget) if budget else None,
-            "runs": runs,
-        }
         try:
             with (
                 console.status(f"localizing {model} …", spinner="dots") if not (quiet or out.structured) else _nothing()
             ):
                 # In an isolated child, like every check: an ORT crash there is exit 3 with a message.
-                report = localization.localize_isolated(plan, options, memory_limit_mb=settings.daemon.memory_limit_mb)
+                report = localization.localize_isolated(plan, request, memory_limit_mb=settings.daemon.memory_limit_mb)
         except MonitorError as exc:
             if exc.exit_code != 1:
                 raise
@@ -167,6 +158,15 @@ def register(app: typer.Typer) -> None:
             return shown
 
         out.emit(lambda: {"model": model, "float": str(float_model), "layers": [x.to_dict() for x in layers]}, table)
+
+
+def localize_request(**options: Any) -> LocalizeRequest:
+    """The command's options as a ``LocalizeRequest``; a value it refuses is a usage error naming the flag."""
+    try:
+        return LocalizeRequest(**options)
+    except RequestError as exc:
+        flag = FLAGS.get(exc.field, exc.field.replace("_", "-"))
+        raise typer.BadParameter(f"--{flag}: {exc}") from None
 
 
 def reference_model(against: str, reference: Path | None) -> Path | None:

@@ -232,9 +232,10 @@ def _localize(
 def localize_job(plan: CheckPlan, sample: int, budget_s: float) -> dict[str, Any]:
     """Inside a child: ``localize.configured.localize_model`` on one sample; its report, or the error."""
     from monitor.localize import configured
+    from monitor.localize.request import LocalizeRequest
 
     try:
-        return configured.localize_model(plan, sample=sample, time_budget_s=budget_s).to_dict()
+        return configured.localize_model(plan, LocalizeRequest(sample=sample, time_budget_s=budget_s)).to_dict()
     except Exception as exc:  # localization is evidence: its failure is a note
         return {"error": f"{type(exc).__name__}: {exc}"[:500]}
 

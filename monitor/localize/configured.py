@@ -12,8 +12,6 @@ baseline's environment fingerprint, providers and session settings.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
-from typing import Literal
 
 import numpy as np
 
@@ -23,36 +21,26 @@ from monitor.files import baselines
 from monitor.files import benchsets as benchset
 from monitor.localize import engine as localize
 from monitor.localize import selfruns
-from monitor.localize.levels import View
 from monitor.localize.report import LocalizationReport
-from monitor.localize.rule import Rule, ThresholdRule
+from monitor.localize.request import Against, LocalizeRequest
+from monitor.localize.rule import Rule
 from monitor.runtime import envsnap
 
-Against = Literal["auto", "baseline", "unoptimized", "reference", "model", "self"]
-Mode = Literal["auto", "all", "bisect"]
+DEFAULT_REQUEST = LocalizeRequest()
 
 
 def localize_model(
     plan: CheckPlan,
+    request: LocalizeRequest = DEFAULT_REQUEST,
     *,
-    sample: int = 0,
-    against: Against = "auto",
-    reference_model: Path | None = None,
-    mode: Mode = "auto",
-    graph_level: str | None = None,
-    graph_view: View = "auto",
-    threshold_rule: ThresholdRule = "tolerance",
-    chunk_size: int = 64,
-    rel_threshold: float = 0.01,
-    time_budget_s: float | None = None,
     capture_env: Callable[[], envsnap.EnvSnapshot] = envsnap.capture,
-    runs: int = 3,
 ) -> LocalizationReport:
-    """Localize ``plan``'s model on one benchmark sample: first changed and first out-of-tolerance node.
+    """Localize ``plan``'s model on ``request.sample``: first changed and first out-of-tolerance node.
 
-    ``against="self"``: the model against itself over ``runs`` identical runs (``selfruns.py``).
+    ``against="self"``: the model against itself over ``request.runs`` identical runs (``selfruns.py``).
     """
     model = plan.model
+    sample, against = request.sample, request.against
     baseline = baselines.active(plan.baselines_dir, model.name)
     if baseline is not None:
         bench = benchset.open_benchset(plan.benchsets_dir, baseline.meta.benchset, baseline.meta.benchset_version)
@@ -60,14 +48,13 @@ def localize_model(
         bench = benchset.ensure(plan.benchset, plan.benchsets_dir)
     feeds = bench.load_sample(sample)
     if against == "self":
-        rule = Rule(threshold_rule, plan.default_tolerance, rel_threshold, cast_floats=True)
+        rule = Rule(request.threshold_rule, plan.default_tolerance, request.rel_threshold, cast_floats=True)
         return selfruns.localize_self(
-            model.path, feeds, providers=model.providers, session=model.session, rule=rule, runs=runs,
-            chunk_size=chunk_size, graph_level=graph_level, time_budget_s=time_budget_s,
-        )  # fmt: skip
+            model.path, feeds, request, providers=model.providers, session=model.session, rule=rule
+        )
     stored = _stored_samples(baseline)
-    side: str
-    if against == "baseline" or (against == "auto" and sample in stored and reference_model is None):
+    side: Against
+    if against == "baseline" or (against == "auto" and sample in stored and request.reference_model is None):
         if baseline is None:
             raise BaselineError(f"no active baseline for {model.name!r}: run `onnxmon baseline capture {model.name}`")
         if sample not in stored:
@@ -76,28 +63,20 @@ def localize_model(
                 f" capture them with `onnxmon baseline capture {model.name} --intermediates --samples {sample + 1}`"
             )
         side = "baseline"
-    elif against == "model" or reference_model is not None:
+    elif against == "model" or request.reference_model is not None:
         side = "model"
     else:
         side = "unoptimized"
     return localize.localize(
         model.path,
         feeds,
+        request.resolved(side),
         providers=model.providers,
         session=model.session,
-        against=side,
-        reference_model_path=reference_model if side == "model" else None,
         reference_intermediates=baseline.intermediates(sample) if side == "baseline" and baseline else None,
         reference_outputs=_sample_outputs(baseline, sample),
         same_stack=side == "baseline" and baseline is not None and _same_stack(plan, baseline, capture_env),
-        mode=mode,
-        graph_level=graph_level,
-        graph_view=graph_view,
-        threshold_rule=threshold_rule,
         tolerance=plan.default_tolerance,
-        chunk_size=chunk_size,
-        rel_threshold=rel_threshold,
-        time_budget_s=time_budget_s,
     )
 
 

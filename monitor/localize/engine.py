@@ -24,8 +24,10 @@ them runs the same way, which is what makes a bitwise comparison meaningful.
 
 *Changed* is bitwise when the caller says the stack and session settings are the baseline's
 (``same_stack``); otherwise the subject is run twice and its spread is the noise floor. A
-reference that runs (``unoptimized``, ``model``) is always run twice; a spread there is reported
-as a nondeterministic reference and becomes the floor.
+reference that runs (``unoptimized``, ``model``) is run twice the first time for a reference file
+and input, and its per-tensor spread kept while the file is unchanged (``noisefloor.py``), so a
+later localization against it runs it once; a spread there is reported as a nondeterministic
+reference and becomes the floor.
 """
 
 from __future__ import annotations
@@ -40,16 +42,17 @@ import numpy as np
 
 from monitor.config.settings import ProviderSpec, SessionConfig
 from monitor.errors import MonitorError
+from monitor.localize import noisefloor
 from monitor.localize.graph import (
     ExposingRunner,
     StoredTensors,
     graph_nodes,
     load_model,
+    load_model_and_data_files,
     node_outputs,
     refuse_disjoint,
 )
 from monitor.localize.levels import (
-    LEVELS,
     OPTIMIZED_SUFFIX,
     View,
     attempts,
@@ -63,7 +66,8 @@ from monitor.localize.levels import (
 )
 from monitor.localize.plot import plot_svg
 from monitor.localize.report import LocalizationReport, NodeDivergence, top_nodes
-from monitor.localize.rule import DEFAULT_TOLERANCE, Rule, ThresholdRule, tensor_error
+from monitor.localize.request import LocalizeRequest
+from monitor.localize.rule import DEFAULT_TOLERANCE, Rule, tensor_error
 from monitor.localize.search import DEQUANTIZED_SUFFIX as _DQ
 from monitor.localize.search import Budget, ObserverEffect, Repeated, Search, SearchResult, TensorSource
 from monitor.localize.sqnr import LayerSQNR, per_layer_sqnr
@@ -73,6 +77,7 @@ __all__ = [
     "LEVEL_KEY",
     "LayerSQNR",
     "LocalizationReport",
+    "LocalizeRequest",
     "NodeDivergence",
     "capture_intermediates",
     "localize",
@@ -82,6 +87,7 @@ __all__ = [
 ]
 
 Against = Literal["baseline", "unoptimized", "model"]
+DEFAULT_REQUEST = LocalizeRequest()
 AUTO_BISECT_NODES = 300
 LEVEL_KEY = "onnxmon:graph_level"  # the reserved entry of stored intermediates: the level they ran at
 # The reserved entry of intermediates made by another framework (``onnxmon reference torch``: "torch").
@@ -97,41 +103,46 @@ REFERENCE_SESSION = SessionConfig(graph_optimization_level="disable")
 def localize(
     model_path: Path,
     feeds: Mapping[str, np.ndarray],
+    request: LocalizeRequest = DEFAULT_REQUEST,
     *,
     providers: Sequence[ProviderSpec],
     session: SessionConfig,
-    against: str | None = None,
-    reference_model_path: Path | None = None,
     reference_intermediates: Mapping[str, np.ndarray] | None = None,
     reference_outputs: Mapping[str, np.ndarray] | None = None,
     same_stack: bool = True,
-    mode: Literal["auto", "all", "bisect"] = "auto",
-    graph_level: str | None = None,
-    graph_view: View = "auto",
-    threshold_rule: ThresholdRule = "tolerance",
     tolerance: AppliedTolerance = DEFAULT_TOLERANCE,
-    chunk_size: int = 64,
-    rel_threshold: float = 0.01,
-    abs_floor: float = 1e-6,
-    time_budget_s: float | None = None,
 ) -> LocalizationReport:
     """Name the first node that changed and the first out of tolerance, both nodes of ``model_path``.
 
-    ``against`` defaults to ``model`` when ``reference_model_path`` is given, else ``unoptimized``.
+    The options are the ``request``'s (validated when it was built; ``request.py``); its ``sample``
+    is the caller's (``feeds`` are that sample) and ``against="self"`` is ``selfruns.localize_self``'s.
+    ``against="auto"`` is ``model`` when the request names a reference model, else ``unoptimized``.
     ``mode="auto"`` bisects graphs of more than 300 nodes and scans all nodes otherwise.
-    ``time_budget_s`` stops the search when exceeded; the report then says ``complete=False``.
+    The rest is what the caller's configuration and baseline say: the production ``providers`` and
+    ``session``, the check's ``tolerance``, the baseline's ``reference_intermediates`` (for
+    ``against="baseline"``) and whether this is the baseline's stack (``same_stack``).
     ``reference_outputs`` (the baseline's outputs of this sample: the check's yardstick) keep the answer
     consistent with the check: when the exposed graph had to run below the first level tried and the
     plain graph at that level keeps every final output in tolerance, a node out of tolerance only
     below it is reported as a note, not as ``first_out_of_tolerance``.
     """
-    if against is None:
-        against = "model" if reference_model_path is not None else "unoptimized"
-    side: Against = "unoptimized" if against == "reference" else against  # type: ignore[assignment]
-    _validate(side, reference_model_path, reference_intermediates, mode, chunk_size, graph_level, threshold_rule)
-    _check_view(graph_view)
-    if not rel_threshold > 0 or not abs_floor >= 0:
-        raise MonitorError(f"localize: rel_threshold must be > 0 and abs_floor >= 0, got {rel_threshold}, {abs_floor}")
+    against = request.against
+    if against == "auto":
+        against = "model" if request.reference_model is not None else "unoptimized"
+    if against == "self":
+        raise MonitorError("localize: against='self' compares identical runs: selfruns.localize_self takes it")
+    side: Against = "unoptimized" if against == "reference" else against
+    if side == "baseline" and not reference_intermediates:
+        raise MonitorError(
+            "localize against='baseline' needs the baseline's intermediates; capture them with"
+            " `baseline capture --intermediates`"
+        )
+    reference_model_path = request.reference_model
+    mode, graph_level, graph_view, threshold_rule = (
+        request.mode, request.graph_level, request.graph_view, request.threshold_rule
+    )  # fmt: skip
+    chunk_size, rel_threshold, abs_floor = request.chunk_size, request.rel_threshold, request.abs_floor
+    time_budget_s = request.time_budget_s
     started = time.perf_counter()
     model_path = Path(model_path)
     model = load_model(model_path)
@@ -148,7 +159,7 @@ def localize(
         reference: TensorSource
         noise: dict[str, float] = {}
         if side == "baseline":
-            assert reference_intermediates is not None  # checked by _validate
+            assert reference_intermediates is not None  # checked above
             stored = dict(reference_intermediates)
             level_entry = stored.pop(LEVEL_KEY, None)
             stored_level = str(np.asarray(level_entry).item()) if level_entry is not None else None
@@ -165,9 +176,11 @@ def localize(
                 graph_view = captured_view
             reference = StoredTensors(stored)
         else:
+            reference_path = Path(reference_model_path or model_path)
+            reference_proto, data_files = load_model_and_data_files(reference_path)
             runner = stack.enter_context(
                 ExposingRunner(
-                    load_model(reference_model_path or model_path),
+                    reference_proto,
                     feeds,
                     providers=REFERENCE_PROVIDERS,
                     session=REFERENCE_SESSION,
@@ -176,8 +189,10 @@ def localize(
             )
             if side == "model":  # a reference sharing no tensor name would compare nothing: "first changed none"
                 refuse_disjoint(model, str(model_path), str(reference_model_path), runner.producible, _DQ)
-            repeated = Repeated(runner)
-            reference, noise = repeated, repeated.noise
+            # Its noise floor is measured once per reference file and input, then kept (noisefloor.py).
+            key = noisefloor.reference_key(reference_path, data_files, feeds, REFERENCE_PROVIDERS, REFERENCE_SESSION)
+            kept = noisefloor.KeptNoise(runner, key)
+            reference, noise = kept, kept.noise
         levels, level_why = levels_to_try(session, graph_level, stored_level)
         bitwise = (
             side == "baseline"
@@ -321,33 +336,6 @@ def _magnitude(value: np.ndarray) -> float:
         return 0.0
     finite = np.abs(array[np.isfinite(array)].astype(np.float64)) if array.dtype.kind == "f" else np.abs(array)
     return float(finite.max()) if finite.size else 0.0
-
-
-def _validate(
-    against: str,
-    reference_model_path: Path | None,
-    reference_intermediates: Mapping[str, np.ndarray] | None,
-    mode: str,
-    chunk_size: int,
-    graph_level: str | None,
-    threshold_rule: str,
-) -> None:
-    if against not in ("baseline", "unoptimized", "model"):
-        raise MonitorError(f"localize: against must be 'baseline', 'unoptimized' or 'model', got {against!r}")
-    if against == "baseline" and not reference_intermediates:
-        raise MonitorError(
-            "localize against='baseline' needs the baseline's intermediates; capture them with"
-            " `baseline capture --intermediates`"
-        )
-    if (against == "model") != (reference_model_path is not None):
-        raise MonitorError("localize: a reference model path goes with against='model' (and only with it)")
-    if mode not in ("auto", "all", "bisect"):
-        raise MonitorError(f"localize: mode must be 'auto', 'all' or 'bisect', got {mode!r}")
-    if graph_level is not None and graph_level not in LEVELS:
-        raise MonitorError(f"localize: graph level must be one of {', '.join(LEVELS)}, got {graph_level!r}")
-    if threshold_rule not in ("tolerance", "std"):
-        raise MonitorError(f"localize: threshold rule must be 'tolerance' or 'std', got {threshold_rule!r}")
-    _check_chunk_size(chunk_size)
 
 
 def _check_view(view: str) -> None:

@@ -54,10 +54,26 @@ class GraphNode:
 
 def load_model(path: Path) -> onnx.ModelProto:
     """The model with its external data loaded; ``ModelError`` naming the file if it cannot be read."""
+    return load_model_and_data_files(path)[0]
+
+
+def load_model_and_data_files(path: Path) -> tuple[onnx.ModelProto, tuple[Path, ...]]:
+    """``load_model``, and the external data files it read (a loaded model no longer names them).
+
+    What is kept of a model (``noisefloor.py``) depends on those files as much as on the model file.
+    """
     if not Path(path).is_file():
         raise ModelError(f"model file {path} not found")
     try:
-        model = onnx.load(str(path))
+        model = onnx.load(str(path), load_external_data=False)
+        locations = {
+            entry.value: None
+            for tensor in _tensors(model.graph)
+            if tensor.data_location == onnx.TensorProto.EXTERNAL
+            for entry in tensor.external_data
+            if entry.key == "location"
+        }
+        onnx.external_data_helper.load_external_data_for_model(model, str(Path(path).parent))
     except Exception as exc:  # protobuf decode errors have several types
         raise ModelError(f"model file {path} is not a readable ONNX model: {exc}") from None
     if not model.graph.node and not model.graph.output:  # an empty file parses as an empty model
@@ -65,7 +81,21 @@ def load_model(path: Path) -> onnx.ModelProto:
     short = tensor_storage.problems(model, most=1)
     if short:
         raise ModelError(f"model file {path} is not a valid ONNX model: {short[0]}")
-    return model
+    return model, tuple(Path(path).parent / location for location in locations)
+
+
+def _tensors(graph: onnx.GraphProto) -> Iterable[onnx.TensorProto]:
+    """Every tensor of ``graph`` and of its subgraphs (an ``If`` branch keeps its own initializers)."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("t"):
+                yield attribute.t
+            yield from attribute.tensors
+            if attribute.HasField("g"):
+                yield from _tensors(attribute.g)
+            for subgraph in attribute.graphs:
+                yield from _tensors(subgraph)
 
 
 def shared_tensors(model: onnx.ModelProto, producible: frozenset[str], suffix: str = "") -> list[str]:

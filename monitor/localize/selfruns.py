@@ -20,13 +20,11 @@ from pathlib import Path
 import numpy as np
 
 from monitor.config.settings import ProviderSpec, SessionConfig
-from monitor.errors import MonitorError
 from monitor.localize.graph import ExposingRunner, graph_nodes, load_model
 from monitor.localize.report import LocalizationReport, top_nodes
+from monitor.localize.request import LocalizeRequest
 from monitor.localize.rule import Rule, spread
 from monitor.localize.search import Budget, Search, SearchResult
-
-MAX_RUNS = 100
 
 
 class _Runs:
@@ -78,18 +76,15 @@ class _FirstRun:
 def localize_self(
     model_path: Path,
     feeds: Mapping[str, np.ndarray],
+    request: LocalizeRequest,
     *,
     providers: Sequence[ProviderSpec],
     session: SessionConfig,
     rule: Rule,
-    runs: int = 3,
-    chunk_size: int = 64,
-    graph_level: str | None = None,
-    time_budget_s: float | None = None,
 ) -> LocalizationReport:
-    """The first node whose output differs between ``runs`` identical runs, and each node's spread."""
-    if not 2 <= runs <= MAX_RUNS:
-        raise MonitorError(f"localize --against self: --runs must be 2..{MAX_RUNS}, got {runs}")
+    """The first node whose output differs between ``request.runs`` identical runs, and each node's spread."""
+    runs, chunk_size, graph_level = request.runs, request.chunk_size, request.graph_level
+    time_budget_s = request.time_budget_s
     started = time.perf_counter()
     model = load_model(Path(model_path))
     level = graph_level or session.graph_optimization_level
