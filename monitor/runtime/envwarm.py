@@ -15,11 +15,14 @@ ISA flags), arch, cores                   another CPU model
 affinity, cgroup CPU quota    ~150 us     every check: a pod's CPU limit can be resized in
                                           place, and the quota sets thread counts
 env vars, host, load          ~50 us      every check (cheap; the process may set its own)
-CUDA libraries mapped         ~1.1 ms     ``/proc/self/maps`` read at every check (a library
-(``/proc/self/maps``,                     loaded lazily, e.g. cuDNN at the first convolution,
-versions)                                 appears there), scanned only for CUDA-family lines;
-                                          the versions (a call into each library) kept while
-                                          the same files are mapped with the same stat stamps
+CUDA libraries mapped         ~1.1 ms     ``/proc/self/maps`` read (scanned only for CUDA-family
+(``/proc/self/maps``,                     lines) and versions probed at the first check after
+versions)                                 a session build (a library loaded lazily, e.g. cuDNN
+                                          at the first convolution, is mapped by then); later
+                                          checks ``os.stat`` each mapped library (~2 us each):
+                                          a moved stamp reads the maps again. A library a kept
+                                          session maps only later shows in the volatile
+                                          ``cuda.loaded_libraries`` at the next refresh
 NVML (driver, GPU clocks)     ~40 us      the ``pynvml``-or-ctypes choice made once; "NVML
 without a driver; per                     unavailable" kept (no driver appears under a
 query with one                            running process's CUDA); with a driver every field
@@ -63,15 +66,26 @@ class WarmProbes:
             self._cpu_fixed = cpu_fixed_entries(proc_root)
         return {**self._cpu_fixed, **cpu_limit_entries(proc_root, sys_root)}
 
+    def session_built(self) -> None:
+        """A session was (re)built in this worker: the next capture reads ``/proc/self/maps`` again."""
+        self._cuda = None
+
     def cuda(self, proc_root: Path, query_versions: bool) -> Entries:
-        """``gpu.cuda_entries``: the maps read, the versions kept while the same files are mapped unchanged."""
+        """``gpu.cuda_entries``, kept while the same CUDA files are mapped with unchanged stat stamps.
+
+        ``/proc/self/maps`` is read at the first capture after a session build (the libraries it
+        loads, lazily ones included, are mapped by the end of its first replay), at every refresh,
+        and whenever a kept library's stamp moved; in between, one ``os.stat`` per mapped library.
+        """
+        if self._cuda is not None:
+            kept_key, kept_entries = self._cuda
+            now = stamp([path for _, path in kept_key[2]])
+            if kept_key[0] == query_versions and now is not None and now == kept_key[1]:
+                return dict(kept_entries)
         libraries = mapped_libraries((proc_root / "self" / "maps").read_text(errors="replace"))
         named = tuple(sorted(libraries.items()))
-        key = (query_versions, stamp([path for _, path in named]), named)
-        if self._cuda is not None and self._cuda[0] == key and key[1] is not None:
-            return dict(self._cuda[1])
         entries = library_entries(libraries, query_versions)
-        self._cuda = (key, dict(entries))
+        self._cuda = ((query_versions, stamp([path for _, path in named]), named), dict(entries))
         return entries
 
     def nvml(self, given: NvmlLike | None) -> Entries:

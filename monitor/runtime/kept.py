@@ -138,6 +138,7 @@ class KeptModels:
         self._session = None  # drop the old one first: never two sessions of a model in memory
         self._session_key = None
         session = Session(model.path, model.providers, model.session)
+        self._probes.session_built()  # the libraries it maps are read again at the next snapshot
         self._session, self._session_key = session, key
         self._last["session_reused"] = False
         return session, False
