@@ -191,3 +191,30 @@ def test_a_forked_child_gets_a_watchdog_of_its_own() -> None:
         fired = queue.get(timeout=10)
         child.join(10)
     assert fired is True and child.exitcode == 0
+
+
+# --- the lint report -----------------------------------------------------------------------------
+
+
+def test_a_lint_cache_file_rewritten_under_a_running_process_is_read_again(tmp_path: Path) -> None:
+    from monitor.exportcheck import lint_warnings
+    from monitor.files.tensors import sha256_file
+    from tests import modelzoo
+
+    model = tmp_path / "clf.onnx"
+    modelzoo.save(modelzoo.classifier(), model)
+    digest, cache = sha256_file(model), tmp_path / "lint"
+
+    def lint() -> bool:
+        report, cached = lint_warnings.cached_lint(
+            model, digest, support=None, varied=dict, inputs_key="k", directory=cache
+        )
+        assert report is not None
+        return cached
+
+    assert [lint(), lint(), lint()] == [False, True, True]
+    (entry,) = cache.glob("*.json")
+    data = json.loads(entry.read_text())
+    data["key"]["inputs"] = "another"  # now the file answers another question: lint again
+    entry.write_text(json.dumps(data))
+    assert lint() is False
