@@ -71,6 +71,30 @@ replay's own per-sample path (``runtime/session.py``: feeds checked and cast, th
 probed once per worker), the baseline's ``baseline.json`` read (a promotion must be seen at once),
 lint's cache file, and the pipe with the result's JSON. A long-lived watchdog thread instead of a
 ``Timer`` per check, and a stamp-kept ``baseline.json``, are the next cuts.
+
+Issue 29 (2026-12-02, same machine, load average 10-13 from six other engineers' test runs;
+``--rounds 9 --samples 16`` over six models, the same command before and after, the "before" from
+the tree at f22121a): the watchdog is one thread (``runtime/watchdog.py``), ``ACTIVE``,
+``baseline.json``, the baseline's element counts and the lint report are kept by stat stamp, a
+sample is validated once for all its repeats, and the environment is probed as often as it can
+change (``runtime/envwarm.py``: a warm snapshot 11.6 ms -> 0.31 ms, same fields and fingerprint)::
+
+    model                     bare ms  warm ms (before)  in-check (before)  warm/bare (before)
+    surfaces-validity            0.49    18.25 (13.74)      13.63 (11.95)      36.9x (31.6x)
+    romanizer-encoder           79.19   158.04 (194.04)    150.17 (169.43)     2.00x (2.52x)
+    vietcombank-captcha        447.81   476.50 (376.47)    463.51 (359.73)     1.06x (1.03x)
+    sk-logreg-nozipmap           0.53    32.33 (63.42)      20.10 (45.76)      61.2x (126.7x)
+    torch-cnn-dynamo            74.18   188.26 (232.36)    146.77 (215.81)     2.54x (2.63x)
+    verdicts and metric values, warm vs fresh: 0 model(s) differ
+
+At this load the rows swing by 2x between runs (in-process, one check of sk-logreg-nozipmap
+measured 4.9 ms at a quieter moment and 23.8 ms at a busier one, beside a worker's 28.2 ms): the
+figures say the direction, not the size. What is left in a sub-millisecond model's check (cProfile
+inside a steady-state check, sk-logreg-nozipmap): the comparison's per-sample feed (~30 %), the
+replay's per-sample loads of kept arrays and their stat stamps (~25 %, ~110 ``os.stat`` a check),
+the runs themselves (~12 %), the snapshot's cgroup quota read (~7 %), the lint cache lookup
+and reasons (~10 %). Reaching +2 ms needs a per-check stamp memo (one ``os.stat`` per file, not two
+to four), a batched comparison of small outputs, and a quiet machine to show it.
 """
 
 from __future__ import annotations
@@ -99,7 +123,9 @@ from monitor.runtime.session import provider_arguments, session_options  # noqa:
 from tests import realmodels  # noqa: E402
 from tests.workspace import Workspace  # noqa: E402
 
-GOAL = 1.15
+GOAL = 1.15  # the geometric mean over the corpus (issue 25)
+RATIO_GOAL = 1.05  # issue 29: warm <= 1.05x bare for a model whose inference takes >= 10 ms
+ADDED_GOAL_MS = 2.0  # issue 29: warm - bare <= 2 ms for a model whose inference takes < 1 ms
 # ONNX Runtime's intra-op threads spin-wait for a while after a run: a pause between the loops keeps
 # one side's spinning threads (this process's bare session, the worker's) off the other's cores.
 PAUSE_S = 0.2
@@ -163,6 +189,7 @@ def main() -> int:
     pool = warm.WarmPool(limit=len(chosen) + 1)
     rows = []
     mismatches = 0
+    goals_missed = 0
     try:
         print(f"{len(chosen)} models, {args.samples} samples each, {args.rounds} rounds (medians)")
         print(
@@ -198,9 +225,11 @@ def main() -> int:
             verdict += ", same numbers as fresh" if same else ", NUMBERS DIFFER FROM FRESH"
             mismatches += 0 if same else 1
             rows.append((model.name, med["warm"] / med["bare"], med["fresh"] / med["bare"]))
+            goal = _goal(med["bare"], med["warm"])
+            goals_missed += 1 if goal.endswith("NOT met") else 0
             print(
                 f"{model.name:<26}{med['bare']:>9.2f}{med['warm']:>9.2f}{med['inside']:>9.2f}{med['replay']:>8.2f}"
-                f"{med['fresh']:>10.1f}{rows[-1][1]:>9.2f}x{rows[-1][2]:>10.1f}x  {verdict}"
+                f"{med['fresh']:>10.1f}{rows[-1][1]:>9.2f}x{rows[-1][2]:>10.1f}x  {verdict}; {goal}"
             )
     finally:
         pool.close()
@@ -209,7 +238,18 @@ def main() -> int:
     print(f"{'geometric mean':<26}{'':>53}{warm_mean:>9.2f}x{fresh_mean:>10.1f}x")
     print(f"goal: warm <= {GOAL}x bare: {'met' if warm_mean <= GOAL else 'NOT met'}")
     print(f"verdicts and metric values, warm vs fresh: {mismatches} model(s) differ")
+    print(f"per-model goals (<= {RATIO_GOAL}x from 10 ms, <= +{ADDED_GOAL_MS:g} ms under 1 ms): {goals_missed} missed")
     return 0 if warm_mean <= GOAL and not mismatches else 1
+
+
+def _goal(bare_ms: float, warm_ms: float) -> str:
+    """Issue 29's goal for this model, by how long its bare inference takes, and whether it is met."""
+    if bare_ms >= 10:
+        return f"<= {RATIO_GOAL}x: {'met' if warm_ms / bare_ms <= RATIO_GOAL else 'NOT met'}"
+    if bare_ms < 1:
+        added = warm_ms - bare_ms
+        return f"+{added:.1f} ms <= +{ADDED_GOAL_MS:g}: {'met' if added <= ADDED_GOAL_MS else 'NOT met'}"
+    return "no goal (1-10 ms)"
 
 
 def _numbers(result: CheckResult) -> str:

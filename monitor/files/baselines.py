@@ -67,7 +67,15 @@ class Baseline:
         return result
 
     def element_counts(self, *, files: TensorFiles = FRESH) -> dict[str, int]:
-        """Elements of every output over all samples, from the ``.npy`` headers (no data is read)."""
+        """Elements of every output over all samples, from the ``.npy`` headers (no data is read).
+
+        A warm worker's ``files`` keeps the counts while ``baseline.json``'s stamp is unchanged: an
+        output file rewritten since is caught by its sha256 when the same check loads it.
+        """
+        counted = functools.partial(self._element_counts, files)
+        return dict(files.parsed(self.directory / META_FILE, counted, kind="element_counts"))
+
+    def _element_counts(self, files: TensorFiles) -> dict[str, int]:
         counts = dict.fromkeys(self.meta.outputs, 0)
         for index in range(self.meta.sample_count):
             for name, spec in self.meta.outputs.items():
@@ -207,11 +215,19 @@ def list_baselines(root: Path, model: str) -> list[Baseline]:
     return sorted(found, key=lambda b: created_seconds(b.meta.created_at))  # by time, whatever the string's form
 
 
-def active_id(root: Path, model: str) -> str | None:
-    """The id the model's ``ACTIVE`` file names, or None; ``BaselineError`` for an unreadable or hostile one."""
+def active_id(root: Path, model: str, *, files: TensorFiles = FRESH) -> str | None:
+    """The id the model's ``ACTIVE`` file names, or None; ``BaselineError`` for an unreadable or hostile one.
+
+    ``files`` (a warm worker's) keeps the id while the file's stat stamp is unchanged: a promotion
+    replaces the file (another inode), so it is seen at the next check.
+    """
     path = Path(root) / model / ACTIVE_FILE
     if not path.is_file():
         return None
+    return files.parsed(path, functools.partial(_read_active, path))
+
+
+def _read_active(path: Path) -> str | None:
     try:
         text = bounded.read_text(path, limit=4096).strip()  # one id
     except bounded.FileRefused as exc:
@@ -221,15 +237,19 @@ def active_id(root: Path, model: str) -> str | None:
     return check_id(text, where=f"{path} names") if text else None
 
 
-def active(root: Path, model: str) -> Baseline | None:
-    """The active baseline of ``model``, or None when there is none."""
-    baseline_id = active_id(root, model)
+def active(root: Path, model: str, *, files: TensorFiles = FRESH) -> Baseline | None:
+    """The active baseline of ``model``, or None when there is none.
+
+    ``files`` (a warm worker's, ``files/stamped.py``) keeps the parsed ``ACTIVE`` and ``baseline.json``
+    while each file's stat stamp is unchanged; a fresh check reads both.
+    """
+    baseline_id = active_id(root, model, files=files)
     if baseline_id is None:
         return None
     directory = Path(root) / model / baseline_id
     if not (directory / META_FILE).is_file():
         raise BaselineError(f"{Path(root) / model / ACTIVE_FILE} names {baseline_id!r}, which does not exist")
-    return _open(directory)
+    return files.parsed(directory / META_FILE, functools.partial(_open, directory))
 
 
 def promote(

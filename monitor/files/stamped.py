@@ -71,8 +71,11 @@ class TensorFiles(Protocol):
         """``tensors.npy_shape``, or its kept answer."""
         ...
 
-    def parsed(self, path: Path, parse: Callable[[], T]) -> T:
-        """``parse()`` (which reads and validates ``path``, a manifest), or its kept answer."""
+    def parsed(self, path: Path, parse: Callable[[], T], *, kind: str = "parsed") -> T:
+        """``parse()`` (which reads and validates ``path``, a manifest), or its kept answer.
+
+        ``kind`` tells apart two answers kept on the stamp of the same file.
+        """
         ...
 
 
@@ -91,7 +94,7 @@ class FreshFiles:
     def npy_shape(self, path: Path, *, error: type[MonitorError] = BenchsetError) -> tuple[int, ...]:
         return tensors.npy_shape(path, error=error)
 
-    def parsed(self, path: Path, parse: Callable[[], T]) -> T:
+    def parsed(self, path: Path, parse: Callable[[], T], *, kind: str = "parsed") -> T:
         return parse()
 
 
@@ -169,8 +172,8 @@ class KeptFiles:
             self.kept_bytes += array.nbytes
         return array
 
-    def parsed(self, path: Path, parse: Callable[[], T]) -> T:
-        key = ("parsed", str(path))
+    def parsed(self, path: Path, parse: Callable[[], T], *, kind: str = "parsed") -> T:
+        key = (kind, str(path))
         now = stamp([path], self._stat)
         hit = self._entries.get(key)
         if hit is not None and now is not None and hit.stamp == now:

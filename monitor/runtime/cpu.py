@@ -78,10 +78,22 @@ def cpu_quota_cores(proc_root: Path, sys_root: Path) -> float | None:
 
 def cpu_entries(proc_root: Path, sys_root: Path) -> Entries:
     """Model, ISA flags, architecture, core counts and cgroup quota: what picks CPU kernels and threads."""
+    return {**cpu_fixed_entries(proc_root), **cpu_limit_entries(proc_root, sys_root)}
+
+
+def cpu_fixed_entries(proc_root: Path) -> Entries:
+    """What a running process's CPU cannot change into: model, ISA flags, architecture, logical cores."""
     entries = cpuinfo_entries((proc_root / "cpuinfo").read_text(errors="replace"))
     entries["cpu.arch"] = (platform.machine(), True)
     # Core counts set ONNX Runtime's default thread pools, and thread count sets reduction order.
     entries["cpu.logical_cores"] = (os.cpu_count(), True)
+    return entries
+
+
+def cpu_limit_entries(proc_root: Path, sys_root: Path) -> Entries:
+    """What can change under a running process: the usable cores (affinity) and the cgroup quota
+    (an in-place resize of the pod's CPU limit)."""
+    entries: Entries = {}
     if hasattr(os, "sched_getaffinity"):
         entries["cpu.usable_cores"] = (len(os.sched_getaffinity(0)), True)
     try:

@@ -30,24 +30,22 @@ the standard library at import time (ONNX Runtime lazily), so it runs without py
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import functools
 import hashlib
 import json
 import os
-import platform
 import time
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from monitor import jsonsafe
-from monitor.config import identity
+from monitor.runtime import envparts
 from monitor.runtime.compat import compat_entries
 from monitor.runtime.cpu import cpu_entries
+from monitor.runtime.envwarm import WarmProbes
 from monitor.runtime.gpu import Entries, JsonValue, NvmlLike, cuda_entries, default_nvml, describe, nvml_entries
 
 __all__ = [
@@ -64,28 +62,8 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 
-# Environment variables that change numerics: exact names and prefixes. Values are recorded verbatim.
 # What a running process cannot change, probed once by a warm worker (``capture(kept=...)``).
 PROCESS_CONSTANT_PARTS = frozenset({"onnxruntime", "python", "os"})
-NUMERIC_ENV_NAMES = frozenset(
-    {
-        "NVIDIA_TF32_OVERRIDE",
-        "CUDA_VISIBLE_DEVICES",
-        "CUDA_DEVICE_ORDER",
-        "CUBLAS_WORKSPACE_CONFIG",
-        "OMP_NUM_THREADS",
-        "TF_ENABLE_ONEDNN_OPTS",
-    }
-)
-NUMERIC_ENV_PREFIXES = ("CUDNN_", "CUBLASLT_", "ORT_", "MKL_", "OPENBLAS_", "KMP_", "DNNL_", "ONEDNN_")
-
-# Kubernetes downward API (set by the Helm chart) -> field; all volatile.
-K8S_ENV = (
-    ("k8s.node", identity.NODE_VARIABLES),
-    ("k8s.pod", (identity.POD_VARIABLE,)),
-    ("k8s.namespace", (identity.NAMESPACE_VARIABLE,)),
-    ("k8s.image_digest", ("ONNXMON_IMAGE_DIGEST",)),
-)
 
 
 @dataclass(frozen=True)
@@ -259,6 +237,7 @@ def capture(
     nvml: NvmlLike | _Default | None = _Default.AUTO,
     load_cuda_libs: bool = True,
     kept: MutableMapping[str, Entries] | None = None,
+    probes: WarmProbes | None = None,
 ) -> EnvSnapshot:
     """Snapshot this process's environment; never raises (a failing part becomes ``<part>.error``).
 
@@ -266,23 +245,38 @@ def capture(
     ``libnvidia-ml.so.1``; ``None`` skips GPUs. ``load_cuda_libs=False`` records which CUDA
     libraries are mapped without calling into them; either way none is ever loaded here.
     ``kept`` (a warm worker's) holds the parts in ``PROCESS_CONSTANT_PARTS`` once probed: what a
-    running process cannot change (its ONNX Runtime, Python, OS). Env vars, CPU, load, CUDA libraries
-    mapped and GPU clocks are probed at every call.
+    running process cannot change (its ONNX Runtime, Python, OS). ``probes`` (a warm worker's,
+    ``envwarm.WarmProbes``) keeps what else cannot change between checks (the CPU model, the CUDA
+    libraries' versions while the same files are mapped, a missing NVML); without it env vars, CPU,
+    load, CUDA libraries mapped and GPU clocks are probed in full at every call.
     """
     env = os.environ if environ is None else environ
     entries: Entries = {}
     parts: list[tuple[str, Callable[[], Entries]]] = [
-        ("onnxruntime", _onnxruntime_entries),
-        ("python", _python_entries),
-        ("os", _os_entries),
-        ("host", _host_entries),
-        ("cpu", lambda: cpu_entries(proc_root, sys_root)),
-        ("env", lambda: _env_entries(env)),
-        ("cuda", lambda: cuda_entries(proc_root, query_versions=load_cuda_libs)),
+        ("onnxruntime", envparts.onnxruntime_entries),
+        ("python", envparts.python_entries),
+        ("os", envparts.os_entries),
+        ("host", envparts.host_entries),
+        ("cpu", lambda: probes.cpu(proc_root, sys_root) if probes else cpu_entries(proc_root, sys_root)),
+        ("env", lambda: envparts.env_entries(env)),
+        (
+            "cuda",
+            lambda: (
+                probes.cuda(proc_root, load_cuda_libs)
+                if probes
+                else cuda_entries(proc_root, query_versions=load_cuda_libs)
+            ),
+        ),
     ]
+    if probes is not None:
+        probes.begin()
     if nvml is not None:
-        nvml_api = default_nvml() if isinstance(nvml, _Default) else nvml
-        parts.append(("nvml", lambda: nvml_entries(nvml_api)))
+        given = None if isinstance(nvml, _Default) else nvml
+        if probes is not None:
+            parts.append(("nvml", lambda: probes.nvml(given)))
+        else:
+            nvml_api = default_nvml() if given is None else given
+            parts.append(("nvml", lambda: nvml_entries(nvml_api)))
     for part, probe in parts:
         if kept is not None and part in kept:
             entries.update(kept[part])
@@ -299,92 +293,6 @@ def capture(
     fields = {name: Field(value, stable) for name, (value, stable) in entries.items()}
     # Quantized to the microseconds its RFC 3339 form keeps, so a snapshot read back equals the original.
     return EnvSnapshot(fields=fields, captured_at=jsonsafe.epoch(jsonsafe.timestamp(time.time())))
-
-
-@functools.cache
-def _distribution_version(name: str) -> str | None:
-    # Read from METADATA once per process (~2 ms each): what a process has imported does not change
-    # while it lives, and a warm check worker snapshots its environment at every check.
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-@functools.cache
-def _onnxruntime_distributions() -> tuple[str, ...]:
-    # More than one distribution providing `onnxruntime` (e.g. onnxruntime + onnxruntime-gpu) is a
-    # classic way to get the CPU build by accident, so all are recorded. Every check child is a
-    # fresh fork, so this runs once per check: match distribution *names* first (reading each
-    # METADATA header, ~15 ms) rather than every package's file list (packages_distributions,
-    # ~60-240 ms), then confirm a candidate really installs the `onnxruntime` package.
-    found = set()
-    for dist in metadata.distributions():
-        name = str(dist.metadata["Name"] or "")
-        if not name.lower().replace("_", "-").startswith(("onnxruntime", "ort-nightly")):
-            continue
-        top_level = (dist.read_text("top_level.txt") or "").split()
-        if "onnxruntime" in top_level or any(str(f).startswith("onnxruntime/") for f in dist.files or ()):
-            found.add(name)
-    return tuple(sorted(found))
-
-
-def _onnxruntime_entries() -> Entries:
-    import onnxruntime
-
-    packages = _onnxruntime_distributions()
-    get_build_info = getattr(onnxruntime, "get_build_info", None)
-    return {
-        "onnxruntime.version": (str(onnxruntime.__version__), True),
-        "onnxruntime.package": (", ".join(packages) or None, True),
-        "onnxruntime.build_info": (str(get_build_info()) if get_build_info else None, True),
-        # Compiled in, not necessarily working: only session.get_providers() tells what runs.
-        "onnxruntime.providers": (list(onnxruntime.get_available_providers()), True),
-    }
-
-
-def _python_entries() -> Entries:
-    from monitor import __version__
-
-    return {
-        "python.version": (platform.python_version(), True),
-        "python.implementation": (platform.python_implementation(), True),
-        "numpy.version": (_distribution_version("numpy"), True),
-        "onnx.version": (_distribution_version("onnx"), True),
-        "onnxmon.version": (__version__, False),
-    }
-
-
-def _os_entries() -> Entries:
-    libc, libc_version = platform.libc_ver()
-    entries: Entries = {
-        "os.system": (platform.system(), True),
-        "os.libc": (f"{libc} {libc_version}".strip() or None, True),
-        "os.kernel": (platform.release(), False),
-        "os.platform": (platform.platform(), False),
-    }
-    with contextlib.suppress(OSError):  # no /etc/os-release
-        entries["os.distribution"] = (platform.freedesktop_os_release().get("PRETTY_NAME"), True)
-    return entries
-
-
-def _host_entries() -> Entries:
-    entries: Entries = {"host.name": (platform.node(), False)}
-    if hasattr(os, "getloadavg"):
-        entries["host.load1"] = (round(os.getloadavg()[0], 2), False)
-    return entries
-
-
-def _env_entries(environ: Mapping[str, str]) -> Entries:
-    entries: Entries = {}
-    for name, value in environ.items():
-        if name in NUMERIC_ENV_NAMES or name.startswith(NUMERIC_ENV_PREFIXES):
-            entries[f"env.{name}"] = (value, True)
-    for field, names in K8S_ENV:
-        identity = next((environ[n] for n in names if environ.get(n)), None)
-        if identity is not None:
-            entries[field] = (identity, False)
-    return entries
 
 
 def first_gpu_name() -> str | None:

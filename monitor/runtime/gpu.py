@@ -21,7 +21,7 @@ import contextlib
 import ctypes
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -187,6 +187,7 @@ def _device_entries(nvml: NvmlLike, index: int) -> Entries:
 # --- CUDA libraries mapped in this process ---------------------------------------------------
 
 _CUDA_FAMILY = re.compile(r"^lib(cudart|cudnn\w*|cublas(Lt)?|nvinfer\w*|nvrtc\w*|cufft|curand|cusparse\w*)\.so")
+_CUDA_LINE = re.compile(r"^.*/lib(?:cudart|cudnn|cublas|nvinfer|nvrtc|cufft|curand|cusparse).*$", re.MULTILINE)
 
 
 def _cudart(lib: ctypes.CDLL) -> tuple[str, int]:
@@ -241,7 +242,8 @@ CUDA_LIBRARIES: tuple[tuple[str, re.Pattern[str], Callable[[ctypes.CDLL], tuple[
 def mapped_libraries(maps_text: str) -> dict[str, str]:
     """File name -> path of every CUDA-family shared library mapped, from ``/proc/<pid>/maps`` text."""
     found: dict[str, str] = {}
-    for line in maps_text.splitlines():
+    # Only the lines naming a CUDA-family file are split (a warm worker reads its maps at every check).
+    for line in _CUDA_LINE.findall(maps_text):
         parts = line.split(maxsplit=5)
         if len(parts) < 6 or not parts[5].startswith("/") or parts[5].endswith("(deleted)"):
             continue
@@ -259,7 +261,11 @@ def open_loaded(path: str) -> ctypes.CDLL:
 
 def cuda_entries(proc_root: Path, *, query_versions: bool = True) -> Entries:
     """Versions and paths of the CUDA libraries mapped in this process (nothing when none is)."""
-    libraries = mapped_libraries((proc_root / "self" / "maps").read_text(errors="replace"))
+    return library_entries(mapped_libraries((proc_root / "self" / "maps").read_text(errors="replace")), query_versions)
+
+
+def library_entries(libraries: Mapping[str, str], query_versions: bool = True) -> Entries:
+    """Paths and (with ``query_versions``) versions of the mapped CUDA ``libraries`` (name -> path)."""
     entries: Entries = {}
     if libraries:
         entries["cuda.loaded_libraries"] = (sorted(libraries), False)

@@ -29,7 +29,7 @@ from monitor.config.settings import ModelConfig
 from monitor.files import modelfile
 from monitor.files.modelfile import ModelIdentity
 from monitor.files.stamped import DEFAULT_BUDGET_BYTES, FreshFiles, KeptFiles, Stamp, TensorFiles, stamp
-from monitor.runtime import envsnap
+from monitor.runtime import envsnap, envwarm
 from monitor.runtime.gpu import Entries
 from monitor.runtime.session import Session
 
@@ -97,6 +97,7 @@ class KeptModels:
         self.kept_files = files or KeptFiles(rehash_every=self.rehash_every, budget_bytes=budget_bytes)
         self.files: TensorFiles = self.kept_files
         self._static_env: dict[str, Entries] = {}
+        self._probes = envwarm.WarmProbes(refresh_every=self.rehash_every)
         self._file: _Kept | None = None
         self._session: Session | None = None
         self._session_key: tuple[Any, ...] | None = None
@@ -137,13 +138,15 @@ class KeptModels:
         self._session = None  # drop the old one first: never two sessions of a model in memory
         self._session_key = None
         session = Session(model.path, model.providers, model.session)
+        self._probes.session_built()  # the libraries it maps are read again at the next snapshot
         self._session, self._session_key = session, key
         self._last["session_reused"] = False
         return session, False
 
     def capture_env(self) -> envsnap.EnvSnapshot:
-        """The snapshot, its process-constant parts (ONNX Runtime, Python, OS) probed once per worker."""
-        return envsnap.capture(kept=self._static_env)
+        """The snapshot, its process-constant parts (ONNX Runtime, Python, OS) probed once per worker,
+        the rest as often as it can change under a running process (``runtime/envwarm.py``)."""
+        return envsnap.capture(kept=self._static_env, probes=self._probes)
 
     def note(self) -> dict[str, Any] | None:
         return {**self._last, **self.kept_files.note()}

@@ -17,7 +17,6 @@ optional, a sequence of sequences) is refused when the session is built, naming 
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -32,6 +31,9 @@ from monitor.config.settings import ProviderSpec, SessionConfig
 from monitor.errors import ModelError
 from monitor.files.signature import InputSpec, check_inputs_fit
 from monitor.runtime import nontensor
+from monitor.runtime.watchdog import Deadline
+
+__all__ = ["Deadline", "RunTimeout", "Session", "SessionInfo", "TensorSpec", "provider_arguments", "session_options"]
 
 _OPT_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -253,14 +255,33 @@ class Session:
         with Deadline(timeout_s) as own:
             return self._run(feeds, own)
 
+    def run_repeats(
+        self, feeds: Mapping[str, np.ndarray], times: int, *, guard: Deadline, where: str = "inputs"
+    ) -> list[dict[str, np.ndarray]]:
+        """``times`` runs of the same ``feeds`` under ``guard``, validated and cast once (not per run).
+
+        The replay's per-sample path: the feeds a repeat sees are the very arrays the first run saw.
+        """
+        feeds = self.fit_float_inputs(feeds)
+        self.check_inputs(feeds, where=where)
+        if self.run_config:
+            _set_run_config(guard.run_options, self.run_config)
+        fed = feeds if isinstance(feeds, dict) else dict(feeds)
+        return [self._outputs(self._call(fed, guard)) for _ in range(times)]
+
     def _run(self, feeds: Mapping[str, np.ndarray], guard: Deadline) -> dict[str, np.ndarray]:
         _set_run_config(guard.run_options, self.run_config)
+        return self._outputs(self._call(dict(feeds), guard))
+
+    def _call(self, feeds: dict[str, np.ndarray], guard: Deadline) -> list[Any]:
         try:
-            values = self._session.run(None, dict(feeds), guard.run_options)
+            return self._session.run(None, feeds, guard.run_options)  # type: ignore[no-any-return]
         except Exception:
             if guard.fired.is_set():
                 raise RunTimeout(f"inference exceeded {guard.timeout_s:g}s and was terminated") from None
             raise
+
+    def _outputs(self, values: Sequence[Any]) -> dict[str, np.ndarray]:
         result: dict[str, np.ndarray] = {}
         for output, value in zip(self.info.outputs, values, strict=True):
             if nontensor.is_plain(output.type):
@@ -268,36 +289,6 @@ class Session:
             else:
                 result.update(nontensor.flatten(output.name, output.type, value))
         return result
-
-
-class Deadline:
-    """A watchdog: after ``timeout_s`` it sets ``RunOptions.terminate``, ending the run in progress
-    and every later run that uses the same options. ``None`` or ``<= 0`` means no limit.
-
-    One ``Deadline`` per replay, not per run, keeps the per-inference overhead to nothing.
-    """
-
-    def __init__(self, timeout_s: float | None) -> None:
-        self.timeout_s = timeout_s or 0.0
-        self.run_options = ort.RunOptions()
-        self.fired = threading.Event()
-        self._timer: threading.Timer | None = None
-        if timeout_s is not None and timeout_s > 0:
-            self._timer = threading.Timer(timeout_s, self._terminate)
-            self._timer.daemon = True
-
-    def _terminate(self) -> None:
-        self.fired.set()
-        self.run_options.terminate = True
-
-    def __enter__(self) -> Deadline:
-        if self._timer is not None:
-            self._timer.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
 
 
 def _make_cache_dirs(provider_options: Sequence[Mapping[str, str]]) -> None:

@@ -1,0 +1,201 @@
+"""One check's steps, in order: open what it compares, replay and compare, say why, assemble the result.
+
+- ``open_inputs``: the model's identity, the active baseline, its benchmark set and the session
+  (each read afresh or kept by a warm worker: ``runtime/kept.py``); no baseline is a result;
+- ``measure``: the replay through the session, each sample's outputs compared with the
+  baseline's as soon as they exist (``compare.Comparison``), the environment snapshot, the
+  repeat spread; the timeout covers it all, comparison included: one deadline from the start;
+- ``reasons_of``: what differs from the baseline besides the numbers (provider fallback, model,
+  external data, benchmark set, the reference's inputs);
+- ``details_of``: what the run page and the API show beside the verdict;
+- ``assemble``: the ``CheckResult``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from monitor.check import reasons as why
+from monitor.check.replay import Clock, Replay, replay_benchset, with_repeat_spread
+from monitor.compare import outputs as compare
+from monitor.config.plan import CheckPlan
+from monitor.errors import MonitorError
+from monitor.files import baselines, modelfile
+from monitor.files import benchsets as benchset
+from monitor.results import CheckResult, OutputStats, Reason, Verdict, error_result
+from monitor.runtime import envsnap
+from monitor.runtime.kept import ModelSource
+from monitor.runtime.session import Session
+
+EnvCapture = Callable[[], "envsnap.EnvSnapshot"]
+
+
+@dataclass(frozen=True)
+class Opened:
+    """What a check compares: the model file's identity, its session, the baseline and its benchmark set."""
+
+    identity: modelfile.ModelIdentity
+    baseline: baselines.Baseline
+    bench: benchset.Benchset
+    session: Session
+    reused: bool  # the session was kept from an earlier check (a warm worker's)
+    files: benchset.TensorFiles
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The numbers: each output's stats (repeat spread included), the replay's timing, the environment."""
+
+    outputs: tuple[OutputStats, ...]
+    replay: Replay
+    snapshot: envsnap.EnvSnapshot
+
+
+def check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCapture, models: ModelSource) -> CheckResult:
+    """The check's steps; raises what ``check._run_check`` turns into an ``error`` result."""
+    opened = open_inputs(plan, models)
+    if opened is None:
+        name = plan.model.name
+        detail = f"no active baseline for {name!r}: run `onnxmon baseline capture {name}`"
+        return error_result(name, "no_baseline", detail, started, clock())
+    measured = measure(plan, opened, deadline=started + plan.timeout_s, clock=clock, capture_env=capture_env)
+    reasons = reasons_of(plan, opened)
+    env_changes = why.env_changes(opened.baseline.meta.environment, measured.snapshot)
+    verdict = Verdict.worst([o.verdict for o in measured.outputs] + ([Verdict.FAIL] if reasons else []))
+    reasons, details = details_of(plan, opened, reasons, env_changes, models.note())
+    return assemble(plan, opened, measured, verdict, reasons, env_changes, details, started, clock())
+
+
+def open_inputs(plan: CheckPlan, models: ModelSource) -> Opened | None:
+    """The identity, baseline, set and session of ``plan``'s model; None when it has no active baseline."""
+    (files := models.files).begin_check()  # the set's and baseline's files: read afresh or kept while unchanged
+    identity = models.identify(plan.model.path)
+    baseline = baselines.active(plan.baselines_dir, plan.model.name, files=files)
+    if baseline is None:
+        return None
+    named = (baseline.meta.benchset, baseline.meta.benchset_version)
+    bench = benchset.open_benchset(plan.benchsets_dir, *named, files=files)
+    session, reused = models.session(plan.model, identity)
+    return Opened(identity, baseline, bench, session, reused, files)
+
+
+def measure(plan: CheckPlan, opened: Opened, *, deadline: float, clock: Clock, capture_env: EnvCapture) -> Measured:
+    """Replay the set, comparing each sample's outputs with the baseline's as they come; then the snapshot."""
+    baseline, session, files = opened.baseline, opened.session, opened.files
+    comparison = compare.Comparison(
+        list(baseline.meta.outputs),
+        session.output_names,
+        plan.tolerances(session.output_names),
+        samples=baseline.meta.sample_count,
+        elements=baseline.element_counts(files=files),
+        decisions=plan.model.decisions,  # counted per sample beside the metrics (compare/decisions.py)
+    )
+
+    def feed(index: int, produced: Mapping[str, np.ndarray]) -> None:
+        if index < baseline.meta.sample_count:  # a count mismatch is judged by finish()
+            comparison.feed(produced, baseline.sample_outputs(index, files=files))
+
+    replay = replay_benchset(
+        session, opened.bench, plan.repeats, deadline=deadline, clock=clock, each=feed, files=files
+    )
+    snapshot = capture_env()
+    outputs = comparison.finish(len(opened.bench))
+    return Measured(tuple(with_repeat_spread(o, replay.spread.get(o.name)) for o in outputs), replay, snapshot)
+
+
+def reasons_of(plan: CheckPlan, opened: Opened) -> list[Reason]:
+    """What differs from the baseline besides the numbers, each as a reason (every one fails the check)."""
+    info, identity, baseline, bench = opened.session.info, opened.identity, opened.baseline, opened.bench
+    reasons: list[Reason] = []
+    if info.fallback:
+        detail = f"requested {list(info.requested)} but the session runs on {list(info.effective)}"
+        reasons.append(Reason("provider_fallback", detail))
+    if identity.sha256 != baseline.meta.model_sha256:
+        detail = f"{plan.model.path} sha256 {identity.sha256[:12]} != baseline {baseline.meta.model_sha256[:12]}"
+        reasons.append(Reason("model_changed", detail))
+    reasons.extend(why.external_data_changes(plan.model.path.name, identity.external_data, baseline.meta.external_data))
+    if bench.sha256 != baseline.meta.benchset_sha256:
+        detail = (
+            f"benchset {bench.name} v{bench.version} sha256 {bench.sha256[:12]}"
+            f" != baseline {baseline.meta.benchset_sha256[:12]}"
+        )
+        reasons.append(Reason("benchset_changed", detail))
+    # A reference fed other inputs than the benchmark set (BGR vs RGB, another mean/std): say so first.
+    reasons.extend(Reason("input_mismatch", detail) for detail in baseline.input_mismatches())
+    return reasons
+
+
+def details_of(
+    plan: CheckPlan,
+    opened: Opened,
+    reasons: list[Reason],
+    env_changes: list[dict[str, Any]],
+    kept: dict[str, Any] | None,
+) -> tuple[list[Reason], dict[str, Any]]:
+    """The check's details (session, model identity, set version, environment diff, casts, warm note,
+    the model diff when the file changed) and ``reasons`` with the diff's summary in ``model_changed``."""
+    session, bench = opened.session, opened.bench
+    details: dict[str, Any] = {
+        "session": session.info.to_dict(),
+        "model": opened.identity.to_dict(),
+        "benchset_version": bench.version,
+        "env_diff": env_changes,
+        "baseline_source": opened.baseline.meta.source,  # a reference is the framework's numbers, not ORT's
+    }
+    details.update({"input_casts": dict(session.input_casts)} if session.input_casts else {})
+    details.update({"warm": kept} if kept is not None else {})
+    if any(r.code == "model_changed" for r in reasons):
+        reasons, details["model_diff"] = why.describe_model_change(reasons, opened.baseline, plan.model.path)
+    current = _current_benchset_version(plan, opened.files)
+    if current is not None and current != bench.version:
+        details["benchset_note"] = (
+            f"benchset {bench.name} has a newer version v{current}; the baseline uses v{bench.version}."
+            f" Re-capture to adopt it: onnxmon baseline capture {plan.model.name}"
+        )
+    return reasons, details
+
+
+def assemble(
+    plan: CheckPlan,
+    opened: Opened,
+    measured: Measured,
+    verdict: Verdict,
+    reasons: list[Reason],
+    env_changes: list[dict[str, Any]],
+    details: dict[str, Any],
+    started: float,
+    finished: float,
+) -> CheckResult:
+    """The frozen result of the steps above."""
+    session, bench = opened.session, opened.bench
+    return CheckResult(
+        model=plan.model.name,
+        verdict=verdict,
+        started_at=started,
+        finished_at=finished,
+        reasons=tuple(reasons),
+        outputs=measured.outputs,
+        baseline_id=opened.baseline.id,
+        model_sha256=opened.identity.sha256,
+        benchset=bench.name,
+        benchset_sha256=bench.sha256,
+        providers_requested=session.info.requested,
+        providers_effective=session.info.effective,
+        sample_count=len(bench),
+        # load_s is this check's own session build: 0 when a warm worker reused its session
+        timings={"load_s": 0.0 if opened.reused else session.info.load_seconds, "replay_s": measured.replay.seconds},
+        environment=measured.snapshot.to_dict(),
+        attribution=why.attribute(verdict, reasons, env_changes),
+        details=details,
+    )
+
+
+def _current_benchset_version(plan: CheckPlan, files: benchset.TensorFiles) -> int | None:
+    try:
+        return benchset.open_benchset(plan.benchsets_dir, plan.model.benchset, files=files).version
+    except MonitorError:
+        return None
