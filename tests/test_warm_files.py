@@ -189,3 +189,28 @@ def test_a_kept_benchset_manifest_that_goes_or_changes_is_seen_at_the_next_check
     assert gone.verdict is Verdict.ERROR and gone.reasons[0].code in {"benchset_error", "baseline_error"}
     manifest.write_text(text)
     assert run_check(plan, models=kept).verdict is Verdict.PASS
+
+
+class CountingStat:
+    """``os.stat``, counting the calls per path."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {}
+
+    def __call__(self, path: Path) -> os.stat_result:
+        self.calls[str(path)] = self.calls.get(str(path), 0) + 1
+        return os.stat(path)
+
+
+def test_a_steady_state_check_stats_each_kept_file_once(plan: CheckPlan) -> None:
+    counting = CountingStat()
+    kept = KeptModels(files=KeptFiles(stat=counting))
+    run_check(plan, models=kept), run_check(plan, models=kept)
+    counting.calls.clear()
+    steady = run_check(plan, models=kept)
+    assert note(steady)["files_read"] == 0
+    outputs = {str(p) for p in (plan.baselines_dir / plan.model.name).rglob("outputs/*.npy")}
+    assert outputs and outputs <= set(counting.calls), "every baseline output's stamp is checked"
+    assert any(p.startswith(str(plan.benchsets_dir)) and p.endswith(".npy") for p in counting.calls)
+    assert max(counting.calls.values()) == 1, {p: n for p, n in counting.calls.items() if n > 1}
+    assert numbers(steady) == numbers(run_check(plan))

@@ -13,6 +13,10 @@ the model file (``runtime/kept.py``) and for every tensor file:
   stamp cannot see (a file system with coarse timestamps, a write that restored mtime and ctime);
 - a parsed manifest is kept while the manifest file's stamp is unchanged (what it promises is
   still checked against every tensor file it names, each by its own stamp);
+- within one check a file is stat'ed once (``KeptFiles.now``): the stamp seen first is the one every
+  kept value of that file is checked against for the rest of the check (a file that changes
+  during a check is seen at the next one); a file read afresh is stat'ed again after the read, so
+  what changed while it was read is never kept;
 - decoded arrays are kept only within ``budget_bytes`` (the rest is read and verified every check,
   as in a fresh check), so the worker's memory stays bounded; kept arrays are read-only.
 
@@ -121,6 +125,7 @@ class KeptFiles:
         self.checks = 0
         self.kept_bytes = 0
         self._entries: dict[tuple[Any, ...], _Entry] = {}
+        self._seen: dict[str, Stamp | None] = {}  # this check's stamps, one os.stat per file per check
         self.read = 0  # files read (not answered from memory) since the check began: for the check's note
 
     def begin_check(self) -> None:
@@ -129,6 +134,16 @@ class KeptFiles:
             self.clear()
         self.checks += 1
         self.read = 0
+        self._seen.clear()
+
+    def now(self, path: Path | str) -> Stamp | None:
+        """``path``'s stamp as this check first saw it (one ``os.stat`` per file per check)."""
+        key = str(path)
+        try:
+            return self._seen[key]
+        except KeyError:
+            seen = self._seen[key] = stamp([key], self._stat)
+            return seen
 
     @property
     def full_check(self) -> bool:
@@ -144,7 +159,7 @@ class KeptFiles:
         # shows another inode, so the containment check runs again.
         joined = f"{root}{os.sep}{relative}"
         key = ("resolve", joined)
-        now = stamp([joined], self._stat)
+        now = self.now(joined)
         hit = self._entries.get(key)
         if hit is not None and now is not None and hit.stamp == now:
             return hit.value  # type: ignore[no-any-return]
@@ -154,8 +169,8 @@ class KeptFiles:
         return resolved
 
     def load_npy(self, path: Path, **expect: Any) -> np.ndarray[Any, Any]:
-        key = ("npy", str(path), *sorted((k, _hashable(v)) for k, v in expect.items()))
-        before = stamp([path], self._stat)
+        key = _npy_key(path, expect)
+        before = self.now(path)
         hit = self._entries.get(key)
         if hit is not None and before is not None and hit.stamp == before:
             return hit.value  # type: ignore[no-any-return]
@@ -174,7 +189,7 @@ class KeptFiles:
 
     def parsed(self, path: Path, parse: Callable[[], T], *, kind: str = "parsed") -> T:
         key = (kind, str(path))
-        now = stamp([path], self._stat)
+        now = self.now(path)
         hit = self._entries.get(key)
         if hit is not None and now is not None and hit.stamp == now:
             return hit.value  # type: ignore[no-any-return]
@@ -185,7 +200,7 @@ class KeptFiles:
 
     def npy_shape(self, path: Path, *, error: type[MonitorError] = BenchsetError) -> tuple[int, ...]:
         key = ("shape", str(path))
-        now = stamp([path], self._stat)
+        now = self.now(path)
         hit = self._entries.get(key)
         if hit is not None and now is not None and hit.stamp == now:
             return hit.value  # type: ignore[no-any-return]
@@ -202,6 +217,20 @@ class KeptFiles:
         entry = self._entries.pop(key, None)
         if entry is not None:
             self.kept_bytes -= entry.size
+
+
+def _npy_key(path: Path, expect: dict[str, Any]) -> tuple[Any, ...]:
+    """What a kept array was verified against: its path and every expectation (a different one reads again).
+
+    The plain items when they hash (the per-sample path: strings, tuples, classes), else each value
+    made hashable; two spellings of one expectation are two keys, which costs a read, never a wrong hit.
+    """
+    plain = ("npy", str(path), *expect.items())
+    try:
+        hash(plain)
+    except TypeError:
+        return ("npy", str(path), *sorted((k, _hashable(v)) for k, v in expect.items()))
+    return plain
 
 
 def _hashable(value: Any) -> Any:
