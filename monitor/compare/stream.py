@@ -87,6 +87,11 @@ class ChunkStream:
         self.count += actual.size
         if self.count > self.elements:
             raise ValueError(f"{self.count} elements fed, more than the {self.elements} announced")
+        if self.pending + actual.size < self.chunk:  # a small sample: batched with the next ones, measured later
+            self.pending_a.append(actual.reshape(-1).copy())  # a copy: a view would pin the whole sample
+            self.pending_b.append(expected.reshape(-1).copy())
+            self.pending += actual.size
+            return
         self._consume(list(self._pieces(actual.reshape(-1), expected.reshape(-1))))
 
     def finish(self) -> tuple[OutputMetrics, int]:
