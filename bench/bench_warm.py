@@ -95,6 +95,34 @@ replay's per-sample loads of kept arrays and their stat stamps (~25 %, ~110 ``os
 the runs themselves (~12 %), the snapshot's cgroup quota read (~7 %), the lint cache lookup
 and reasons (~10 %). Reaching +2 ms needs a per-check stamp memo (one ``os.stat`` per file, not two
 to four), a batched comparison of small outputs, and a quiet machine to show it.
+
+Issue 29, round 2 (2026-12-02, load average 1.5-3, the same 2 shared cores): ``KeptFiles`` stats each
+file once per check (a per-check stamp memo: 115 -> 64 ``os.stat`` a check for sk-logreg-nozipmap),
+and a small output's sample goes straight into the stream's pending chunk (``compare/stream.py``; the
+numbers were already measured in one vectorized pass per chunk, only the per-sample Python is cut).
+Side by side in one process, alternating check by check on one workspace and session, the old
+``KeptFiles`` and ``ChunkStream.feed`` (7334b82's, loaded from its tree) against the new, 300
+checks each: sk-logreg-nozipmap 4.38 -> 3.81 ms (0.87x; again 3.99 -> 3.55, 0.89x),
+surfaces-validity 5.04 -> 4.44 ms (0.88x), verdicts and every metric identical. Between separate
+runs the difference drowns: a daemon's (``bench_warm_daemon.py --checks 10``, three runs before and three
+after, alternating) sk-logreg-nozipmap +5.7/+5.1/+4.4 ms before, +3.9/+4.6/+5.2 ms after;
+torch-cnn-dynamo 0.99x/0.79x/1.87x before, 1.45x/1.01x/1.55x after, its bare inference itself
+swinging 8-22 ms between runs (noise, not a change). In
+this script (``--rounds 7``): sk-logreg-nozipmap in-check 6.60 -> 6.62 ms, surfaces-validity 7.65
+-> 6.38 ms, at load average ~2.
+
+What is left (cProfile of 300 steady-state checks of sk-logreg-nozipmap in one process, after):
+the replay 54 % (the comparison's per-sample feed 27 %: the baseline's kept arrays 14 %, the
+accumulators 13 %; the run path 14 %, of which ONNX Runtime's own run 5 %; the set's kept inputs
+8 %), the environment snapshot 16 % (the cgroup quota read 7.5 %, env vars 3 %), opening the
+inputs 7 %, lint 5 %, the comparison's finish 5 %, details and the result 8 %. It is Python per
+sample (~150 us profiled, 16 samples) and per check, spread thin: no single cut is left that
+halves it. A check after an idle gap (the daemon's every few seconds) costs ~1.5x one back to back
+(cold caches: 3.4 -> 5.6 ms in-process), which is what the daemon measures. Reaching +2 ms needs
+the per-sample work done once per check: one kept bundle per sample (its arrays and the stamps of
+its files, one lookup instead of a resolve and a load per file), the baseline's small outputs
+concatenated per output once (fed as one array per check), and a cheaper cgroup quota read (one
+open of the known ``cpu.max``, not ``/proc/self/cgroup`` and two probes first).
 """
 
 from __future__ import annotations
