@@ -15,6 +15,7 @@ it can turn into data: a session that cannot be built is ``{"error": ...}``.
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import time
@@ -84,6 +85,19 @@ def measure(
         measured["repeat_ratio"] = worst_ratio(spread)
         measured["repeat_bitwise"] = all(s.metrics.bitwise_equal for s in spread)
     return measured
+
+
+def measure_shared(plan: CheckPlan, variations: Sequence[Variation], samples: Sequence[int]) -> dict[str, Any]:
+    """``measure`` of each variation in turn, in this one child (only those ``knobs.may_share_a_child``).
+
+    Each builds its own session, as in a child of its own; what one leaves behind (its session, its
+    thread pool) is dropped before the next. ``{"measured": [one measure per variation, in order]}``.
+    """
+    measured = []
+    for variation in variations:
+        measured.append(measure(plan, variation, samples))
+        gc.collect()  # the previous session and its thread pool go before the next is built
+    return {"measured": measured}
 
 
 def worst_ratio(stats: Sequence[OutputStats]) -> float:
