@@ -49,9 +49,9 @@ def register(app: typer.Typer) -> None:
         seconds = budget or settings.daemon.diagnose_budget
         incidents = known_incidents(settings)
         if run_id is not None:
-            document = _stored_run(settings, run_id, model)
-            verdict = str(document.get("verdict"))
-            diagnosis = diagnose_run(plan, document, budget_s=seconds, incidents=incidents, run_id=run_id)
+            stored = _stored_run(settings, run_id, model)
+            verdict = stored.verdict.value
+            diagnosis = diagnose_run(plan, stored, budget_s=seconds, incidents=incidents, run_id=run_id)
             if store and "error" not in diagnosis and verdict != "pass":
                 from monitor.store import knowledge
 
@@ -62,7 +62,7 @@ def register(app: typer.Typer) -> None:
                 plan, job=child.measure_only, memory_limit_mb=settings.daemon.memory_limit_mb
             )
             verdict = result.verdict.value
-            diagnosis = diagnose_run(plan, result.to_dict(), budget_s=seconds, incidents=incidents)
+            diagnosis = diagnose_run(plan, result, budget_s=seconds, incidents=incidents)
             if store:
                 _record(settings, result, diagnosis if verdict != "pass" else None)
         if "error" in diagnosis:
@@ -83,7 +83,8 @@ def known_incidents(settings: Settings) -> list[dict[str, Any]]:
         return []
 
 
-def _stored_run(settings: Settings, run_id: int, model: str) -> dict[str, Any]:
+def _stored_run(settings: Settings, run_id: int, model: str) -> CheckResult:
+    """Stored run ``run_id`` of ``model`` as the result it was: the stored document converted once, here."""
     from monitor.store import knowledge
 
     try:
@@ -97,7 +98,11 @@ def _stored_run(settings: Settings, run_id: int, model: str) -> dict[str, Any]:
         raise MonitorError(f"--run {run_id}: no run {run_id} in the history")
     if document["model"] != model:
         raise MonitorError(f"--run {run_id} is a run of {document['model']!r}, not of {model!r}")
-    return document
+    try:
+        return CheckResult.from_dict(document)
+    except (KeyError, TypeError, ValueError) as exc:  # a row the store wrote in a shape this release cannot read
+        unreadable = f"--run {run_id}: the stored run cannot be read as a result: {type(exc).__name__}: {exc}"
+        raise _could_not(unreadable) from None
 
 
 def _record(settings: Settings, result: CheckResult, diagnosis: dict[str, Any] | None) -> None:

@@ -46,9 +46,7 @@ def attach(
     if result.verdict is not Verdict.FAIL:
         return result
     incidents = diagnosis.stored_incidents(store)
-    document = diagnosis.diagnose_run(
-        plan, result.to_dict(), budget_s=budget_s, incidents=incidents, run_id=run_id, stop=stop
-    )
+    document = diagnosis.diagnose_run(plan, result, budget_s=budget_s, incidents=incidents, run_id=run_id, stop=stop)
     if stop.is_set():
         where = f" as run {run_id}" if run_id is not None else " in the spool"
         log.warning("diagnosis of %s cut: the daemon is stopping (the fail is recorded%s)", plan.name, where)
