@@ -115,7 +115,11 @@ def test_a_kill_9_at_random_points_of_a_diagnosed_fail_loses_no_finished_check(w
         children = Children(served.process.pid)
         try:
             served.wait_until(children.started, "the check's child", timeout=60)
-            time.sleep(rng.uniform(0.0, 6.0))  # anywhere in the check or its diagnosis
+            if life % 2:
+                time.sleep(rng.uniform(0.0, 6.0))  # anywhere in the check or its diagnosis
+            else:  # inside the diagnosis, however long the check took on a loaded machine
+                served.wait_until(children.experimenting, "the diagnosis to start", timeout=120)
+                time.sleep(rng.uniform(0.0, 1.0))
             killed_at = time.monotonic()
             first = children.first()
             experimenting = children.experimenting()
