@@ -8,7 +8,7 @@ measurement is an ``error`` with a bounded reason code.
 
 Memory is bounded by one sample, not by the benchmark set: each sample runs (with its
 repeats), its baseline outputs are loaded (``Baseline.sample_outputs``), both are fed to a
-``compare.Comparison`` and dropped before the next sample runs. The comparison needs the
+``outputs.Comparison`` and dropped before the next sample runs. The comparison needs the
 baseline's element counts up front (read from the ``.npy`` headers) to size its chunked pass.
 The timeout covers the whole check, comparison included: it is one deadline from the start.
 
@@ -31,11 +31,10 @@ from typing import Any
 import numpy as np
 
 from monitor import exportcheck, modeldiff
-from monitor.compare import outputs as compare
+from monitor.compare import outputs
 from monitor.config.plan import CheckPlan
 from monitor.errors import BaselineError, BenchsetError, ConfigError, ModelError, MonitorError
-from monitor.files import baselines, modelfile
-from monitor.files import benchsets as benchset
+from monitor.files import baselines, benchsets, modelfile
 from monitor.results import CheckResult, OutputStats, Reason, Verdict, error_result
 from monitor.runtime import envsnap, footprint
 from monitor.runtime.kept import FreshModels, ModelSource
@@ -188,10 +187,10 @@ def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCaptur
             clock(),
         )
     named = (baseline.meta.benchset, baseline.meta.benchset_version)
-    bench = benchset.open_benchset(plan.benchsets_dir, *named, files=files)
+    bench = benchsets.open_benchset(plan.benchsets_dir, *named, files=files)
     session, reused = models.session(model, identity)
     tolerances = plan.tolerances(session.output_names)
-    comparison = compare.Comparison(
+    comparison = outputs.Comparison(
         list(baseline.meta.outputs),
         session.output_names,
         tolerances,
@@ -206,8 +205,8 @@ def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCaptur
 
     replay = replay_benchset(session, bench, plan.repeats, deadline=deadline, clock=clock, each=feed, files=files)
     snapshot = capture_env()
-    outputs = comparison.finish(len(bench))
-    outputs = tuple(_with_repeat_spread(o, replay.spread.get(o.name)) for o in outputs)
+    stats = comparison.finish(len(bench))
+    stats = tuple(_with_repeat_spread(o, replay.spread.get(o.name)) for o in stats)
 
     reasons: list[Reason] = []
     if session.info.fallback:
@@ -236,7 +235,7 @@ def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCaptur
     # A reference fed other inputs than the benchmark set (BGR vs RGB, another mean/std): say so first.
     reasons.extend(Reason("input_mismatch", detail) for detail in baseline.input_mismatches())
     env_changes = _env_changes(baseline.meta.environment, snapshot)
-    verdict = Verdict.worst([o.verdict for o in outputs] + ([Verdict.FAIL] if reasons else []))
+    verdict = Verdict.worst([o.verdict for o in stats] + ([Verdict.FAIL] if reasons else []))
     details: dict[str, Any] = {
         "session": session.info.to_dict(),
         "model": identity.to_dict(),
@@ -260,7 +259,7 @@ def _check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCaptur
         started_at=started,
         finished_at=clock(),
         reasons=tuple(reasons),
-        outputs=outputs,
+        outputs=stats,
         baseline_id=baseline.id,
         model_sha256=identity.sha256,
         benchset=bench.name,
@@ -313,13 +312,13 @@ def attribute(verdict: Verdict, reasons: list[Reason], env_changes: list[dict[st
 
 def replay_benchset(
     session: Session,
-    bench: benchset.Benchset,
+    bench: benchsets.Benchset,
     repeats: int,
     *,
     deadline: float | None = None,
     clock: Clock = time.time,
     each: SampleSink | None = None,
-    files: benchset.TensorFiles = benchset.FRESH,
+    files: benchsets.TensorFiles = benchsets.FRESH,
 ) -> Replay:
     """Run every sample ``repeats`` times (inputs read through ``files``); keep the first run and the spread.
 
@@ -327,7 +326,7 @@ def replay_benchset(
     run and are not kept (``Replay.outputs`` stays empty): memory holds one sample, not the set.
     ``Replay.seconds`` counts the replay only, not the time spent in ``each``.
     """
-    outputs: dict[str, list[np.ndarray]] = {name: [] for name in session.output_names}
+    produced: dict[str, list[np.ndarray]] = {name: [] for name in session.output_names}
     spread: dict[str, float] = {}
     began = time.perf_counter()
     elsewhere = 0.0
@@ -338,9 +337,9 @@ def replay_benchset(
             runs = [session.run(feeds, guard=guard, where=where) for _ in range(repeats)]
             for name in session.output_names:
                 if repeats > 1:
-                    spread[name] = max(spread.get(name, 0.0), compare.repeat_spread([r[name] for r in runs]))
+                    spread[name] = max(spread.get(name, 0.0), outputs.repeat_spread([r[name] for r in runs]))
                 if each is None:
-                    outputs[name].append(runs[0][name])
+                    produced[name].append(runs[0][name])
             if each is not None:
                 handed = time.perf_counter()
                 first = runs[0]
@@ -348,7 +347,7 @@ def replay_benchset(
                 each(index, first)
                 del first
                 elsewhere += time.perf_counter() - handed
-    return Replay(outputs=outputs, spread=spread, seconds=time.perf_counter() - began - elsewhere)
+    return Replay(outputs=produced, spread=spread, seconds=time.perf_counter() - began - elsewhere)
 
 
 def _remaining(deadline: float | None, clock: Clock) -> float | None:
@@ -379,8 +378,8 @@ def _env_changes(baseline_env: Mapping[str, Any], snapshot: envsnap.EnvSnapshot)
     return [c.to_dict() for c in envsnap.diff(envsnap.EnvSnapshot.from_dict(dict(baseline_env)), snapshot)]
 
 
-def _current_benchset_version(plan: CheckPlan, files: benchset.TensorFiles) -> int | None:
+def _current_benchset_version(plan: CheckPlan, files: benchsets.TensorFiles) -> int | None:
     try:
-        return benchset.open_benchset(plan.benchsets_dir, plan.model.benchset, files=files).version
+        return benchsets.open_benchset(plan.benchsets_dir, plan.model.benchset, files=files).version
     except MonitorError:
         return None

@@ -10,7 +10,7 @@ import typer
 from monitor import jsonsafe
 from monitor.cli import common, output
 from monitor.errors import BenchsetError
-from monitor.files import benchsets as benchset
+from monitor.files import benchsets
 
 ConfigOption = common.ConfigOption
 RootOption = typer.Option(None, "--root", help="Benchset directory (default: store.benchsets_dir of the config).")
@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
         console = common.console()
         busy = not quiet and output.is_terminal()
         with console.status(f"materializing {name} …", spinner="dots") if busy else contextlib.nullcontext():
-            bs = benchset.materialize(settings.benchset(name), root)
+            bs = benchsets.materialize(settings.benchset(name), root)
         if quiet:
             return
         _print_state(chosen, bs, "unchanged" if before == bs.version else "created")
@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> None:
         chosen = output.chosen(fmt, as_json)
         directory = _root(root, config_file)
         before = _current_version(directory, name)
-        bs = benchset.import_files(name, files, directory, kind or _guess_kind(files))
+        bs = benchsets.import_files(name, files, directory, kind or _guess_kind(files))
         _print_state(chosen, bs, "unchanged" if before == bs.version else "created")
 
     @group.command("verify")
@@ -72,8 +72,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Re-hash every tensor of set NAME; exit 1 and print each problem if any."""
         chosen = output.chosen(fmt, as_json)
-        bs = benchset.open_benchset(_root(root, config_file), name, version)
-        problems = benchset.verify(bs)
+        bs = benchsets.open_benchset(_root(root, config_file), name, version)
+        problems = benchsets.verify(bs)
         if output.structured(chosen):
             data = _row(bs) | {"ok": not problems, "problems": problems}
             common.print_json(data, chosen)
@@ -97,7 +97,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """List the sets (their newest version unless --all)."""
         chosen = output.chosen(fmt, as_json)
-        sets = benchset.list_benchsets(_root(root, config_file), all_versions=all_versions)
+        sets = benchsets.list_benchsets(_root(root, config_file), all_versions=all_versions)
 
         def table(wide: bool) -> common.PlainTable:
             shown = common.PlainTable("name", "version", "samples", "source", "created", "sha256")
@@ -111,7 +111,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="benchset")
 
 
-def _row(bs: benchset.Benchset) -> dict[str, object]:
+def _row(bs: benchsets.Benchset) -> dict[str, object]:
     return {
         "name": bs.name,
         "version": bs.version,
@@ -123,7 +123,7 @@ def _row(bs: benchset.Benchset) -> dict[str, object]:
     }
 
 
-def _print_state(fmt: str, bs: benchset.Benchset, state: str) -> None:
+def _print_state(fmt: str, bs: benchsets.Benchset, state: str) -> None:
     output.emit(
         fmt,
         lambda: _row(bs) | {"state": state},
@@ -137,7 +137,7 @@ def _root(root: Path | None, config_file: str | None) -> Path:
 
 def _current_version(root: Path, name: str) -> int | None:
     try:
-        return benchset.open_benchset(root, name).version
+        return benchsets.open_benchset(root, name).version
     except BenchsetError:
         return None
 

@@ -36,14 +36,14 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Note an incident on a run: its cause, what was found and the fix, matched to later failures."""
         chosen = output.chosen(fmt, as_json)
-        from monitor.store import knowledge
+        from monitor.store import incidents
 
         settings = common.settings(config_file)
         with common.open_store(settings) as store:
-            signature = knowledge.signature_of(store, run_id)
+            signature = incidents.signature_of(store, run_id)
             if signature is None:
                 raise MonitorError(f"no run {run_id} in the history")
-            record = knowledge.record_incident(
+            record = incidents.record_incident(
                 store, run_id, cause=cause, text=text, fix=fix, by=by or _login(), signature=signature
             )
         if output.structured(chosen):
@@ -61,11 +61,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Incidents, newest first."""
         chosen = output.chosen(fmt, as_json)
-        from monitor.store import knowledge
+        from monitor.store import incidents
 
         settings = common.settings(config_file)
         with common.open_store(settings) as store:
-            records = knowledge.incidents(store, limit=limit, model=model)
+            records = incidents.incidents(store, limit=limit, model=model)
         if output.structured(chosen):
             common.print_json([r.to_dict() for r in records], chosen)
             return
@@ -90,11 +90,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """One incident with the signature it is matched by."""
         chosen = output.chosen(fmt, as_json)
-        from monitor.store import knowledge
+        from monitor.store import incidents
 
         settings = common.settings(config_file)
         with common.open_store(settings) as store:
-            record = knowledge.incident(store, incident_id)
+            record = incidents.incident(store, incident_id)
         if record is None:
             raise MonitorError(f"no incident {incident_id}")
         data = record.to_dict()

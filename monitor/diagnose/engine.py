@@ -30,12 +30,12 @@ from typing import Any
 import onnx
 
 from monitor.config.plan import CheckPlan
-from monitor.diagnose import evidence, knobs, rank
-from monitor.diagnose import replay as replays
+from monitor.diagnose import evidence, knobs, rank, replay
 from monitor.diagnose.result import Diagnosis, Experiment, finite_or_none
 from monitor.files import baselines
-from monitor.knowledge import incidents as incident_match
-from monitor.knowledge import rules as knowledge
+from monitor.knowledge import rules
+from monitor.knowledge.incidents import of_run
+from monitor.knowledge.incidents import similar as similar_incidents
 
 Isolator = Callable[[Callable[..., Mapping[str, Any]], tuple[Any, ...], float], Mapping[str, Any]]
 Clock = Callable[[], float]
@@ -107,8 +107,8 @@ def diagnose(
         nondeterministic=repeats_differ,
         worst_ratio=before.error_ratio if before is not None else None,
     )
-    signature = incident_match.of_run(run)
-    similar = incident_match.similar(signature, incidents)[:3]
+    signature = of_run(run)
+    similar = similar_incidents(signature, incidents)[:3]
     outputs_failed = any(str(o.get("verdict")) == "fail" for o in run.get("outputs") or [])
     if before is not None and before.within_tolerance:
         notes.append(_not_reproduced(before, experiments, outputs_failed))
@@ -116,7 +116,7 @@ def diagnose(
         [
             *rank.from_experiments(experiments, before, outputs_failed=outputs_failed),
             *evidence.from_run(run, repeats_differ=repeats_differ, model_kinds=_model_kinds(plan)),
-            *rank.from_rules(knowledge.match(knowledge.load(), facts)),
+            *rank.from_rules(rules.match(rules.load(), facts)),
             *rank.from_incidents(similar),
         ]
     )
@@ -244,7 +244,7 @@ def _run(
 ) -> Mapping[str, Any]:
     timeout = max(1.0, min(per_experiment_s, deadline - clock()))
     try:
-        return isolate(replays.measure, args, timeout)
+        return isolate(replay.measure, args, timeout)
     except Exception as exc:  # the isolator is the caller's: its failure is still one experiment's note
         return {"error": f"{type(exc).__name__}: {exc}"[:500]}
 

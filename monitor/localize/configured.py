@@ -19,10 +19,8 @@ import numpy as np
 
 from monitor.config.plan import CheckPlan
 from monitor.errors import BaselineError
-from monitor.files import baselines
-from monitor.files import benchsets as benchset
-from monitor.localize import engine as localize
-from monitor.localize import selfruns
+from monitor.files import baselines, benchsets
+from monitor.localize import engine, selfruns
 from monitor.localize.levels import View
 from monitor.localize.report import LocalizationReport
 from monitor.localize.rule import Rule, ThresholdRule
@@ -55,9 +53,9 @@ def localize_model(
     model = plan.model
     baseline = baselines.active(plan.baselines_dir, model.name)
     if baseline is not None:
-        bench = benchset.open_benchset(plan.benchsets_dir, baseline.meta.benchset, baseline.meta.benchset_version)
+        bench = benchsets.open_benchset(plan.benchsets_dir, baseline.meta.benchset, baseline.meta.benchset_version)
     else:
-        bench = benchset.ensure(plan.benchset, plan.benchsets_dir)
+        bench = benchsets.ensure(plan.benchset, plan.benchsets_dir)
     feeds = bench.load_sample(sample)
     if against == "self":
         rule = Rule(threshold_rule, plan.default_tolerance, rel_threshold, cast_floats=True)
@@ -80,7 +78,7 @@ def localize_model(
         side = "model"
     else:
         side = "unoptimized"
-    return localize.localize(
+    return engine.localize(
         model.path,
         feeds,
         providers=model.providers,
