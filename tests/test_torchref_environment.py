@@ -132,10 +132,10 @@ def test_diagnose_still_blames_cuda_libraries_when_the_cuda_provider_ran() -> No
 
 
 def test_no_rule_blames_cuda_libraries_on_a_cpu_session_either() -> None:
-    from monitor.knowledge import rules as knowledge
+    from monitor.knowledge import rules
 
     run = _failing_run(["CPUExecutionProvider"])
-    matched = knowledge.match(knowledge.load(), evidence.facts(run))
+    matched = rules.match(rules.load(), evidence.facts(run))
     assert "gpu_library_version" not in {m.rule.cause for m in matched}
     gpu = _failing_run(["CUDAExecutionProvider"])
-    assert "gpu_library_version" in {m.rule.cause for m in knowledge.match(knowledge.load(), evidence.facts(gpu))}
+    assert "gpu_library_version" in {m.rule.cause for m in rules.match(rules.load(), evidence.facts(gpu))}

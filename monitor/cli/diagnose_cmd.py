@@ -47,22 +47,22 @@ def register(app: typer.Typer) -> None:
         settings = common.settings(out.config_file)
         plan = plan_for(settings, model)
         seconds = budget or settings.daemon.diagnose_budget
-        incidents = known_incidents(settings)
+        known = known_incidents(settings)
         if run_id is not None:
             stored = _stored_run(settings, run_id, model)
             verdict = stored.verdict.value
-            diagnosis = diagnose_run(plan, stored, budget_s=seconds, incidents=incidents, run_id=run_id)
+            diagnosis = diagnose_run(plan, stored, budget_s=seconds, incidents=known, run_id=run_id)
             if store and "error" not in diagnosis and verdict != "pass":
-                from monitor.store import knowledge
+                from monitor.store import incidents
 
                 with common.open_store(settings) as opened:
-                    knowledge.record_diagnosis(opened, run_id, diagnosis)
+                    incidents.record_diagnosis(opened, run_id, diagnosis)
         else:
             result, _ = child.run_isolated(
                 plan, job=child.measure_only, memory_limit_mb=settings.daemon.memory_limit_mb
             )
             verdict = result.verdict.value
-            diagnosis = diagnose_run(plan, result, budget_s=seconds, incidents=incidents)
+            diagnosis = diagnose_run(plan, result, budget_s=seconds, incidents=known)
             if store:
                 _record(settings, result, diagnosis if verdict != "pass" else None)
         if "error" in diagnosis:
@@ -75,21 +75,21 @@ def register(app: typer.Typer) -> None:
 def known_incidents(settings: Settings) -> list[dict[str, Any]]:
     """Every noted incident (newest first) for matching; none when the store cannot be read."""
     try:
-        from monitor.store import knowledge
+        from monitor.store import incidents
 
         with common.open_store(settings) as store:
-            return [i.to_dict() for i in knowledge.incidents(store)]
+            return [i.to_dict() for i in incidents.incidents(store)]
     except Exception:  # an unreachable store must not stop a diagnosis: it only loses the incident matches
         return []
 
 
 def _stored_run(settings: Settings, run_id: int, model: str) -> CheckResult:
     """Stored run ``run_id`` of ``model`` as the result it was: the stored document converted once, here."""
-    from monitor.store import knowledge
+    from monitor.store import incidents
 
     try:
         with common.open_store(settings) as store:
-            document = knowledge.run_document(store, run_id)
+            document = incidents.run_document(store, run_id)
     except MonitorError:
         raise
     except Exception as exc:

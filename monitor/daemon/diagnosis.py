@@ -23,7 +23,7 @@ from monitor.daemon import isolate
 from monitor.diagnose.engine import diagnose
 from monitor.diagnose.result import Diagnosis
 from monitor.results import CheckResult, Verdict
-from monitor.store import Store, knowledge
+from monitor.store import Store, incidents
 
 STOP_S = 5.0
 """The most a SIGTERM waits for a running diagnosis: ``isolate.POLL_S`` to see it, then the kill and reap."""
@@ -113,6 +113,6 @@ def stored_incidents(store: Store | None) -> list[dict[str, Any]]:
     if store is None:
         return []
     try:
-        return [i.to_dict() for i in knowledge.incidents(store)]
+        return [i.to_dict() for i in incidents.incidents(store)]
     except Exception:  # matching incidents is advice: a store outage must not stop the check
         return []

@@ -36,11 +36,12 @@ import onnx
 
 from monitor.config.plan import CheckPlan
 from monitor.diagnose import evidence, knobs, rank
-from monitor.diagnose import replay as replays
+from monitor.diagnose.replay import measure, measure_shared
 from monitor.diagnose.result import Diagnosis, Experiment, finite_or_none
 from monitor.files import baselines
-from monitor.knowledge import incidents as incident_match
-from monitor.knowledge import rules as knowledge
+from monitor.knowledge import rules
+from monitor.knowledge.incidents import of_run
+from monitor.knowledge.incidents import similar as similar_incidents
 from monitor.results import CheckResult, Verdict
 
 Isolator = Callable[[Callable[..., Mapping[str, Any]], tuple[Any, ...], float], Mapping[str, Any]]
@@ -114,8 +115,8 @@ def diagnose(
         nondeterministic=repeats_differ,
         worst_ratio=before.error_ratio if before is not None else None,
     )
-    signature = incident_match.of_run(run.to_dict())  # the knowledge layer reads plain data (stored runs too)
-    similar = incident_match.similar(signature, incidents)[:3]
+    signature = of_run(run.to_dict())  # the knowledge layer reads plain data (stored runs too)
+    similar = similar_incidents(signature, incidents)[:3]
     outputs_failed = any(o.verdict is Verdict.FAIL for o in run.outputs)
     if before is not None and before.within_tolerance:
         notes.append(_not_reproduced(before, experiments, outputs_failed))
@@ -123,7 +124,7 @@ def diagnose(
         [
             *rank.from_experiments(experiments, before, outputs_failed=outputs_failed),
             *evidence.from_run(run, repeats_differ=repeats_differ, model_kinds=_model_kinds(plan)),
-            *rank.from_rules(knowledge.match(knowledge.load(), facts)),
+            *rank.from_rules(rules.match(rules.load(), facts)),
             *rank.from_incidents(similar),
         ]
     )
@@ -244,7 +245,7 @@ def _run_shared(
     if len(variations) < 2 or deadline - clock() < 1.0:
         return []
     args = (plan, list(variations), list(samples))
-    value = _run(isolate, args, deadline, per_experiment_s * len(variations), clock, replays.measure_shared)
+    value = _run(isolate, args, deadline, per_experiment_s * len(variations), clock, measure_shared)
     answers = value.get("measured")
     if not isinstance(answers, list) or len(answers) != len(variations):
         return None
@@ -286,7 +287,7 @@ def _run(
     deadline: float,
     per_experiment_s: float,
     clock: Clock,
-    job: Callable[..., Mapping[str, Any]] = replays.measure,
+    job: Callable[..., Mapping[str, Any]] = measure,
 ) -> Mapping[str, Any]:
     timeout = max(1.0, min(per_experiment_s, deadline - clock()))
     try:
