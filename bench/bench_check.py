@@ -33,10 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from monitor import capture
 from monitor.check import replay_benchset, run_check
-from monitor.compare import outputs as compare
+from monitor.compare import outputs
 from monitor.config.plan import plan_for
 from monitor.config.settings import from_mapping
-from monitor.files import benchsets as benchset
+from monitor.files import benchsets
 from monitor.runtime.session import Deadline, Session
 
 
@@ -98,7 +98,7 @@ def main() -> int:
     plan = plan_for(settings, "convnet")
     model = plan.model
     baseline = capture.capture_baseline(plan, capture_env=lambda: _no_env())
-    bench = benchset.open_benchset(plan.benchsets_dir, "b")
+    bench = benchsets.open_benchset(plan.benchsets_dir, "b")
     session = Session(model.path, model.providers, model.session)
     raw = session._session  # the very same InferenceSession
     feeds = [bench.load_sample(i) for i in range(len(bench))]
@@ -119,7 +119,7 @@ def main() -> int:
 
     def replay_compare() -> None:
         result = replay_benchset(session, bench, 1)
-        compare.compare_outputs(result.outputs, expected, tolerances)
+        outputs.compare_outputs(result.outputs, expected, tolerances)
 
     def check() -> None:
         run_check(plan, capture_env=lambda: _no_env())

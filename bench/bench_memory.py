@@ -36,7 +36,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from monitor.config.plan import plan_for
 from monitor.config.settings import from_mapping
-from monitor.files import benchsets as benchset
+from monitor.files import benchsets
 
 # Runs in the child: capture or check, then the peak RSS of that process.
 _CHILD = """
@@ -124,7 +124,7 @@ def main() -> int:
         onnx.save(model(args.elements), str(root / "big.onnx"))
         (root / "count.txt").write_text(str(count))
         plan = plan_for(settings_for(root), "big")
-        benchset.ensure(plan.benchset, plan.benchsets_dir)  # generated here, outside the measurement
+        benchsets.ensure(plan.benchset, plan.benchsets_dir)  # generated here, outside the measurement
         for action in ("capture", "check"):
             result = _child(root, action)
             peaks[action][count] = float(result["peak_mib"])  # type: ignore[arg-type]

@@ -25,8 +25,7 @@ from monitor import modeldiff
 from monitor.config.plan import CheckPlan
 from monitor.config.settings import ModelConfig, ProviderSpec, SessionConfig
 from monitor.errors import BaselineError, MonitorError
-from monitor.files import baseline_meta, baseline_writer, baselines, polygraphy, tensors
-from monitor.files import benchsets as benchset
+from monitor.files import baseline_meta, baseline_writer, baselines, benchsets, polygraphy, tensors
 from monitor.runtime import envsnap
 from monitor.runtime.session import Session
 
@@ -56,7 +55,7 @@ def capture_baseline(
     for layer-by-layer localization after an upgrade.
     """
     model = plan.model
-    bench = benchset.ensure(plan.benchset, plan.benchsets_dir)
+    bench = benchsets.ensure(plan.benchset, plan.benchsets_dir)
     providers: Sequence[ProviderSpec] = REFERENCE_PROVIDERS if reference else model.providers
     session_cfg = REFERENCE_SESSION if reference else model.session
     session = Session(model.path, providers, session_cfg)
@@ -84,7 +83,7 @@ def stack_environment(plan: CheckPlan) -> envsnap.EnvSnapshot:
     """
     model = plan.model
     session = Session(model.path, model.providers, model.session)
-    bench = benchset.ensure(plan.benchset, plan.benchsets_dir)
+    bench = benchsets.ensure(plan.benchset, plan.benchsets_dir)
     if len(bench):
         session.run(bench.load_sample(0), where=f"benchset {bench.name!r} sample 0")
     return envsnap.capture()
@@ -110,7 +109,7 @@ def import_baseline(
     signature: outputs of another batch size or another model are refused, naming file and output.
     """
     model = plan.model
-    bench = benchset.ensure(plan.benchset, plan.benchsets_dir)
+    bench = benchsets.ensure(plan.benchset, plan.benchsets_dir)
     session = Session(model.path, model.providers, model.session)
     wanted = set(session.output_names)
     samples: Iterable[Mapping[str, np.ndarray]]
@@ -121,7 +120,7 @@ def import_baseline(
                 f"{kind} import takes exactly one {'directory' if kind == 'onnx-test-data' else 'file'}"
             )
         if kind == "onnx-test-data":
-            samples = benchset.read_onnx_test_outputs(files[0], output_names=session.output_names)
+            samples = benchsets.read_onnx_test_outputs(files[0], output_names=session.output_names)
         else:
             read = polygraphy.read_run_results(files[0], error=BaselineError)[1]
             samples = [{k: v for k, v in s.items() if k in wanted} for s in read]
@@ -198,7 +197,7 @@ def _fits_signature(sample: Mapping[str, np.ndarray], session: Session, where: s
 
 def _meta(
     model: ModelConfig,
-    bench: benchset.Benchset,
+    bench: benchsets.Benchset,
     session: Session,
     source: baseline_meta.Source,
     snapshot: envsnap.EnvSnapshot,

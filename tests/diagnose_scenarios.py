@@ -25,8 +25,7 @@ import onnx
 from monitor import capture
 from monitor.check import run_check
 from monitor.config.plan import CheckPlan, plan_for
-from monitor.files import baselines
-from monitor.files import benchsets as benchset
+from monitor.files import baselines, benchsets
 from monitor.results import CheckResult
 from tests import variants
 from tests.workspace import Workspace
@@ -56,7 +55,7 @@ def _forest_threads(ws: Workspace) -> tuple[CheckPlan, CheckResult]:
 
 def _samples(ws: Workspace, name: str) -> list[dict[str, np.ndarray]]:
     settings = ws.settings()
-    bench = benchset.ensure(settings.benchset(f"{name}-bench"), settings.store.benchsets_dir)
+    bench = benchsets.ensure(settings.benchset(f"{name}-bench"), settings.store.benchsets_dir)
     return [dict(bench.load_sample(i)) for i in range(len(bench))]
 
 

@@ -18,8 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from monitor.cli import main
 from monitor.config.settings import BenchsetConfig, GenerateSpec
 from monitor.errors import BenchsetError, ModelError
-from monitor.files import benchset_sources
-from monitor.files import benchsets as benchset
+from monitor.files import benchset_sources, benchsets
 from monitor.files.benchsets import InputSpec, check_inputs_fit, materialize, model_signature, open_benchset
 from tests import modelzoo
 
@@ -123,7 +122,7 @@ def test_a_range_for_an_unknown_input_is_an_error(root: Path, classifier_path: P
 def test_an_unchanged_declaration_returns_the_same_version(root: Path, classifier_path: Path) -> None:
     cfg = _generate(classifier_path, count=2, dims={"batch": 1})
     first = materialize(cfg, root)
-    again = benchset.ensure(cfg, root)
+    again = benchsets.ensure(cfg, root)
     assert (again.version, again.sha256, again.created_at) == (1, first.sha256, first.created_at)
     assert sorted(p.name for p in (root / "gen").iterdir()) == ["v1"]
 
@@ -136,8 +135,8 @@ def test_editing_the_declaration_creates_version_2_and_version_1_stays_readable(
     assert (v1.version, v2.version, len(v2)) == (1, 2, 3)
     assert open_benchset(root, "gen").version == 2
     old = open_benchset(root, "gen", 1)
-    assert old.sha256 == v1.sha256 and benchset.verify(old) == []
-    assert [b.version for b in benchset.list_benchsets(root, all_versions=True)] == [1, 2]
+    assert old.sha256 == v1.sha256 and benchsets.verify(old) == []
+    assert [b.version for b in benchsets.list_benchsets(root, all_versions=True)] == [1, 2]
 
 
 def test_changing_a_source_file_creates_a_new_version(tmp_path: Path, root: Path) -> None:
@@ -156,7 +155,7 @@ def test_a_half_written_version_left_by_a_crash_is_invisible(root: Path, classif
     (crashed / "s00000_0.npy").write_bytes(b"half")
     assert open_benchset(root, "gen").version == 1
     assert materialize(cfg, root).version == 1
-    assert [b.name for b in benchset.list_benchsets(root)] == ["gen"]
+    assert [b.name for b in benchsets.list_benchsets(root)] == ["gen"]
 
 
 def test_a_missing_set_or_version_lists_what_exists(root: Path, classifier_path: Path) -> None:
@@ -171,11 +170,11 @@ def test_a_missing_set_or_version_lists_what_exists(root: Path, classifier_path:
 
 
 @pytest.fixture
-def small_set(root: Path, classifier_path: Path) -> benchset.Benchset:
+def small_set(root: Path, classifier_path: Path) -> benchsets.Benchset:
     return materialize(_generate(classifier_path, count=2, dims={"batch": 1}), root)
 
 
-def _edit_manifest(bs: benchset.Benchset, **tensor0: Any) -> None:
+def _edit_manifest(bs: benchsets.Benchset, **tensor0: Any) -> None:
     path = bs.directory / "manifest.yaml"
     manifest = yaml.safe_load(path.read_text())
     manifest["samples"][0]["tensors"][0].update(tensor0)
@@ -183,13 +182,13 @@ def _edit_manifest(bs: benchset.Benchset, **tensor0: Any) -> None:
 
 
 @pytest.mark.parametrize("bad_path", ["../x.npy", "../../etc/passwd", "/etc/passwd"])
-def test_manifest_paths_escaping_the_set_are_rejected(small_set: benchset.Benchset, bad_path: str) -> None:
+def test_manifest_paths_escaping_the_set_are_rejected(small_set: benchsets.Benchset, bad_path: str) -> None:
     _edit_manifest(small_set, file=bad_path)
     with pytest.raises(BenchsetError, match="must be relative and stay inside"):
         open_benchset(small_set.directory.parent.parent, "gen")
 
 
-def test_a_symlink_pointing_outside_the_set_is_rejected(tmp_path: Path, small_set: benchset.Benchset) -> None:
+def test_a_symlink_pointing_outside_the_set_is_rejected(tmp_path: Path, small_set: benchsets.Benchset) -> None:
     target = small_set.directory / small_set.samples[0][0].file
     outside = tmp_path / "outside.npy"
     outside.write_bytes(target.read_bytes())
@@ -197,28 +196,28 @@ def test_a_symlink_pointing_outside_the_set_is_rejected(tmp_path: Path, small_se
     target.symlink_to(outside)
     with pytest.raises(BenchsetError, match="outside"):
         small_set.load_sample(0)
-    assert any("outside" in problem for problem in benchset.verify(small_set))
+    assert any("outside" in problem for problem in benchsets.verify(small_set))
 
 
-def test_a_non_numeric_dtype_in_the_manifest_is_rejected(small_set: benchset.Benchset) -> None:
+def test_a_non_numeric_dtype_in_the_manifest_is_rejected(small_set: benchsets.Benchset) -> None:
     _edit_manifest(small_set, dtype="object")
     with pytest.raises(BenchsetError, match=r"samples\[0\]\.tensors\[0\]\.dtype 'object' is not a plain"):
         open_benchset(small_set.directory.parent.parent, "gen")
 
 
-def test_a_truncated_tensor_file_is_rejected(small_set: benchset.Benchset) -> None:
+def test_a_truncated_tensor_file_is_rejected(small_set: benchsets.Benchset) -> None:
     path = small_set.directory / small_set.samples[1][0].file
     path.write_bytes(path.read_bytes()[:-8])
     with pytest.raises(BenchsetError, match=r"s00001_0\.npy is truncated"):
         small_set.load_sample(1)
 
 
-def test_a_checksum_mismatch_is_found_by_verify_and_by_load_sample(small_set: benchset.Benchset) -> None:
+def test_a_checksum_mismatch_is_found_by_verify_and_by_load_sample(small_set: benchsets.Benchset) -> None:
     path = small_set.directory / small_set.samples[0][0].file
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF  # same size, different content
     path.write_bytes(bytes(data))
-    problems = benchset.verify(small_set)
+    problems = benchsets.verify(small_set)
     assert (
         len(problems) == 1
         and "s00000_0.npy has sha256" in problems[0]
@@ -232,13 +231,13 @@ def test_a_checksum_mismatch_is_found_by_verify_and_by_load_sample(small_set: be
 # --- manifest schema -----------------------------------------------------------------------
 
 
-def _write_raw_manifest(bs: benchset.Benchset, text: str) -> Path:
+def _write_raw_manifest(bs: benchsets.Benchset, text: str) -> Path:
     path = bs.directory / "manifest.yaml"
     path.write_text(text)
     return path
 
 
-def test_a_manifest_without_a_version_names_the_missing_field(small_set: benchset.Benchset) -> None:
+def test_a_manifest_without_a_version_names_the_missing_field(small_set: benchsets.Benchset) -> None:
     path = _write_raw_manifest(small_set, "format: 1\nname: s")  # the fuzzer's find: this was KeyError: 'version'
     with pytest.raises(BenchsetError, match=rf"^{path}: version is missing; created_at is missing"):
         open_benchset(small_set.directory.parent.parent, "gen")
@@ -256,7 +255,7 @@ def test_a_manifest_without_a_version_names_the_missing_field(small_set: benchse
     ],
 )
 def test_a_malformed_tensor_entry_names_the_file_the_field_and_the_expectation(
-    small_set: benchset.Benchset, tensor0: dict[str, Any], message: str
+    small_set: benchsets.Benchset, tensor0: dict[str, Any], message: str
 ) -> None:
     _edit_manifest(small_set, **tensor0)
     with pytest.raises(BenchsetError, match=rf"^{small_set.directory / 'manifest.yaml'}: {message}"):
@@ -273,7 +272,7 @@ def test_a_malformed_tensor_entry_names_the_file_the_field_and_the_expectation(
     ],
 )
 def test_a_malformed_top_level_field_names_the_file_and_the_field(
-    small_set: benchset.Benchset, top: dict[str, Any], message: str
+    small_set: benchsets.Benchset, top: dict[str, Any], message: str
 ) -> None:
     path = small_set.directory / "manifest.yaml"
     path.write_text(yaml.safe_dump(yaml.safe_load(path.read_text()) | top))
@@ -288,7 +287,7 @@ def _billion_laughs() -> str:
     return "format: 1\nname: gen\nversion: 1\n" + "\n".join(levels) + "\nsamples: *lol9\n"
 
 
-def _aliased_samples(bs: benchset.Benchset) -> str:
+def _aliased_samples(bs: benchsets.Benchset) -> str:
     """A well-formed manifest whose 1000 samples of 1000 tensors each are aliases: 10**6 entries in 37 KB."""
     entry = bs.samples[0][0]
     manifest = yaml.safe_load((bs.directory / "manifest.yaml").read_text())
@@ -300,17 +299,17 @@ def _aliased_samples(bs: benchset.Benchset) -> str:
 
 
 @pytest.mark.parametrize("build", [lambda bs: _billion_laughs(), _aliased_samples], ids=["lol", "samples"])
-def test_yaml_alias_amplification_in_a_manifest_is_refused_fast(small_set: benchset.Benchset, build: Any) -> None:
+def test_yaml_alias_amplification_in_a_manifest_is_refused_fast(small_set: benchsets.Benchset, build: Any) -> None:
     path = _write_raw_manifest(small_set, build(small_set))
     root = small_set.directory.parent.parent
     started = time.monotonic()
     with pytest.raises(BenchsetError, match=rf"^benchset manifest {path} cannot be read: line \d+.*aliases"):
         open_benchset(root, "gen")
-    assert benchset.list_benchsets(root) == []  # `benchset list` skips it, and does not hang
+    assert benchsets.list_benchsets(root) == []  # `benchset list` skips it, and does not hang
     assert time.monotonic() - started < 5
 
 
-def test_yaml_nested_deeper_than_the_bound_is_refused(small_set: benchset.Benchset) -> None:
+def test_yaml_nested_deeper_than_the_bound_is_refused(small_set: benchsets.Benchset) -> None:
     path = _write_raw_manifest(small_set, "format: 1\nx: " + "[" * 5000 + "]" * 5000 + "\n")
     with pytest.raises(BenchsetError, match=rf"^benchset manifest {path} cannot be read: .*nesting deeper than 64"):
         open_benchset(small_set.directory.parent.parent, "gen")
@@ -321,7 +320,7 @@ def test_yaml_nested_deeper_than_the_bound_is_refused(small_set: benchset.Benchs
     ["created_at: 2020-02-30\n", "version: " + "1" * 5000 + "\n", "\x00format: 1\n", "shape: !!float x\n"],
     ids=["impossible-date", "5000-digit-int", "nul-byte", "bad-float"],
 )
-def test_yaml_that_parses_but_cannot_be_built_is_a_benchset_error(small_set: benchset.Benchset, text: str) -> None:
+def test_yaml_that_parses_but_cannot_be_built_is_a_benchset_error(small_set: benchsets.Benchset, text: str) -> None:
     path = _write_raw_manifest(small_set, text)
     with pytest.raises(BenchsetError, match=rf"^benchset manifest {path} cannot be read: "):
         open_benchset(small_set.directory.parent.parent, "gen")
@@ -329,9 +328,9 @@ def test_yaml_that_parses_but_cannot_be_built_is_a_benchset_error(small_set: ben
 
 def test_the_committed_example_sets_still_open_and_verify() -> None:
     examples = Path(__file__).resolve().parents[1] / "examples" / "benchsets"
-    found = benchset.list_benchsets(examples, all_versions=True)
+    found = benchsets.list_benchsets(examples, all_versions=True)
     assert len(found) == len(list(examples.glob("*/v*/manifest.yaml"))) > 0
-    assert all(benchset.verify(bs) == [] for bs in found)
+    assert all(benchsets.verify(bs) == [] for bs in found)
 
 
 # --- the model is read once ----------------------------------------------------------------
@@ -411,7 +410,7 @@ def test_onnx_test_data_round_trips_inputs_and_outputs(tmp_path: Path, root: Pat
     assert bs.labels == ("test_data_set_0", "test_data_set_1", "test_data_set_2")
     for want, got in zip(inputs, bs.iter_samples(), strict=True):
         np.testing.assert_array_equal(got["x"], want["x"])
-    read_back = benchset.read_onnx_test_outputs(data)
+    read_back = benchsets.read_onnx_test_outputs(data)
     assert [sorted(s) for s in read_back] == [["logits", "prob"]] * 3
     np.testing.assert_array_equal(read_back[2]["logits"], outputs[2]["logits"])
 
@@ -422,8 +421,8 @@ def test_unnamed_test_data_tensors_take_the_names_of_the_model_beside_them(tmp_p
     _write_test_data(data, [{"": np.zeros((2, 16), np.float32)}], "input", named=False)
     _write_test_data(data, [{"": np.zeros((2, 10), np.float32), " ": np.ones((2, 10), np.float32)}], "output", False)
     assert list(materialize(BenchsetConfig(name="otd", onnx_test_data=data), root).load_sample(0)) == ["x"]
-    assert list(benchset.read_onnx_test_outputs(data)[0]) == ["logits", "prob"]
-    assert list(benchset.read_onnx_test_outputs(data, output_names=["a", "b"])[0]) == ["a", "b"]
+    assert list(benchsets.read_onnx_test_outputs(data)[0]) == ["logits", "prob"]
+    assert list(benchsets.read_onnx_test_outputs(data, output_names=["a", "b"])[0]) == ["a", "b"]
 
 
 def _polygraphy_array(array: np.ndarray) -> dict[str, str]:
@@ -458,7 +457,7 @@ def test_polygraphy_json_with_several_iterations_and_the_legacy_marker_decodes(t
     del legacy["polygraphy_class"]
     legacy["__polygraphy_encoded_ndarray"] = "polygraphy_serialized_json_type"
     (tmp_path / "inputs.json").write_text(json.dumps([first, {"x": legacy, "ids": first["ids"]}]))
-    bs = benchset.import_files("poly", [tmp_path / "inputs.json"], root, "polygraphy-json")
+    bs = benchsets.import_files("poly", [tmp_path / "inputs.json"], root, "polygraphy-json")
     assert len(bs) == 2
     np.testing.assert_array_equal(bs.load_sample(1)["x"], np.ones(4, np.float32))
 
@@ -469,7 +468,7 @@ def test_polygraphy_json_with_a_pickled_array_is_rejected(tmp_path: Path, root: 
     encoded = {"array": base64.b64encode(buffer.getvalue()).decode(), "polygraphy_class": "ndarray"}
     (tmp_path / "inputs.json").write_text(json.dumps([{"x": encoded}]))
     with pytest.raises(BenchsetError, match=r"inputs\.json \[0\] 'x' holds dtype object"):
-        benchset.import_files("poly", [tmp_path / "inputs.json"], root, "polygraphy-json")
+        benchsets.import_files("poly", [tmp_path / "inputs.json"], root, "polygraphy-json")
 
 
 # --- signature -----------------------------------------------------------------------------

@@ -23,8 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from monitor import capture, jsonsafe
 from monitor.cli import main
 from monitor.config.plan import plan_for
-from monitor.files import baselines
-from monitor.files import benchsets as benchset
+from monitor.files import baselines, benchsets
 from monitor.store import Store
 from tests import modelzoo
 from tests.diagnose_scenarios import SCENARIOS
@@ -114,7 +113,7 @@ def _as_reference(
 
 def _inputs(ws: Workspace, name: str) -> list[dict[str, np.ndarray]]:
     settings = ws.settings()
-    bench = benchset.ensure(settings.benchset(f"{name}-bench"), settings.store.benchsets_dir)
+    bench = benchsets.ensure(settings.benchset(f"{name}-bench"), settings.store.benchsets_dir)
     return [dict(bench.load_sample(i)) for i in range(len(bench))]
 
 

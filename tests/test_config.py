@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from monitor.cli import main
-from monitor.config import settings as config
+from monitor.config import settings
 from monitor.errors import ConfigError
 
 MINIMAL: dict[str, Any] = {
@@ -26,7 +26,7 @@ def write(tmp_path: Path, data: Any) -> Path:
 
 def problems(tmp_path: Path, data: Any, environ: dict[str, str] | None = None) -> str:
     with pytest.raises(ConfigError) as raised:
-        config.load(write(tmp_path, data), environ=environ or {})
+        settings.load(write(tmp_path, data), environ=environ or {})
     return str(raised.value)
 
 
@@ -35,13 +35,13 @@ def problems(tmp_path: Path, data: Any, environ: dict[str, str] | None = None) -
     [(90, 90.0), ("90", 90.0), ("30s", 30.0), ("15m", 900.0), ("1h", 3600.0), ("7d", 604800.0), ("250ms", 0.25)],
 )
 def test_durations_read_as_seconds(text: Any, seconds: float) -> None:
-    assert config.parse_duration(text) == seconds
+    assert settings.parse_duration(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["-5s", "soon", "15 minutes", True, "1.5.2m"])
 def test_nonsense_durations_are_refused(text: Any) -> None:
     with pytest.raises(ValueError):
-        config.parse_duration(text)
+        settings.parse_duration(text)
 
 
 def models(*extra: dict[str, Any]) -> dict[str, Any]:
@@ -89,7 +89,7 @@ def test_invalid_yaml_names_the_file_and_line(tmp_path: Path) -> None:
 
 def test_a_missing_config_file_says_how_to_point_at_one(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"not found .*-c PATH or set ONNXMON_CONFIG"):
-        config.load(tmp_path / "absent.yaml", environ={})
+        settings.load(tmp_path / "absent.yaml", environ={})
 
 
 def test_env_overrides_nest_with_double_underscores_and_index_lists(tmp_path: Path) -> None:
@@ -100,11 +100,11 @@ def test_env_overrides_nest_with_double_underscores_and_index_lists(tmp_path: Pa
         "ONNXMON_DAEMON__AUTO_CAPTURE_BASELINE": "true",
         "UNRELATED": "x",
     }
-    settings = config.load(write(tmp_path, MINIMAL), environ=environ)
-    assert settings.store.url == "postgresql+psycopg://db/onnxmon"
-    assert settings.models[0].repeats == 3
-    assert settings.tolerance_for(settings.models[0], "any").atol == 1e-3
-    assert settings.daemon.auto_capture_baseline is True
+    loaded = settings.load(write(tmp_path, MINIMAL), environ=environ)
+    assert loaded.store.url == "postgresql+psycopg://db/onnxmon"
+    assert loaded.models[0].repeats == 3
+    assert loaded.tolerance_for(loaded.models[0], "any").atol == 1e-3
+    assert loaded.daemon.auto_capture_baseline is True
 
 
 def test_an_env_override_into_a_missing_list_item_is_a_clear_error(tmp_path: Path) -> None:
@@ -117,10 +117,10 @@ def test_relative_paths_resolve_against_the_config_file_not_the_working_director
 ) -> None:
     nested = tmp_path / "conf"
     nested.mkdir()
-    settings = config.load(write(nested, MINIMAL), environ={})
-    assert settings.models[0].path == nested / "m.onnx"
-    assert settings.store.baselines_dir == nested / "baselines"
-    assert settings.store.url == f"sqlite:///{nested / 'onnxmon.db'}"
+    loaded = settings.load(write(nested, MINIMAL), environ={})
+    assert loaded.models[0].path == nested / "m.onnx"
+    assert loaded.store.baselines_dir == nested / "baselines"
+    assert loaded.store.url == f"sqlite:///{nested / 'onnxmon.db'}"
 
 
 @pytest.mark.parametrize(
@@ -140,8 +140,8 @@ def test_tolerances_inherit_field_by_field(
             {"name": "m", "path": "m.onnx", "benchset": "b", "tolerance": {"default": model, "outputs": {"y": output}}}
         ],
     }
-    settings = config.load(write(tmp_path, data), environ={})
-    applied = settings.tolerance_for(settings.models[0], "y")
+    loaded = settings.load(write(tmp_path, data), environ={})
+    applied = loaded.tolerance_for(loaded.models[0], "y")
     assert (applied.atol, applied.rtol, applied.cosine_min) == expected
 
 

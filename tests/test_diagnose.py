@@ -27,7 +27,7 @@ from monitor.daemon.diagnosis import isolated
 from monitor.diagnose import knobs, rank
 from monitor.diagnose.engine import diagnose
 from monitor.diagnose.result import Experiment, Hypothesis
-from monitor.results import CAUSE_CODES, Verdict
+from monitor.results import CAUSE_CODES, AppliedTolerance, CheckResult, OutputMetrics, OutputStats, Reason, Verdict
 from monitor.runtime.session import provider_arguments, session_options
 from tests.diagnose_scenarios import FOREST, SCENARIOS, Scenario
 from tests.workspace import Workspace
@@ -45,7 +45,7 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Workspace:
 def test_the_right_cause_is_ranked_first(scenario: Scenario, in_tmp: Workspace) -> None:
     plan, result = scenario.build(in_tmp)
     assert result.verdict is Verdict.FAIL, result.all_reasons()
-    diagnosis = diagnose(plan, result.to_dict(), isolate=isolated, budget_s=120)
+    diagnosis = diagnose(plan, result, isolate=isolated, budget_s=120)
     assert diagnosis.top is not None
     assert diagnosis.top.cause == scenario.expected, diagnosis.to_dict()["hypotheses"]
     current = next(e for e in diagnosis.experiments if e.knob == "current")
@@ -56,7 +56,7 @@ def test_the_right_cause_is_ranked_first(scenario: Scenario, in_tmp: Workspace) 
                          ids=lambda s: s.expected)  # fmt: skip
 def test_a_knob_whose_revert_restores_the_baseline_is_the_evidence(scenario: Scenario, in_tmp: Workspace) -> None:
     plan, result = scenario.build(in_tmp)
-    diagnosis = diagnose(plan, result.to_dict(), isolate=isolated)
+    diagnosis = diagnose(plan, result, isolate=isolated)
     assert diagnosis.top is not None and diagnosis.top.source == "experiment"
     restoring = [e for e in diagnosis.experiments if e.within_tolerance and e.cause == scenario.expected]
     assert restoring and all(e.error_ratio is not None and e.error_ratio <= 1 for e in restoring)
@@ -66,7 +66,7 @@ def test_a_knob_whose_revert_restores_the_baseline_is_the_evidence(scenario: Sce
 
 def test_the_json_has_the_shape_of_the_issue_and_is_strict(in_tmp: Workspace) -> None:
     plan, result = SCENARIOS[0].build(in_tmp)
-    document = diagnose(plan, result.to_dict(), isolate=isolated).to_dict()
+    document = diagnose(plan, result, isolate=isolated).to_dict()
     jsonsafe.loads(jsonsafe.dumps(document))  # strict RFC 8259
     assert {"hypotheses", "experiments"} <= set(document)
     for hypothesis in document["hypotheses"]:
@@ -80,7 +80,7 @@ def test_the_json_has_the_shape_of_the_issue_and_is_strict(in_tmp: Workspace) ->
 
 def test_the_experiment_ratio_is_the_checks_error_ratio(in_tmp: Workspace) -> None:
     plan, result = SCENARIOS[0].build(in_tmp)
-    diagnosis = diagnose(plan, result.to_dict(), isolate=isolated)
+    diagnosis = diagnose(plan, result, isolate=isolated)
     current = next(e for e in diagnosis.experiments if e.knob == "current")
     assert current.error_ratio == pytest.approx(max(o.error_ratio for o in result.outputs))
 
@@ -88,7 +88,7 @@ def test_the_experiment_ratio_is_the_checks_error_ratio(in_tmp: Workspace) -> No
 def test_a_spent_budget_skips_experiments_and_says_which(in_tmp: Workspace) -> None:
     plan, result = SCENARIOS[0].build(in_tmp)
     ticks = iter(range(0, 10_000, 40))  # every reading of the clock is 40 s later
-    diagnosis = diagnose(plan, result.to_dict(), isolate=isolated, budget_s=100, clock=lambda: float(next(ticks)))
+    diagnosis = diagnose(plan, result, isolate=isolated, budget_s=100, clock=lambda: float(next(ticks)))
     assert any("time budget spent; not run:" in note for note in diagnosis.notes)
     assert diagnosis.top is not None  # still an answer, from what ran and the evidence
 
@@ -96,18 +96,40 @@ def test_a_spent_budget_skips_experiments_and_says_which(in_tmp: Workspace) -> N
 def _crash_in_child(
     function: Callable[..., Mapping[str, Any]], args: tuple[Any, ...], timeout_s: float
 ) -> Mapping[str, Any]:
-    variation = args[1]
-    if variation.knob == "threads":
+    replayed = args[1] if isinstance(args[1], list) else [args[1]]  # a shared child replays several
+    if any(variation.knob == "threads" for variation in replayed):
         return isolated(os.abort, (), timeout_s)  # the child dies by SIGABRT
     return isolated(function, args, timeout_s)
 
 
 def test_a_crashing_experiment_is_a_note_not_a_crash(in_tmp: Workspace) -> None:
     plan, result = SCENARIOS[0].build(in_tmp)
-    diagnosis = diagnose(plan, result.to_dict(), isolate=_crash_in_child)
+    diagnosis = diagnose(plan, result, isolate=_crash_in_child)
     threads = next(e for e in diagnosis.experiments if e.knob == "threads")
     assert threads.error_ratio is None and threads.within_tolerance is None and "crash" in threads.note
     assert diagnosis.top is not None and diagnosis.top.cause == "thread_count"  # the other knob still proves it
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS[:2], ids=lambda s: s.expected)
+def test_knobs_sharing_a_child_rank_and_measure_as_a_child_per_knob(scenario: Scenario, in_tmp: Workspace) -> None:
+    """The shared child (several knobs replayed in one) against the path it replaced: a child per experiment."""
+    plan, result = scenario.build(in_tmp)
+    alone = diagnose(plan, result, isolate=isolated, share=False)
+    shared = diagnose(plan, result, isolate=isolated)
+    assert [(e.knob, e.value, e.error_ratio, e.within_tolerance) for e in shared.experiments] == [
+        (e.knob, e.value, e.error_ratio, e.within_tolerance) for e in alone.experiments
+    ]
+    assert [(h.cause, h.confidence) for h in shared.hypotheses] == [(h.cause, h.confidence) for h in alone.hypotheses]
+    assert len(shared.experiments) > 4 and all(e.error_ratio is not None for e in shared.experiments)
+
+
+def test_a_knob_that_cannot_share_a_child_gets_its_own() -> None:
+    model = ModelConfig(name="m", path=FOREST, benchset="b")
+    found = {(v.knob, v.value): v for v in knobs.variations(model, {}, ["CPUExecutionProvider"])}
+    assert not knobs.may_share_a_child(found[("denormal_as_zero", "1")], model)  # the first session's, per process
+    assert knobs.may_share_a_child(found[("threads", "intra=1 inter=1")], model)
+    assert knobs.may_share_a_child(found[("graph_optimization_level", "basic")], model)
+    assert not knobs.may_share_a_child(knobs.tf32_override(model), model)  # read at the first CUDA context
 
 
 def test_a_revert_that_restores_outranks_an_environment_change() -> None:
@@ -216,7 +238,7 @@ def test_a_failed_run_that_passes_on_replay_says_it_did_not_reproduce(in_tmp: Wo
     from monitor.config.plan import plan_for
 
     fixed = plan_for(in_tmp.settings(), "forest")
-    diagnosis = diagnose(fixed, result.to_dict(), isolate=isolated)
+    diagnosis = diagnose(fixed, result, isolate=isolated)
     current = next(e for e in diagnosis.experiments if e.knob == "current")
     assert current.within_tolerance is True
     assert any("did not reproduce" in note and "bitwise equal" in note for note in diagnosis.notes)
@@ -233,7 +255,7 @@ def test_a_passing_run_ranks_no_cause(in_tmp: Workspace) -> None:
     capture.capture_baseline(plan)
     result = run_check(plan)
     assert result.verdict is Verdict.PASS
-    diagnosis = diagnose(plan, result.to_dict(), isolate=isolated)
+    diagnosis = diagnose(plan, result, isolate=isolated)
     assert diagnosis.hypotheses == () and diagnosis.experiments == () and diagnosis.top is None
 
 
@@ -251,7 +273,7 @@ def test_with_stored_intermediates_the_failure_is_localized_and_its_op_type_is_e
     readers = {n.name: n.op_type for n in onnx.load(CNN).graph.node if name in n.input}  # ground truth, plain onnx
     assert readers, edited
     plan = plan_for(in_tmp.settings(), "cnn")
-    diagnosis = diagnose(plan, run_check(plan).to_dict(), isolate=isolated)
+    diagnosis = diagnose(plan, run_check(plan), isolate=isolated)
     assert diagnosis.top is not None and diagnosis.top.cause == "model_weights_changed"
     assert diagnosis.localization is not None
     first = diagnosis.localization["first_changed"]
@@ -297,14 +319,10 @@ def test_an_fp16_or_quantized_file_checked_against_its_framework_suspects_the_co
         ws_model = onnx.load(str(in_tmp.root / "q.onnx"))
     in_tmp.add_model("m", ws_model)
     plan = plan_for(in_tmp.settings(), "m")
-    run = {
-        "model": "m",
-        "verdict": "fail",
-        "reasons": [],
-        "outputs": [{"name": "prob", "verdict": "fail", "reasons": [{"code": "atol_rtol", "detail": "3.2e2 x tol"}]}],
-        "providers_effective": ["CPUExecutionProvider"],
-        "details": {"baseline_source": "reference"},
-    }
+    prob = OutputStats("prob", Verdict.FAIL, OutputMetrics(), AppliedTolerance(atol=1e-5, rtol=1e-4),
+                       reasons=(Reason("atol_rtol", "3.2e2 x tol"),))  # fmt: skip
+    run = CheckResult("m", Verdict.FAIL, 0.0, 1.0, outputs=(prob,), providers_effective=("CPUExecutionProvider",),
+                      details={"baseline_source": "reference"})  # fmt: skip
     diagnosis = diagnose(plan, run, isolate=isolated, replay=False)
     causes = [h.cause for h in diagnosis.hypotheses]
     expected = "model_precision_changed" if kind == "fp16" else "model_quantized"

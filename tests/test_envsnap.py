@@ -26,8 +26,7 @@ from typer.testing import CliRunner
 
 from monitor.cli import env_cmd
 from monitor.errors import MonitorError
-from monitor.runtime import cpu as envsnap_cpu
-from monitor.runtime import envsnap
+from monitor.runtime import cpu, envsnap
 from monitor.runtime.envsnap import EnvSnapshot, Field, FieldChange
 from monitor.runtime.gpu import CtypesNvml, decode_clock_event_reasons, mapped_libraries, nvml_entries
 
@@ -159,7 +158,7 @@ def values(snapshot: EnvSnapshot, prefix: str) -> dict[str, Any]:
 def test_cpu_model_and_kernel_selecting_isa_flags_are_read_from_cpuinfo(
     cpuinfo: str, model: str, flags: list[str]
 ) -> None:
-    entries = envsnap_cpu.cpuinfo_entries((FIXTURES / "cpuinfo" / cpuinfo).read_text())
+    entries = cpu.cpuinfo_entries((FIXTURES / "cpuinfo" / cpuinfo).read_text())
     assert entries["cpu.model"] == (model, True)
     assert entries["cpu.flags"] == (flags, True)
 
@@ -183,7 +182,7 @@ def test_cgroup_cpu_quota_is_read_as_cores_from_v2_or_v1(
     for name, text in files.items():
         (tmp_path / "sys" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "sys" / name).write_text(text)
-    assert envsnap_cpu.cpu_quota_cores(tmp_path / "proc", tmp_path / "sys") == cores
+    assert cpu.cpu_quota_cores(tmp_path / "proc", tmp_path / "sys") == cores
 
 
 def test_capture_reads_cpu_and_quota_under_the_injected_roots() -> None:

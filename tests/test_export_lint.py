@@ -123,6 +123,51 @@ def test_a_sequence_length_baked_into_a_reshape_is_named(tmp_path: Path) -> None
     assert run_lint(save(tmp_path, seq_first_model([0, -1, 64]), "copied.onnx"))[1]["hazards"] == []
 
 
+def lost_seq_model() -> onnx.ModelProto:
+    """x[batch, seq, 8] + position embeddings sliced to seq, LayerNorm, Reshape [-1, 12, 8]: BERT's tail.
+
+    Shape inference cannot tell the Slice's length is ``seq``, so the sum's axis 1 is an unnamed dim.
+    """
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.normal(size=(64, 8)).astype(np.float32), "positions"),
+        numpy_helper.from_array(np.ones(8, np.float32), "gamma"),
+        numpy_helper.from_array(np.array([1], np.int64), "one"),
+        numpy_helper.from_array(np.array([2], np.int64), "two"),
+        numpy_helper.from_array(np.array([0], np.int64), "zero"),
+        numpy_helper.from_array(np.array([-1, 12, 8], np.int64), "baked"),
+    ]
+    return make(
+        [
+            helper.make_node("Shape", ["x"], ["shape"], name="shape"),
+            helper.make_node("Slice", ["shape", "one", "two"], ["length"], name="length"),
+            helper.make_node("Slice", ["positions", "zero", "length", "zero"], ["pos"], name="pos"),
+            helper.make_node("Add", ["x", "pos"], ["summed"], name="embeddings"),
+            helper.make_node("LayerNormalization", ["summed", "gamma"], ["normed"], name="norm", axis=-1),
+            helper.make_node("Reshape", ["normed", "baked"], ["y"], name="/Reshape"),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+
+
+def test_a_baked_sequence_is_named_where_shape_inference_lost_the_dim_name(tmp_path: Path) -> None:
+    model = lost_seq_model()
+    inferred = onnx.shape_inference.infer_shapes(model)
+    [summed] = [v for v in inferred.graph.value_info if v.name == "normed"]
+    assert summed.type.tensor_type.shape.dim[1].dim_param != "seq"  # ground truth: the name is lost
+    path = save(tmp_path, model)
+    out = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"x": np.zeros((2, 6, 8), np.float32)}
+    )[0]
+    assert out.shape == (1, 12, 8)  # ground truth: two sequences of 6 come out as one of 12
+    code, report = run_lint(path)
+    assert code == 1
+    [found] = report["hazards"]
+    assert (found["code"], found["node"]) == ("baked_dim", "/Reshape") and "'seq'" in found["detail"]
+
+
 def dropout_model(training: bool | None) -> onnx.ModelProto:
     inits = [numpy_helper.from_array(np.array(0.5, np.float32), "ratio")]
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])]

@@ -25,7 +25,7 @@ from onnx import numpy_helper
 from monitor import capture
 from monitor.config.plan import plan_for
 from monitor.daemon.diagnosis import STOP_S
-from monitor.store import Store, knowledge
+from monitor.store import Store, incidents
 from tests import modelzoo
 from tests.serving import Served, check_children, free_port
 from tests.workspace import Workspace
@@ -115,7 +115,11 @@ def test_a_kill_9_at_random_points_of_a_diagnosed_fail_loses_no_finished_check(w
         children = Children(served.process.pid)
         try:
             served.wait_until(children.started, "the check's child", timeout=60)
-            time.sleep(rng.uniform(0.0, 6.0))  # anywhere in the check or its diagnosis
+            if life % 2:
+                time.sleep(rng.uniform(0.0, 6.0))  # anywhere in the check or its diagnosis
+            else:  # inside the diagnosis, however long the check took on a loaded machine
+                served.wait_until(children.experimenting, "the diagnosis to start", timeout=120)
+                time.sleep(rng.uniform(0.0, 1.0))
             killed_at = time.monotonic()
             first = children.first()
             experimenting = children.experimenting()
@@ -160,7 +164,7 @@ def test_the_fail_is_in_the_store_and_metrics_while_its_diagnosis_runs_and_the_c
         served.wait_until(lambda: landed in served.get("/metrics")[1], "the diagnosis on /metrics", timeout=120)
         with Store(f"sqlite:///{ws.root / 'onnxmon.db'}") as store:
             run = store.runs(MODEL, limit=1)[0]
-            document = knowledge.diagnosis(store, run.id)
+            document = incidents.diagnosis(store, run.id)
         assert document is not None and document["hypotheses"][0]["cause"] == "model_weights_changed"
         assert document["run_id"] == run.id
     finally:
@@ -196,6 +200,6 @@ def test_sigterm_cuts_a_running_diagnosis_within_its_bound_and_keeps_the_fail(tm
     with Store(f"sqlite:///{ws.root / 'onnxmon.db'}") as opened:
         runs = opened.runs(MODEL, limit=10)
         assert [r.verdict.value for r in runs] == ["fail"]
-        assert knowledge.diagnosis(opened, runs[0].id) is None  # a cut diagnosis is not stored half-made
+        assert incidents.diagnosis(opened, runs[0].id) is None  # a cut diagnosis is not stored half-made
     log = (ws.root / "serve.log").read_text()
     assert "diagnosis of spin cut" in log and "Traceback" not in log

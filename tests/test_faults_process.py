@@ -24,8 +24,7 @@ from monitor.config.plan import plan_for
 from monitor.daemon import scheduler
 from monitor.daemon.root import Daemon
 from monitor.errors import BaselineError
-from monitor.files import baselines
-from monitor.files import tensors as tensorio
+from monitor.files import baselines, tensors
 from monitor.results import Verdict
 from monitor.store import Store
 from tests import modelzoo
@@ -162,7 +161,7 @@ def test_running_out_of_space_after_some_tensors_leaves_no_half_written_baseline
     two_models(ws)
     settings = ws.settings()
     active_before = baselines.active_id(settings.store.baselines_dir, "clf")
-    save = tensorio.save_npy
+    save = tensors.save_npy
     calls: list[Path] = []
 
     def save_until_full(path: Path, array: Any, **kwargs: Any) -> str:
@@ -171,7 +170,7 @@ def test_running_out_of_space_after_some_tensors_leaves_no_half_written_baseline
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return save(path, array, **kwargs)
 
-    monkeypatch.setattr(tensorio, "save_npy", save_until_full)
+    monkeypatch.setattr(tensors, "save_npy", save_until_full)
     with pytest.raises(BaselineError, match="No space left on device") as raised:
         capture.capture_baseline(plan_for(settings, "clf"))
     assert isinstance(raised.value.__cause__, OSError) and raised.value.__cause__.errno == errno.ENOSPC

@@ -249,12 +249,13 @@ READERS = {
     ),
     "onnx test data": (
         "t/test_data_set_0/input_0.pb",
-        "from monitor.files import benchset_sources as b\n"
-        "b.read_onnx_test_inputs(Path(sys.argv[1]) / 't', input_names=['x'])",
+        "from monitor.files import benchset_sources\n"
+        "benchset_sources.read_onnx_test_inputs(Path(sys.argv[1]) / 't', input_names=['x'])",
     ),
     "manifest.yaml": (
         "s/v1/manifest.yaml",
-        "from monitor.files import benchset_manifest as m\nm.read_manifest(Path(sys.argv[1]) / 's' / 'v1', 's', 1)",
+        "from monitor.files import benchset_manifest\n"
+        "benchset_manifest.read_manifest(Path(sys.argv[1]) / 's' / 'v1', 's', 1)",
     ),
 }
 

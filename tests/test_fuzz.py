@@ -39,11 +39,10 @@ from schemathesis.core.result import Ok
 from schemathesis.schemas import BaseSchema
 
 from monitor.api.app import create_app
-from monitor.config import settings as config
-from monitor.config.settings import Settings
+from monitor.config.settings import BenchsetConfig, Settings, apply_env_overrides, from_mapping
+from monitor.config.settings import load as load_settings
 from monitor.errors import BenchsetError, ConfigError, MonitorError
-from monitor.files import benchsets as benchset
-from monitor.files import tensors as tensorio
+from monitor.files import benchsets, tensors
 from tests import modelzoo
 from tests.test_metrics import RealDaemon, Scenario, build_scenario, migrated_store
 
@@ -167,7 +166,7 @@ def byte_mutations(draw: st.DrawFn, data: bytes) -> bytes:
 @budget(150)
 @given(raw=config_mappings)
 def test_any_mapping_gives_settings_or_a_config_error(raw: dict[str, Any]) -> None:
-    result = expect_value_or(ConfigError, lambda: config.from_mapping(raw))
+    result = expect_value_or(ConfigError, lambda: from_mapping(raw))
     assert result is None or isinstance(result, Settings)
 
 
@@ -176,7 +175,7 @@ def test_any_mapping_gives_settings_or_a_config_error(raw: dict[str, Any]) -> No
 def test_a_mutated_valid_config_gives_settings_or_a_config_error(raw: Any) -> None:
     if not isinstance(raw, dict):
         raw = {"models": raw}
-    expect_value_or(ConfigError, lambda: config.from_mapping(raw))
+    expect_value_or(ConfigError, lambda: from_mapping(raw))
 
 
 @budget(100)
@@ -184,7 +183,7 @@ def test_a_mutated_valid_config_gives_settings_or_a_config_error(raw: Any) -> No
 def test_any_text_as_a_config_file_gives_settings_or_a_config_error(tmp_path: Path, text: str) -> None:
     path = tmp_path / "onnxmon.yaml"
     path.write_text(text, encoding="utf-8", errors="surrogatepass")
-    expect_value_or(ConfigError, lambda: config.load(path, environ={}))
+    expect_value_or(ConfigError, lambda: load_settings(path, environ={}))
 
 
 @budget(100)
@@ -192,7 +191,7 @@ def test_any_text_as_a_config_file_gives_settings_or_a_config_error(tmp_path: Pa
 def test_a_byte_mutated_config_file_gives_settings_or_a_config_error(tmp_path: Path, edited: bytes) -> None:
     path = tmp_path / "onnxmon.yaml"
     path.write_bytes(edited)
-    expect_value_or(ConfigError, lambda: config.load(path, environ={}))
+    expect_value_or(ConfigError, lambda: load_settings(path, environ={}))
 
 
 env_keys = st.lists(
@@ -210,14 +209,14 @@ env_keys = st.lists(
 def test_env_overrides_with_any_keys_and_values_give_settings_or_a_config_error(
     base: dict[str, Any], environ: dict[str, str]
 ) -> None:
-    expect_value_or(ConfigError, lambda: config.from_mapping(config.apply_env_overrides(copy.deepcopy(base), environ)))
+    expect_value_or(ConfigError, lambda: from_mapping(apply_env_overrides(copy.deepcopy(base), environ)))
 
 
 def test_a_config_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
     path = tmp_path / "onnxmon.yaml"
     path.write_bytes(b"\x80store: {}\n")
     with pytest.raises(ConfigError, match=r"onnxmon\.yaml"):
-        config.load(path, environ={})
+        load_settings(path, environ={})
 
 
 @pytest.mark.parametrize(
@@ -232,25 +231,25 @@ def test_a_config_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> Non
 )
 def test_a_non_finite_duration_is_a_config_error(defaults: dict[str, Any]) -> None:
     with pytest.raises(ConfigError):
-        config.from_mapping({"defaults": defaults} | {k: VALID_CONFIG[k] for k in ("benchsets", "models")})
+        from_mapping({"defaults": defaults} | {k: VALID_CONFIG[k] for k in ("benchsets", "models")})
 
 
 # --- benchset manifests ----------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def valid_set(tmp_path_factory: pytest.TempPathFactory) -> benchset.Benchset:
+def valid_set(tmp_path_factory: pytest.TempPathFactory) -> benchsets.Benchset:
     """A real two-sample set generated from a real model, to mutate copies of."""
     root = tmp_path_factory.mktemp("benchsets")
     model = modelzoo.save(modelzoo.classifier(), root / "clf.onnx")
-    cfg = config.BenchsetConfig.model_validate(
+    cfg = BenchsetConfig.model_validate(
         {"name": "small", "generate": {"model": model, "count": 2, "dims": {"batch": 2}}}
     )
-    return benchset.materialize(cfg, root / "sets")
+    return benchsets.materialize(cfg, root / "sets")
 
 
 @pytest.fixture
-def scratch_set(valid_set: benchset.Benchset, tmp_path: Path) -> Iterator[Path]:
+def scratch_set(valid_set: benchsets.Benchset, tmp_path: Path) -> Iterator[Path]:
     """A copy of the valid set's version directory whose manifest a test overwrites."""
     target = tmp_path / "sets" / valid_set.name / f"v{valid_set.version}"
     shutil.copytree(valid_set.directory, target)
@@ -259,31 +258,31 @@ def scratch_set(valid_set: benchset.Benchset, tmp_path: Path) -> Iterator[Path]:
 
 def open_and_use(root: Path, name: str, version: int) -> None:
     """What a check does with a set: open it, verify it, load every sample."""
-    opened = benchset.open_benchset(root, name, version)
-    benchset.verify(opened)
+    opened = benchsets.open_benchset(root, name, version)
+    benchsets.verify(opened)
     for index in range(len(opened)):
         opened.load_sample(index)
 
 
-def manifest_of(valid_set: benchset.Benchset) -> dict[str, Any]:
-    loaded = yaml.safe_load((valid_set.directory / benchset.MANIFEST).read_text(encoding="utf-8"))
+def manifest_of(valid_set: benchsets.Benchset) -> dict[str, Any]:
+    loaded = yaml.safe_load((valid_set.directory / benchsets.MANIFEST).read_text(encoding="utf-8"))
     assert isinstance(loaded, dict)
     return loaded
 
 
-def fuzz_manifest(scratch_set: Path, valid_set: benchset.Benchset, content: bytes) -> None:
-    (scratch_set / benchset.MANIFEST).write_bytes(content)
+def fuzz_manifest(scratch_set: Path, valid_set: benchsets.Benchset, content: bytes) -> None:
+    (scratch_set / benchsets.MANIFEST).write_bytes(content)
     expect_value_or(BenchsetError, lambda: open_and_use(scratch_set.parent.parent, valid_set.name, valid_set.version))
 
 
-def test_the_unmutated_copy_opens_verifies_and_loads(scratch_set: Path, valid_set: benchset.Benchset) -> None:
+def test_the_unmutated_copy_opens_verifies_and_loads(scratch_set: Path, valid_set: benchsets.Benchset) -> None:
     open_and_use(scratch_set.parent.parent, valid_set.name, valid_set.version)
 
 
 @budget(100)
 @given(data=st.data())
 def test_a_mutated_manifest_gives_a_valid_set_or_a_benchset_error(
-    scratch_set: Path, valid_set: benchset.Benchset, data: st.DataObject
+    scratch_set: Path, valid_set: benchsets.Benchset, data: st.DataObject
 ) -> None:
     manifest = data.draw(mutated(manifest_of(valid_set)))
     fuzz_manifest(scratch_set, valid_set, yaml.safe_dump(manifest, allow_unicode=True).encode())
@@ -303,38 +302,38 @@ class Drawn:
 @given(data=st.data())
 @example(data=Drawn(b"format: 1\nname: s"))  # the original truncated here raised KeyError: 'version'
 def test_a_byte_mutated_manifest_gives_a_valid_set_or_a_benchset_error(
-    scratch_set: Path, valid_set: benchset.Benchset, data: st.DataObject
+    scratch_set: Path, valid_set: benchsets.Benchset, data: st.DataObject
 ) -> None:
-    original = (valid_set.directory / benchset.MANIFEST).read_bytes()
+    original = (valid_set.directory / benchsets.MANIFEST).read_bytes()
     fuzz_manifest(scratch_set, valid_set, data.draw(byte_mutations(original)))
 
 
 @budget(60)
 @given(document=yaml_values)
 def test_an_arbitrary_yaml_manifest_gives_a_benchset_error(
-    scratch_set: Path, valid_set: benchset.Benchset, document: Any
+    scratch_set: Path, valid_set: benchsets.Benchset, document: Any
 ) -> None:
     fuzz_manifest(scratch_set, valid_set, yaml.safe_dump(document, allow_unicode=True).encode())
 
 
 def test_a_manifest_dtype_numpy_cannot_parse_is_a_benchset_error(
-    scratch_set: Path, valid_set: benchset.Benchset
+    scratch_set: Path, valid_set: benchsets.Benchset
 ) -> None:
     manifest = manifest_of(valid_set)
     manifest["samples"][0]["tensors"][0]["dtype"] = "i4, ("
-    (scratch_set / benchset.MANIFEST).write_text(yaml.safe_dump(manifest), encoding="utf-8")
+    (scratch_set / benchsets.MANIFEST).write_text(yaml.safe_dump(manifest), encoding="utf-8")
     with pytest.raises(BenchsetError):
-        benchset.open_benchset(scratch_set.parent.parent, valid_set.name, valid_set.version)
+        benchsets.open_benchset(scratch_set.parent.parent, valid_set.name, valid_set.version)
 
 
 def test_a_manifest_file_name_with_a_nul_byte_is_a_benchset_error(
-    scratch_set: Path, valid_set: benchset.Benchset
+    scratch_set: Path, valid_set: benchsets.Benchset
 ) -> None:
     manifest = manifest_of(valid_set)
     manifest["samples"][0]["tensors"][0]["file"] = "s\x00.npy"
-    (scratch_set / benchset.MANIFEST).write_text(yaml.safe_dump(manifest), encoding="utf-8")
+    (scratch_set / benchsets.MANIFEST).write_text(yaml.safe_dump(manifest), encoding="utf-8")
     with pytest.raises(BenchsetError):
-        benchset.open_benchset(scratch_set.parent.parent, valid_set.name, valid_set.version)
+        benchsets.open_benchset(scratch_set.parent.parent, valid_set.name, valid_set.version)
 
 
 # --- tensor files ----------------------------------------------------------------------------------
@@ -365,17 +364,17 @@ def read_npy_bounded(data: bytes, path: Path | None = None) -> None:
     tracemalloc.start()
     try:
         if path is None:
-            array = expect_value_or(BenchsetError, lambda: tensorio.load_npy_bytes(data, where="fuzz"))
+            array = expect_value_or(BenchsetError, lambda: tensors.load_npy_bytes(data, where="fuzz"))
         else:
             path.write_bytes(data)
-            array = expect_value_or(BenchsetError, lambda: tensorio.load_npy(path))
+            array = expect_value_or(BenchsetError, lambda: tensors.load_npy(path))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert peak <= 4 * len(data) + (1 << 20), f"{peak} bytes allocated for a {len(data)}-byte file"
     if array is not None:
         assert array.nbytes <= len(data)
-        assert tensorio.is_plain_dtype(array.dtype)
+        assert tensors.is_plain_dtype(array.dtype)
 
 
 @budget(200)
@@ -434,10 +433,10 @@ def test_a_huge_declared_shape_in_a_small_file_is_refused_without_allocating(
     try:
         if math.prod(shape) == 0:
             with pytest.raises(BenchsetError, match="too long"):
-                tensorio.load_npy_bytes(data, where="huge")
+                tensors.load_npy_bytes(data, where="huge")
         else:
             with pytest.raises(BenchsetError, match="truncated"):
-                tensorio.load_npy_bytes(data, where="huge")
+                tensors.load_npy_bytes(data, where="huge")
         assert tracemalloc.get_traced_memory()[1] < 1 << 20
     finally:
         tracemalloc.stop()
@@ -446,9 +445,9 @@ def test_a_huge_declared_shape_in_a_small_file_is_refused_without_allocating(
 @budget(150)
 @given(data=st.one_of(st.binary(max_size=400), byte_mutations(VALID_NPZ)))
 def test_arbitrary_or_mutated_npz_bytes_give_arrays_or_a_benchset_error(data: bytes) -> None:
-    arrays = expect_value_or(BenchsetError, lambda: tensorio.load_npz(io.BytesIO(data), label="fuzz.npz"))
+    arrays = expect_value_or(BenchsetError, lambda: tensors.load_npz(io.BytesIO(data), label="fuzz.npz"))
     for array in (arrays or {}).values():
-        assert tensorio.is_plain_dtype(array.dtype)
+        assert tensors.is_plain_dtype(array.dtype)
 
 
 def forged_npz(elements: int) -> bytes:
@@ -470,7 +469,7 @@ def test_an_npz_member_lying_about_its_size_is_refused_without_allocating_it() -
     tracemalloc.start()
     try:
         with pytest.raises(BenchsetError, match=r"truncated|forged or corrupt"):
-            tensorio.load_npz(io.BytesIO(data), label="forged.npz")
+            tensors.load_npz(io.BytesIO(data), label="forged.npz")
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -481,7 +480,7 @@ def test_an_npy_header_cut_inside_a_bracket_is_a_benchset_error() -> None:
     text = b"{'descr': '<f4', 'fortran_order': False, 'shape': (3,\n"
     data = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text
     with pytest.raises(BenchsetError, match=r"not a valid \.npy file"):
-        tensorio.load_npy_bytes(data, where="cut.npy")
+        tensors.load_npy_bytes(data, where="cut.npy")
 
 
 def corrupt_npz(how: str) -> bytes:
@@ -504,7 +503,7 @@ def corrupt_npz(how: str) -> bytes:
 @pytest.mark.parametrize("how", ["central directory offset", "compression method", "zip version", "deflate stream"])
 def test_a_corrupt_npz_is_a_benchset_error_naming_the_file(how: str) -> None:
     with pytest.raises(BenchsetError, match=r"broken\.npz"):
-        tensorio.load_npz(io.BytesIO(corrupt_npz(how)), label="broken.npz")
+        tensors.load_npz(io.BytesIO(corrupt_npz(how)), label="broken.npz")
 
 
 # --- HTTP API: schemathesis from the app's own OpenAPI document --------------------------------------

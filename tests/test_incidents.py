@@ -21,7 +21,7 @@ from monitor import jsonsafe
 from monitor.api.app import create_app
 from monitor.cli import main
 from monitor.results import Verdict
-from monitor.store import Store, knowledge
+from monitor.store import Store, incidents
 from tests.databases import BACKENDS, database_url
 from tests.diagnose_scenarios import SCENARIOS
 from tests.test_metrics import RealDaemon
@@ -123,7 +123,7 @@ def test_diagnose_run_stores_the_diagnosis_with_the_run(drift: Drift, capsys: py
     code, out = cli(capsys, "diagnose", "forest", "--run", str(run_id), "-c", drift.config)
     assert code == 0 and "1. thread_count" in out and "session.intra_op_num_threads=1" in out
     with Store(drift.url) as store:
-        stored = knowledge.diagnosis(store, run_id)
+        stored = incidents.diagnosis(store, run_id)
     assert stored is not None and stored["run_id"] == run_id and stored["hypotheses"][0]["cause"] == "thread_count"
 
 
@@ -208,7 +208,7 @@ def test_the_run_page_shows_the_diagnosis_and_notes_an_incident_without_javascri
             f"/runs/{run_id}/incidents", data={**form, "token": TOKEN, "cause": "x"}, follow_redirects=False
         )
         assert bad.status_code == 422
-        assert [i.text for i in knowledge.incidents(store)] == ["<b>two</b> cores"]
+        assert [i.text for i in incidents.incidents(store)] == ["<b>two</b> cores"]
 
 
 def test_diagnose_on_fail_stores_the_diagnosis_and_exports_its_cause(
@@ -220,7 +220,7 @@ def test_diagnose_on_fail_stores_the_diagnosis_and_exports_its_cause(
     assert code == 1 and "likely cause: thread_count 99%" in out  # from the experiments, not the rule alone
     run_id = latest_run(drift.url)
     with Store(drift.url) as store:
-        stored = knowledge.diagnosis(store, run_id)
+        stored = incidents.diagnosis(store, run_id)
         assert stored is not None and stored["hypotheses"][0]["cause"] == "thread_count"
         client = TestClient(create_app(RealDaemon(drift.workspace.settings(), store)), raise_server_exceptions=False)
         metrics = client.get("/metrics").text
@@ -246,11 +246,11 @@ def test_diagnoses_and_incidents_round_trip_and_outlive_pruned_runs(store: Store
     failing = result(T0, Verdict.FAIL, details={"diagnosis": document})
     run_id = store.record_run(failing)
     store.record_run(result(T0 + dt.timedelta(days=400), Verdict.PASS))  # the latest run stays
-    assert knowledge.diagnosis(store, run_id) == document
-    noted = knowledge.record_incident(
+    assert incidents.diagnosis(store, run_id) == document
+    noted = incidents.record_incident(
         store, run_id, cause="tf32", text="Ampere node", fix="use_tf32=0", by="me", signature={"reasons": ["atol_rtol"]}
     )
-    assert knowledge.incident(store, noted.id) == noted
+    assert incidents.incident(store, noted.id) == noted
     assert noted.model == "resnet" and noted.run_id == run_id
     stats = store.prune(
         now=T0 + dt.timedelta(days=500),
@@ -258,9 +258,9 @@ def test_diagnoses_and_incidents_round_trip_and_outlive_pruned_runs(store: Store
         failures_older_than=dt.timedelta(days=1),
     )
     assert stats.runs_deleted == 1
-    kept = knowledge.incident(store, noted.id)
+    kept = incidents.incident(store, noted.id)
     assert kept is not None and kept.run_id is None and kept.text == "Ampere node"
-    assert knowledge.diagnosis(store, run_id) is None
+    assert incidents.diagnosis(store, run_id) is None
 
 
 def test_the_daemon_diagnoses_a_fail_within_its_budget_and_offers_the_incident(
@@ -283,7 +283,7 @@ def test_the_daemon_diagnoses_a_fail_within_its_budget_and_offers_the_incident(
         assert document["seconds"] < 60
         assert document["hypotheses"][0]["cause"] == "thread_count"
         assert [i["id"] for i in document["similar_incidents"]] == [1]
-        stored = knowledge.diagnosis(store, latest_run(drift.url))
+        stored = incidents.diagnosis(store, latest_run(drift.url))
         assert stored is not None and stored["hypotheses"][0]["source"] == "experiment"
 
 
@@ -328,13 +328,13 @@ def test_the_run_page_form_notes_a_long_unicode_text_whole_or_refuses_it_never_c
     # 10 000 characters is what an incident may hold; URL-encoded, a '€' is 9 bytes: 90 kB of form.
     cli(capsys, "diagnose", "forest", "-c", drift.config)
     run_id = latest_run(drift.url)
-    text = "€" * knowledge.MAX_TEXT
+    text = "€" * incidents.MAX_TEXT
     with Store(drift.url) as store:
         client = TestClient(create_app(RealDaemon(drift.workspace.settings(), store)), raise_server_exceptions=False)
         form = {"token": TOKEN, "cause": "thread_count", "text": text, "fix": text}
         accepted = client.post(f"/runs/{run_id}/incidents", data=form, follow_redirects=False)
         assert accepted.status_code == 303, accepted.text
-        assert [i.text for i in knowledge.incidents(store)] == [text]
+        assert [i.text for i in incidents.incidents(store)] == [text]
         huge = client.post(f"/runs/{run_id}/incidents", data={**form, "by": "x" * 400_000}, follow_redirects=False)
         assert huge.status_code == 413 and "form" in huge.text
-        assert len(knowledge.incidents(store)) == 1
+        assert len(incidents.incidents(store)) == 1

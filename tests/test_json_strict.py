@@ -31,8 +31,7 @@ from monitor.localize.sqnr import LayerSQNR
 from monitor.results import AppliedTolerance, CheckResult, OutputMetrics, OutputStats, Reason, Verdict
 from monitor.sinks.log import LogSink
 from monitor.sinks.spool import Spool
-from monitor.store import Store
-from monitor.store import schema as tables
+from monitor.store import Store, schema
 from tests import modelzoo
 from tests.test_metrics import RealDaemon
 from tests.workspace import Workspace
@@ -200,8 +199,8 @@ def test_the_api_check_now_response_is_strict(client: TestClient) -> None:
 
 
 def test_the_openapi_schema_says_a_number_or_one_of_the_three_strings(client: TestClient) -> None:
-    schema = strict(client.get("/openapi.json").text)
-    field = schema["components"]["schemas"]["RunSummary"]["properties"]["duration_s"]
+    openapi = strict(client.get("/openapi.json").text)
+    field = openapi["components"]["schemas"]["RunSummary"]["properties"]["duration_s"]
     kinds = field["anyOf"]
     assert {"type": "number"} in kinds
     assert {"Infinity", "-Infinity", "NaN"} == {v for k in kinds for v in k.get("enum", ())}
@@ -221,7 +220,7 @@ def test_the_log_line_is_strict(caplog: pytest.LogCaptureFixture) -> None:
 def test_every_json_column_of_the_store_is_strict_and_reads_back_as_before(setup: Setup) -> None:
     columns = [
         (table.name, column.name)
-        for table in tables.Base.metadata.sorted_tables
+        for table in schema.Base.metadata.sorted_tables
         for column in table.columns
         if type(column.type).__name__ == "JSON"
     ]

@@ -11,7 +11,7 @@ from monitor.diagnose import evidence
 from monitor.errors import ConfigError
 from monitor.knowledge import incidents, rules
 from monitor.knowledge.rules import Facts
-from monitor.results import CAUSE_CODES
+from monitor.results import CAUSE_CODES, CheckResult, Verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -105,10 +105,10 @@ def test_environment_rules_match_changed_fields_and_current_values() -> None:
 
 
 def test_throttling_reported_by_nvml_becomes_evidence() -> None:
-    run = {"environment": {"fields": {
+    run = CheckResult("m", Verdict.FAIL, 0.0, 1.0, environment={"fields": {
         "gpu.0.clock_event_reasons": {"value": ["sw_thermal_slowdown"], "stable": False},
         "gpu.0.temperature_c": {"value": 91, "stable": False},
-    }}}  # fmt: skip
+    }})  # fmt: skip
     found = evidence.from_run(run)
     assert [h.cause for h in found] == ["gpu_throttling"]
     assert "91 °C" in found[0].evidence[0]

@@ -27,14 +27,14 @@ ROOT = Path(__file__).resolve().parent.parent
 DAEMON = textwrap.dedent(
     """
     import json, sys
-    from monitor.config import settings as config
+    from monitor.config import settings
     from monitor.daemon.root import Daemon
     from monitor.store import Store
 
-    settings = config.load(sys.argv[1])
-    with Store(settings.store.url) as store:
+    loaded = settings.load(sys.argv[1])
+    with Store(loaded.store.url) as store:
         store.upgrade()
-        daemon = Daemon(settings, store=store)
+        daemon = Daemon(loaded, store=store)
         try:
             result = daemon.run_now("clf")
         finally:

@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from monitor import capture
 from monitor.check import run_check
-from monitor.config import settings as config
+from monitor.config import settings
 from monitor.config.plan import plan_for
 from monitor.config.settings import Schedule, Settings
 from monitor.errors import ConfigError
@@ -41,8 +41,7 @@ from monitor.runtime import envsnap
 from monitor.sinks import Sink
 from monitor.sinks.database import DatabaseSink
 from monitor.sinks.log import LogSink
-from monitor.sinks.prometheus import exposition
-from monitor.sinks.prometheus import labels as values
+from monitor.sinks.prometheus import exposition, runtime_info
 from monitor.sinks.prometheus.collector import install
 from monitor.sinks.prometheus.counters import Metrics
 from monitor.sinks.prometheus.sink import PrometheusSink
@@ -96,12 +95,12 @@ class RealDaemon:
 
     def reload(self) -> bool:
         try:
-            settings = config.load(self._settings.source, environ={})
+            fresh = settings.load(self._settings.source, environ={})
         except ConfigError:
             self.metrics.config_reloaded(False)
             return False
-        self._settings = settings
-        self.metrics.declare(settings)
+        self._settings = fresh
+        self.metrics.declare(fresh)
         self.metrics.config_reloaded(True)
         return True
 
@@ -507,7 +506,7 @@ def test_runtime_labels_come_from_the_snapshot_fields() -> None:
             "k8s.node": envsnap.Field("gpu-node-3", False),
         }
     ).to_dict()
-    assert values.runtime_labels(snapshot) == {
+    assert runtime_info.runtime_labels(snapshot) == {
         "onnxruntime_version": "1.20.1",
         "onnxruntime_package": "onnxruntime-gpu",
         "cuda_version": "12.4",

@@ -24,13 +24,13 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
 from monitor import capture
-from monitor.api import app as api
+from monitor.api import app
 from monitor.api.app import create_app
 from monitor.cli import main
 from monitor.config.plan import plan_for
 from monitor.config.settings import Settings
 from monitor.daemon.root import Daemon
-from monitor.store import Store, knowledge
+from monitor.store import Store, incidents
 from tests import modelzoo
 from tests.serving import Served, free_port
 from tests.test_metrics import RealDaemon, Scenario, build_scenario, migrated_store
@@ -85,7 +85,7 @@ def app_over(scenario: Scenario, store: Store, **api_fields: object) -> TestClie
         with_api(scenario.settings, **api_fields), store, startup_env=dict(scenario.passing.environment)
     )
     handle.dispatch(scenario.passing)
-    knowledge.record_incident(store, 1, cause="tf32", text="seen before", fix=None, by="test", signature={})
+    incidents.record_incident(store, 1, cause="tf32", text="seen before", fix=None, by="test", signature={})
     return TestClient(create_app(handle), raise_server_exceptions=False)
 
 
@@ -166,7 +166,7 @@ def test_a_token_file_that_is_a_fifo_disables_writes_instead_of_hanging_the_requ
 
 
 def test_tokens_are_compared_in_constant_time() -> None:
-    source = inspect.getsource(api._write_routes)
+    source = inspect.getsource(app._write_routes)
     assert "hmac.compare_digest(" in source
     comparisons = [line for line in source.splitlines() if re.search(r"(given|expected|credentials)\S*\s*[!=]=", line)]
     assert comparisons == [], f"token compared with == : {comparisons}"

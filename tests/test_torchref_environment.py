@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from monitor.diagnose import evidence
+from monitor.results import CheckResult, Reason, Verdict
 from tests.conftest import need_torch
 
 FACTORY = """
@@ -107,15 +108,17 @@ def test_a_torch_reference_records_no_cuda_library_the_onnx_runtime_side_never_l
     assert not [c for c in result["details"].get("env_diff", []) if c["stable"]]
 
 
-def _failing_run(providers: list[str]) -> dict[str, object]:
+def _failing_run(providers: list[str]) -> CheckResult:
     change = {"field": "cuda.cudnn.version", "old": "9.1.0", "new": None, "stable": True}
-    return {
-        "verdict": "fail",
-        "reasons": [{"code": "atol_rtol", "detail": "y: 3.1 x tolerance"}],
-        "outputs": [],
-        "providers_effective": providers,
-        "details": {"env_diff": [change, {**change, "field": "cuda.runtime.version", "old": "12.4"}]},
-    }
+    return CheckResult(
+        "m",
+        Verdict.FAIL,
+        0.0,
+        1.0,
+        reasons=(Reason("atol_rtol", "y: 3.1 x tolerance"),),
+        providers_effective=tuple(providers),
+        details={"env_diff": [change, {**change, "field": "cuda.runtime.version", "old": "12.4"}]},
+    )
 
 
 def test_diagnose_never_blames_cuda_libraries_when_onnx_runtime_ran_on_the_cpu_only() -> None:
@@ -129,10 +132,10 @@ def test_diagnose_still_blames_cuda_libraries_when_the_cuda_provider_ran() -> No
 
 
 def test_no_rule_blames_cuda_libraries_on_a_cpu_session_either() -> None:
-    from monitor.knowledge import rules as knowledge
+    from monitor.knowledge import rules
 
     run = _failing_run(["CPUExecutionProvider"])
-    matched = knowledge.match(knowledge.load(), evidence.facts(run))
+    matched = rules.match(rules.load(), evidence.facts(run))
     assert "gpu_library_version" not in {m.rule.cause for m in matched}
     gpu = _failing_run(["CUDAExecutionProvider"])
-    assert "gpu_library_version" in {m.rule.cause for m in knowledge.match(knowledge.load(), evidence.facts(gpu))}
+    assert "gpu_library_version" in {m.rule.cause for m in rules.match(rules.load(), evidence.facts(gpu))}

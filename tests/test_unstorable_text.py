@@ -26,7 +26,7 @@ from monitor.daemon.root import Daemon
 from monitor.results import CheckResult, Reason, Verdict
 from monitor.sinks.database import DatabaseSink
 from monitor.sinks.spool import Spool
-from monitor.store import Store, knowledge
+from monitor.store import Store, incidents
 from monitor.store.text import UnstorableText
 from tests.databases import BACKENDS, database_url
 from tests.test_metrics import RealDaemon
@@ -118,7 +118,7 @@ def test_incident_text_the_store_cannot_hold_is_a_4xx_problem_on_both_backends(
         "body",
         next(k for k in body if k != "cause" and body[k] != "fine"),
     ]
-    assert knowledge.incidents(store) == []
+    assert incidents.incidents(store) == []
 
 
 @pytest.mark.parametrize("field", ["text", "fix", "by"])
@@ -126,11 +126,11 @@ def test_the_store_refuses_incident_text_it_cannot_hold_on_both_backends(store: 
     run_id = store.record_run(result(T0, Verdict.FAIL))
     typed = {"text": "seen", "fix": None, "by": "me"} | {field: "a\x00b"}
     with pytest.raises(UnstorableText, match=f"--{field} holds a NUL character"):
-        knowledge.record_incident(store, run_id, cause="tf32", signature={}, **typed)  # type: ignore[arg-type]
+        incidents.record_incident(store, run_id, cause="tf32", signature={}, **typed)  # type: ignore[arg-type]
     typed[field] = "caf\udce9"  # what Python makes of the byte 0xe9 in an argument
     with pytest.raises(UnstorableText, match=f"--{field} holds a lone surrogate"):
-        knowledge.record_incident(store, run_id, cause="tf32", signature={}, **typed)  # type: ignore[arg-type]
-    assert knowledge.incidents(store) == []
+        incidents.record_incident(store, run_id, cause="tf32", signature={}, **typed)  # type: ignore[arg-type]
+    assert incidents.incidents(store) == []
 
 
 def test_the_form_refuses_a_nul_with_a_4xx_page(store: Store, tmp_path: Path) -> None:
@@ -140,7 +140,7 @@ def test_the_form_refuses_a_nul_with_a_4xx_page(store: Store, tmp_path: Path) ->
         "/runs/1/incidents", content=form, headers={"Content-Type": "application/x-www-form-urlencoded"}
     )
     assert 400 <= answer.status_code < 500, answer.text[:300]
-    assert knowledge.incidents(store) == []
+    assert incidents.incidents(store) == []
 
 
 @pytest.mark.parametrize(
@@ -163,7 +163,7 @@ def test_pages_take_only_ascii_digits_as_run_ids(store: Store, tmp_path: Path, p
         f"{path}/incidents", content=form, headers={"Content-Type": "application/x-www-form-urlencoded"}
     )
     assert noted.status_code == 404, noted.text[:300]
-    assert knowledge.incidents(store) == []
+    assert incidents.incidents(store) == []
 
 
 def sqlite_config(tmp_path: Path) -> Path:
@@ -192,7 +192,7 @@ def test_incident_show_and_list_never_send_terminal_escapes(tmp_path: Path, caps
     config = sqlite_config(tmp_path)
     hostile = "\x1b]0;owned\x07\x1b[2Jgone\x1b[31m red\r\x08"
     with Store(f"sqlite:///{tmp_path / 'h.db'}") as store:
-        knowledge.record_incident(store, 1, cause="tf32", text=hostile, fix=hostile, by="\x1b[1mme", signature={})
+        incidents.record_incident(store, 1, cause="tf32", text=hostile, fix=hostile, by="\x1b[1mme", signature={})
     capsys.readouterr()
     for command in (["incident", "show", "1"], ["incident", "list"]):
         assert main([*command, "-c", str(config)]) == 0

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from monitor import cli
-from monitor.config import settings as config
+from monitor.config import settings
 from monitor.errors import ConfigError
 from tests.databases import BACKENDS, database_url
 
@@ -36,7 +36,7 @@ def test_the_store_url_comes_from_the_file_and_db_commands_use_it(
         (tmp_path / "secret").mkdir()
         (tmp_path / "secret" / "url").write_text(url + "\n", encoding="utf-8")  # a trailing newline, as kubectl writes
         path = write_config(tmp_path, {"url_file": "secret/url"})  # relative to the config file
-        assert config.load(path).store.url == url
+        assert settings.load(path).store.url == url
         assert cli.main(["db", "upgrade", "-c", str(path)]) == 0
         capsys.readouterr()
         assert cli.main(["-c", str(path), "db", "current", "-o", "json"]) == 0
@@ -63,7 +63,7 @@ def test_a_bad_url_file_is_a_config_error_naming_the_file_and_never_its_content(
         secret.write_text(content, encoding="utf-8")
     path = write_config(tmp_path, {"url_file": str(secret)})
     with pytest.raises(ConfigError) as caught:
-        config.load(path)
+        settings.load(path)
     message = str(caught.value)
     assert f"store.url_file: {secret}" in message and expected in message
     assert "hunter2" not in message
@@ -73,7 +73,7 @@ def test_url_and_url_file_together_are_refused(tmp_path: Path) -> None:
     (tmp_path / "url").write_text("sqlite:///x.db", encoding="utf-8")
     path = write_config(tmp_path, {"url": "sqlite:///y.db", "url_file": "url"})
     with pytest.raises(ConfigError, match=r"set store\.url or store\.url_file, not both"):
-        config.load(path)
+        settings.load(path)
 
 
 def test_config_show_masks_the_password_read_from_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -126,4 +126,4 @@ def test_an_unreadable_url_file_is_a_config_error(tmp_path: Path) -> None:
     secret.chmod(0)
     path = write_config(tmp_path, {"url_file": str(secret)})
     with pytest.raises(ConfigError, match=r"store\.url_file: .* cannot be read: Permission denied"):
-        config.load(path)
+        settings.load(path)

@@ -24,7 +24,7 @@ from monitor.api.app import create_app
 from monitor.check import run_check
 from monitor.config.plan import plan_for
 from monitor.config.settings import Settings
-from monitor.daemon import child as worker
+from monitor.daemon import child
 from monitor.results import AppliedTolerance, CheckResult, OutputMetrics, OutputStats, Reason, Verdict
 from monitor.runtime import envsnap
 from monitor.store import Store
@@ -98,7 +98,7 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
         daemon.dispatch(run_check(plan_for(settings, "clf")))
         daemon.dispatch(run_check(plan_for(settings, "mlp")))
         ws.replace_model("mlp", modelzoo.perturb_initializer(mlp, "w2", 1.0, index=5))
-        drifted = CheckResult.from_dict(worker.check_job(plan_for(settings, "mlp"))["result"])
+        drifted = CheckResult.from_dict(child.check_job(plan_for(settings, "mlp"))["result"])
         drifted = dataclasses.replace(drifted, environment=changed.environment)
         daemon.dispatch(drifted)
         assert drifted.verdict is Verdict.FAIL and "first_changed" in drifted.details["localization"]

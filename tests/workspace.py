@@ -14,7 +14,7 @@ from typing import Any
 import onnx
 import yaml
 
-from monitor.config import settings as config
+from monitor.config import settings
 from monitor.config.settings import Settings
 
 
@@ -75,4 +75,4 @@ class Workspace:
         return self.config_file
 
     def settings(self) -> Settings:
-        return config.load(self.write(), environ={})
+        return settings.load(self.write(), environ={})

@@ -32,9 +32,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BeforeValidator
 
 from monitor import __version__, bounded, jsonsafe
-from monitor.api import environments as envs
-from monitor.api import incidents, index, params, web
-from monitor.api import schemas as out
+from monitor.api import environments, incidents, index, params, schemas, web
 from monitor.api.environments import HEX_PREFIX, NAME
 from monitor.api.guard import ErrorGuard, internal_error, invalid_request
 from monitor.api.handle import DaemonHandle
@@ -76,7 +74,7 @@ Since = Annotated[
     Query(description="ISO 8601; without a zone it is UTC"),
 ]
 _bearer = HTTPBearer(auto_error=False, description="api.token or the content of api.token_file")
-_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": out.Problem}}
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": schemas.Problem}}
 _METRICS_TYPES: dict[str, Any] = {"text/plain": {}, "application/openmetrics-text": {}}
 
 
@@ -93,7 +91,7 @@ def create_app(handle: DaemonHandle) -> FastAPI:
         description=__doc__,
         docs_url=None,
         redoc_url=None,
-        responses={500: {"model": out.Problem}, 503: {"model": out.Problem}},
+        responses={500: {"model": schemas.Problem}, 503: {"model": schemas.Problem}},
     )
     app.add_middleware(ErrorGuard, on_error=lambda exc: internal_error(handle, exc))
     app.add_exception_handler(RequestValidationError, invalid_request)
@@ -116,11 +114,11 @@ def _health_routes(app: FastAPI, handle: DaemonHandle) -> None:
         return Response(body, media_type=content_type)
 
     @app.get("/healthz", tags=["health"])
-    def healthz() -> out.Health:
+    def healthz() -> schemas.Health:
         """The process is alive (always 200)."""
-        return out.Health()
+        return schemas.Health()
 
-    @app.get("/readyz", responses={503: {"model": out.Readiness}}, tags=["health"])
+    @app.get("/readyz", responses={503: {"model": schemas.Readiness}}, tags=["health"])
     def readyz() -> JSONResponse:
         """200 when config, store and scheduler are all ready, else 503 naming what is not."""
         try:
@@ -133,7 +131,7 @@ def _health_routes(app: FastAPI, handle: DaemonHandle) -> None:
         info = dict(info_of()) if callable(info_of) else {}
         reasons_of = getattr(handle, "readiness_reasons", None)  # optional: why each failing check fails
         reasons = {k: str(v) for k, v in dict(reasons_of()).items() if k in failed} if callable(reasons_of) else {}
-        body = out.Readiness(ready=not failed, checks=checks, failed=failed, info=info, reasons=reasons)
+        body = schemas.Readiness(ready=not failed, checks=checks, failed=failed, info=info, reasons=reasons)
         return JSONResponse(body.model_dump(), status_code=503 if failed else 200)
 
 
@@ -142,17 +140,17 @@ def _health_routes(app: FastAPI, handle: DaemonHandle) -> None:
 
 def _read_routes(app: FastAPI, handle: DaemonHandle) -> None:
     @app.get("/api/v1/models", tags=["history"])
-    def models(node: Annotated[str | None, Query(max_length=253)] = None) -> list[out.ModelSummary]:
+    def models(node: Annotated[str | None, Query(max_length=253)] = None) -> list[schemas.ModelSummary]:
         """Every configured model with its last verdict (overall, or on ``node``), per-node status, active baseline."""
         settings = handle.settings
         records = handle.store.latest_per_model()
         if node is not None:
             records = [r for r in records if r.node == node]
         latest = pick_latest(records, None)
-        per_node: dict[str, list[out.NodeStatus]] = {}
+        per_node: dict[str, list[schemas.NodeStatus]] = {}
         for record in records:
             per_node.setdefault(record.model, []).append(
-                out.NodeStatus(
+                schemas.NodeStatus(
                     node=record.node,
                     last_run_id=record.id,
                     last_run_at=record.finished_at,
@@ -163,7 +161,7 @@ def _read_routes(app: FastAPI, handle: DaemonHandle) -> None:
         for model in settings.models:
             last = latest.get(model.name)
             summaries.append(
-                out.ModelSummary(
+                schemas.ModelSummary(
                     name=model.name,
                     benchset=model.benchset,
                     providers=[p.name for p in model.providers],
@@ -186,24 +184,24 @@ def _read_routes(app: FastAPI, handle: DaemonHandle) -> None:
         candidates: Annotated[
             bool, Query(description="the rehearsals' candidate runs (onnxmon rehearse) instead of production's")
         ] = False,
-    ) -> list[out.RunSummary]:
+    ) -> list[schemas.RunSummary]:
         """Runs of a model, newest first (without outputs; ``/api/v1/runs/{id}`` has them)."""
         _known_model(handle, name)
         found = handle.store.runs(name, since=_utc(since), node=node, limit=limit, candidates=candidates)
-        return [out.RunSummary.of(r) for r in found]
+        return [schemas.RunSummary.of(r) for r in found]
 
     @app.get("/api/v1/runs/{run_id}", responses=_NOT_FOUND, tags=["history"])
-    def run(run_id: params.Id) -> out.RunDetail:
+    def run(run_id: params.Id) -> schemas.RunDetail:
         """One run: every output's metrics, reasons, attribution, and the diff against the baseline's environment."""
         record = handle.store.run(run_id)
         if record is None:
             raise HTTPException(404, f"no run {run_id} in the history")
-        return out.RunDetail.build(record, envs.run_env_diff(handle, record))
+        return schemas.RunDetail.build(record, environments.run_env_diff(handle, record))
 
     @app.get(
-        "/api/v1/models/{name}/baselines", responses=_NOT_FOUND | {409: {"model": out.Problem}}, tags=["baselines"]
+        "/api/v1/models/{name}/baselines", responses=_NOT_FOUND | {409: {"model": schemas.Problem}}, tags=["baselines"]
     )
-    def model_baselines(name: ModelName) -> list[out.BaselineOut]:
+    def model_baselines(name: ModelName) -> list[schemas.BaselineOut]:
         """Baselines of a model, oldest first: on disk (the truth for which is active) and in the store."""
         _known_model(handle, name)
         root = handle.settings.store.baselines_dir
@@ -213,11 +211,13 @@ def _read_routes(app: FastAPI, handle: DaemonHandle) -> None:
             on_disk = baselines.list_baselines(root, name)
         except MonitorError as exc:  # a damaged baseline.json: say which, not a bare 500
             raise HTTPException(409, str(exc)) from None
-        listed = [out.baseline_out(b.meta, active=b.id == active, record=recorded.pop(b.id, None)) for b in on_disk]
+        listed = [schemas.baseline_out(b.meta, active=b.id == active, record=recorded.pop(b.id, None)) for b in on_disk]
         listed += [_store_only_baseline(r, active) for r in recorded.values()]
         return listed
 
-    @app.get("/api/v1/environments/diff", responses=_NOT_FOUND | {409: {"model": out.Problem}}, tags=["environments"])
+    @app.get(
+        "/api/v1/environments/diff", responses=_NOT_FOUND | {409: {"model": schemas.Problem}}, tags=["environments"]
+    )
     def environments_diff(
         a: Annotated[
             str, Query(min_length=1, max_length=200, description="fingerprint (prefix), baseline id or 'current'")
@@ -225,22 +225,22 @@ def _read_routes(app: FastAPI, handle: DaemonHandle) -> None:
         b: Annotated[
             str, Query(min_length=1, max_length=200, description="fingerprint (prefix), baseline id or 'current'")
         ] = "current",
-    ) -> out.EnvDiff:
+    ) -> schemas.EnvDiff:
         """What differs from ``a`` to ``b`` (default ``current``, the daemon's environment now).
 
         Each is a fingerprint, a unique prefix of one, a baseline id, or ``current``."""
-        fp_a, snap_a = envs.resolve_environment(handle, a)
-        fp_b, snap_b = envs.resolve_environment(handle, b)
-        return envs.diff(fp_a, snap_a, fp_b, snap_b)
+        fp_a, snap_a = environments.resolve_environment(handle, a)
+        fp_b, snap_b = environments.resolve_environment(handle, b)
+        return environments.diff(fp_a, snap_a, fp_b, snap_b)
 
     @app.get(
         "/api/v1/environments/{fingerprint}",
-        responses=_NOT_FOUND | {409: {"model": out.Problem}},
+        responses=_NOT_FOUND | {409: {"model": schemas.Problem}},
         tags=["environments"],
     )
-    def environment(fingerprint: Annotated[str, PathParam(pattern=HEX_PREFIX)]) -> out.EnvironmentOut:
+    def environment(fingerprint: Annotated[str, PathParam(pattern=HEX_PREFIX)]) -> schemas.EnvironmentOut:
         """One environment snapshot by fingerprint or a unique prefix of it (4 hex digits at least)."""
-        return out.EnvironmentOut.of(envs.find_environment(handle, fingerprint))
+        return schemas.EnvironmentOut.of(environments.find_environment(handle, fingerprint))
 
     @app.get("/api/v1/events", tags=["history"])
     def events(
@@ -248,10 +248,10 @@ def _read_routes(app: FastAPI, handle: DaemonHandle) -> None:
         since: Since = None,
         limit: Limit = 100,
         node: Annotated[str | None, Query(max_length=253)] = None,
-    ) -> list[out.EventOut]:
+    ) -> list[schemas.EventOut]:
         """State changes (verdict, environment, model, baselines, provider fallback), newest first."""
         found = handle.store.events(model=model, since=_utc(since), node=node, limit=limit)
-        return [out.EventOut.of(e) for e in found]
+        return [schemas.EventOut.of(e) for e in found]
 
 
 # --- writes --------------------------------------------------------------------------------------
@@ -270,14 +270,16 @@ def _write_routes(app: FastAPI, handle: DaemonHandle) -> None:
         if not hmac.compare_digest(given.encode(), expected.encode()):
             raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
 
-    guarded: dict[int | str, dict[str, Any]] = {401: {"model": out.Problem}, 403: {"model": out.Problem}}
+    guarded: dict[int | str, dict[str, Any]] = {401: {"model": schemas.Problem}, 403: {"model": schemas.Problem}}
     auth = [Depends(authorized)]
 
-    busy: dict[int | str, dict[str, Any]] = {429: {"model": out.Problem, "description": "every check worker is busy"}}
+    busy: dict[int | str, dict[str, Any]] = {
+        429: {"model": schemas.Problem, "description": "every check worker is busy"}
+    }
     incidents.mount(app, handle, auth=auth, token=lambda: _configured_token(handle.settings))
 
     @app.post("/api/v1/models/{name}/check", dependencies=auth, responses=guarded | _NOT_FOUND | busy, tags=["actions"])
-    def check_now(name: ModelName) -> out.CheckOut:
+    def check_now(name: ModelName) -> schemas.CheckOut:
         """Run one check of the model now (isolated, recorded like a scheduled run) and return its result."""
         if name not in {m.name for m in handle.settings.models}:
             raise HTTPException(404, f"no model {name!r} in the config; models are {_model_names(handle)}")
@@ -285,8 +287,8 @@ def _write_routes(app: FastAPI, handle: DaemonHandle) -> None:
             result = handle.run_now(name)
         except BusyError as exc:
             raise HTTPException(429, str(exc), headers={"Retry-After": "5"}) from None
-        record = out.json_safe(jsonsafe.with_timestamps(result.to_dict()))
-        return out.CheckOut(model=result.model, verdict=result.verdict.value, result=record)
+        record = schemas.json_safe(jsonsafe.with_timestamps(result.to_dict()))
+        return schemas.CheckOut(model=result.model, verdict=result.verdict.value, result=record)
 
     @app.post(
         "/api/v1/baselines/{baseline_id}/promote", dependencies=auth, responses=guarded | _NOT_FOUND, tags=["actions"]
@@ -294,20 +296,22 @@ def _write_routes(app: FastAPI, handle: DaemonHandle) -> None:
     def promote(
         baseline_id: Annotated[str, PathParam(pattern=NAME, max_length=200)],
         by: Annotated[str, Query(min_length=1, max_length=100, description="who promotes, for the log")] = "api",
-    ) -> out.Promotion:
+    ) -> schemas.Promotion:
         """Make a baseline the active one of its model."""
         try:
             model = handle.promote(baseline_id, by)
         except MonitorError as exc:
             raise HTTPException(404, str(exc)) from None
-        return out.Promotion(baseline_id=baseline_id, model=model, promoted_by=by)
+        return schemas.Promotion(baseline_id=baseline_id, model=model, promoted_by=by)
 
-    @app.post("/-/reload", dependencies=auth, responses={**guarded, 409: {"model": out.Reloaded}}, tags=["actions"])
+    @app.post("/-/reload", dependencies=auth, responses={**guarded, 409: {"model": schemas.Reloaded}}, tags=["actions"])
     def reload() -> JSONResponse:
         """Re-read the config file; 409 when it is invalid (the previous config stays in force)."""
         if handle.reload():
-            return JSONResponse(out.Reloaded(reloaded=True, detail="configuration reloaded").model_dump())
-        body = out.Reloaded(reloaded=False, detail="new configuration is invalid; kept the previous one (see the log)")
+            return JSONResponse(schemas.Reloaded(reloaded=True, detail="configuration reloaded").model_dump())
+        body = schemas.Reloaded(
+            reloaded=False, detail="new configuration is invalid; kept the previous one (see the log)"
+        )
         return JSONResponse(body.model_dump(), status_code=409)
 
 
@@ -363,8 +367,8 @@ def _utc(when: datetime | None) -> datetime | None:
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
-def _store_only_baseline(record: Any, active: str | None) -> out.BaselineOut:
-    return out.BaselineOut(
+def _store_only_baseline(record: Any, active: str | None) -> schemas.BaselineOut:
+    return schemas.BaselineOut(
         baseline_id=record.baseline_id,
         model=record.model,
         created_at=jsonsafe.timestamp(record.created_at),

@@ -23,20 +23,19 @@ from fastapi.params import Depends
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
-from monitor.api import params
-from monitor.api import schemas as out
+from monitor.api import params, schemas
 from monitor.api.handle import DaemonHandle
 from monitor.api.params import MAX_ID
 from monitor.api.web.lookup import error_page
 from monitor.errors import MonitorError
 from monitor.results import CAUSE_CODES
-from monitor.store import knowledge
+from monitor.store import incidents
 from monitor.store.text import NOT_BLANK
 
 RunId = params.Id
-# text and fix at knowledge.MAX_TEXT characters each, 12 bytes per 4-byte character URL-encoded,
+# text and fix at incidents.MAX_TEXT characters each, 12 bytes per 4-byte character URL-encoded,
 # and room for the rest
-_MAX_FORM = 2 * 12 * knowledge.MAX_TEXT + 16 * 1024
+_MAX_FORM = 2 * 12 * incidents.MAX_TEXT + 16 * 1024
 
 
 _NO_NUL = r"^[^\x00]*$"
@@ -52,8 +51,8 @@ class IncidentIn(BaseModel):
         json_schema_extra={"enum": list[JsonValue](sorted(CAUSE_CODES))},  # the closed set, in the OpenAPI schema too
     )
     # No NUL: the store refuses it (store/text.py); said here too, so the schema tells clients (a 422 like any field)
-    text: str = Field(min_length=1, max_length=knowledge.MAX_TEXT, pattern=NOT_BLANK, description="what was found")
-    fix: str | None = Field(default=None, max_length=knowledge.MAX_TEXT, pattern=_NO_NUL, description="what fixed it")
+    text: str = Field(min_length=1, max_length=incidents.MAX_TEXT, pattern=NOT_BLANK, description="what was found")
+    fix: str | None = Field(default=None, max_length=incidents.MAX_TEXT, pattern=_NO_NUL, description="what fixed it")
     by: str = Field(default="api", min_length=1, max_length=200, pattern=_NO_NUL, description="who notes it")
 
     @field_validator("cause")
@@ -67,46 +66,46 @@ class IncidentIn(BaseModel):
 
 def mount(app: FastAPI, handle: DaemonHandle, *, auth: Sequence[Depends], token: Callable[[], str | None]) -> None:
     """Add the diagnosis and incident routes; ``auth`` guards the JSON write, ``token()`` the form's field."""
-    guarded: dict[int | str, dict[str, Any]] = {401: {"model": out.Problem}, 403: {"model": out.Problem}}
-    missing: dict[int | str, dict[str, Any]] = {404: {"model": out.Problem}}
+    guarded: dict[int | str, dict[str, Any]] = {401: {"model": schemas.Problem}, 403: {"model": schemas.Problem}}
+    missing: dict[int | str, dict[str, Any]] = {404: {"model": schemas.Problem}}
 
     @app.get("/api/v1/runs/{run_id}/diagnosis", responses=missing, tags=["diagnosis"])
     def run_diagnosis(run_id: RunId) -> JSONResponse:
         """The run's stored diagnosis (hypotheses, experiments) and the incidents similar to it now."""
         if handle.store.run(run_id) is None:
             raise HTTPException(404, f"no run {run_id} in the history")
-        document = knowledge.diagnosis(handle.store, run_id)
+        document = incidents.diagnosis(handle.store, run_id)
         if document is None:  # the run exists, nobody diagnosed it: say how, and still offer incidents
             hint = f"not diagnosed: run `onnxmon diagnose MODEL --run {run_id}` or set daemon.diagnose_on_fail"
             document = {"run_id": run_id, "hypotheses": [], "experiments": [], "notes": [hint]}
         body = {**document, "diagnosed": bool(document.get("hypotheses")), "similar_incidents": similar(handle, run_id)}
-        return JSONResponse(out.json_safe(body))
+        return JSONResponse(schemas.json_safe(body))
 
     @app.get("/api/v1/runs/{run_id}/similar-incidents", responses=missing, tags=["diagnosis"])
     def run_similar(run_id: RunId) -> JSONResponse:
         """The incidents whose signature is like this run's, best first (no diagnosis needed)."""
         if handle.store.run(run_id) is None:
             raise HTTPException(404, f"no run {run_id} in the history")
-        return JSONResponse(out.json_safe(similar(handle, run_id)))
+        return JSONResponse(schemas.json_safe(similar(handle, run_id)))
 
     @app.get("/api/v1/incidents", tags=["diagnosis"])
     def list_incidents(model: Annotated[str | None, Query(max_length=200)] = None) -> JSONResponse:
         """Every incident noted, newest first."""
-        return JSONResponse(out.json_safe([i.to_dict() for i in knowledge.incidents(handle.store, model=model)]))
+        return JSONResponse(schemas.json_safe([i.to_dict() for i in incidents.incidents(handle.store, model=model)]))
 
     @app.get("/api/v1/incidents/{incident_id}", responses=missing, tags=["diagnosis"])
     def show_incident(incident_id: RunId) -> JSONResponse:
         """One incident with the signature it is matched by."""
-        record = knowledge.incident(handle.store, incident_id)
+        record = incidents.incident(handle.store, incident_id)
         if record is None:
             raise HTTPException(404, f"no incident {incident_id}")
-        return JSONResponse(out.json_safe(record.to_dict()))
+        return JSONResponse(schemas.json_safe(record.to_dict()))
 
     @app.post(
         "/api/v1/runs/{run_id}/incidents",
         dependencies=list(auth),
         status_code=201,
-        responses=guarded | missing | {400: {"model": out.Problem}},
+        responses=guarded | missing | {400: {"model": schemas.Problem}},
         tags=["diagnosis"],
     )
     def note_incident(run_id: RunId, body: IncidentIn) -> JSONResponse:
@@ -117,7 +116,7 @@ def mount(app: FastAPI, handle: DaemonHandle, *, auth: Sequence[Depends], token:
             raise HTTPException(404, str(exc)) from None
         except MonitorError as exc:
             raise HTTPException(400, str(exc)) from None
-        return JSONResponse(out.json_safe(record.to_dict()), status_code=201)
+        return JSONResponse(schemas.json_safe(record.to_dict()), status_code=201)
 
     @app.post("/runs/{run_id}/incidents", include_in_schema=False, response_model=None)
     async def incident_form(run_id: str, request: Request) -> Response:
@@ -125,7 +124,7 @@ def mount(app: FastAPI, handle: DaemonHandle, *, auth: Sequence[Depends], token:
         async for chunk in request.stream():  # bounded while reading: a cut form would store a cut text
             raw += chunk
             if len(raw) > _MAX_FORM:
-                too_big = f"the form is over {_MAX_FORM // 1024} KiB; text and fix hold {knowledge.MAX_TEXT} characters"
+                too_big = f"the form is over {_MAX_FORM // 1024} KiB; text and fix hold {incidents.MAX_TEXT} characters"
                 return HTMLResponse(error_page(413, "Not noted", too_big), status_code=413)
         body = raw.decode("utf-8", errors="replace")
         form = {key: values[0] for key, values in parse_qs(body, keep_blank_values=True).items()}
@@ -158,16 +157,16 @@ def mount(app: FastAPI, handle: DaemonHandle, *, auth: Sequence[Depends], token:
         return RedirectResponse(f"/runs/{number}#incidents", status_code=303)
 
 
-def note(handle: DaemonHandle, run_id: int, body: IncidentIn) -> knowledge.IncidentRecord:
+def note(handle: DaemonHandle, run_id: int, body: IncidentIn) -> incidents.IncidentRecord:
     """Record the incident with the run's signature; ``LookupError`` for an unknown run."""
-    signature = knowledge.signature_of(handle.store, run_id) if 1 <= run_id <= MAX_ID else None
+    signature = incidents.signature_of(handle.store, run_id) if 1 <= run_id <= MAX_ID else None
     if signature is None:
         raise LookupError(f"no run {run_id} in the history")
-    return knowledge.record_incident(
+    return incidents.record_incident(
         handle.store, run_id, cause=body.cause, text=body.text, fix=body.fix, by=body.by, signature=signature
     )
 
 
 def similar(handle: DaemonHandle, run_id: int) -> list[dict[str, Any]]:
     """Incidents similar to the run (other than ones noted on the run itself), best first."""
-    return knowledge.similar_to_run(handle.store, run_id)
+    return incidents.similar_to_run(handle.store, run_id)

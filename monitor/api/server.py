@@ -36,20 +36,20 @@ class Server:
 
 
 def start(handle: Any, host: str, port: int, *, wait_s: float = 15.0) -> Server:
-    """Start serving ``api.create_app(handle)``; returns once the socket is listening.
+    """Start serving ``app.create_app(handle)``; returns once the socket is listening.
 
     The socket is bound here, before uvicorn's thread starts, so a port in use or a host that does
     not resolve is a ``ConfigError`` naming the address (one line, exit 2) rather than a thread that
     dies quietly and a generic "did not start".
     """
-    from monitor.api import app as api
+    from monitor.api import app
 
     sock = listen(host, port)
-    app = api.create_app(handle)
+    application = app.create_app(handle)
     access = bool(getattr(getattr(getattr(handle, "settings", None), "api", None), "access_log", False))
     # log_config=None: uvicorn's loggers propagate to onnxmon's handler (text or JSON), none of its own.
     config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", access_log=access, lifespan="off", log_config=None
+        application, host=host, port=port, log_level="warning", access_log=access, lifespan="off", log_config=None
     )
     if access:  # uvicorn set its loggers to warning; the access lines are INFO
         logging.getLogger("uvicorn.access").setLevel(logging.INFO)

@@ -3,7 +3,7 @@
 - ``open_inputs``: the model's identity, the active baseline, its benchmark set and the session
   (each read afresh or kept by a warm worker: ``runtime/kept.py``); no baseline is a result;
 - ``measure``: the replay through the session, each sample's outputs compared with the
-  baseline's as soon as they exist (``compare.Comparison``), the environment snapshot, the
+  baseline's as soon as they exist (``Comparison``), the environment snapshot, the
   repeat spread; the timeout covers it all, comparison included: one deadline from the start;
 - ``reasons_of``: what differs from the baseline besides the numbers (provider fallback, model,
   external data, benchmark set, the reference's inputs);
@@ -19,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from monitor.check import reasons as why
+from monitor.check.reasons import attribute, describe_model_change, external_data_changes
+from monitor.check.reasons import env_changes as environment_changes
 from monitor.check.replay import Clock, Replay, replay_benchset, with_repeat_spread
-from monitor.compare import outputs as compare
+from monitor.compare.outputs import Comparison
 from monitor.config.plan import CheckPlan
 from monitor.errors import MonitorError
-from monitor.files import baselines, modelfile
-from monitor.files import benchsets as benchset
+from monitor.files import baselines, benchsets, modelfile
 from monitor.results import CheckResult, OutputStats, Reason, Verdict, error_result
 from monitor.runtime import envsnap
 from monitor.runtime.kept import ModelSource
@@ -40,10 +40,10 @@ class Opened:
 
     identity: modelfile.ModelIdentity
     baseline: baselines.Baseline
-    bench: benchset.Benchset
+    bench: benchsets.Benchset
     session: Session
     reused: bool  # the session was kept from an earlier check (a warm worker's)
-    files: benchset.TensorFiles
+    files: benchsets.TensorFiles
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCapture
         return error_result(name, "no_baseline", detail, started, clock())
     measured = measure(plan, opened, deadline=started + plan.timeout_s, clock=clock, capture_env=capture_env)
     reasons = reasons_of(plan, opened)
-    env_changes = why.env_changes(opened.baseline.meta.environment, measured.snapshot)
+    env_changes = environment_changes(opened.baseline.meta.environment, measured.snapshot)
     verdict = Verdict.worst([o.verdict for o in measured.outputs] + ([Verdict.FAIL] if reasons else []))
     reasons, details = details_of(plan, opened, reasons, env_changes, models.note())
     return assemble(plan, opened, measured, verdict, reasons, env_changes, details, started, clock())
@@ -78,7 +78,7 @@ def open_inputs(plan: CheckPlan, models: ModelSource) -> Opened | None:
     if baseline is None:
         return None
     named = (baseline.meta.benchset, baseline.meta.benchset_version)
-    bench = benchset.open_benchset(plan.benchsets_dir, *named, files=files)
+    bench = benchsets.open_benchset(plan.benchsets_dir, *named, files=files)
     session, reused = models.session(plan.model, identity)
     return Opened(identity, baseline, bench, session, reused, files)
 
@@ -86,7 +86,7 @@ def open_inputs(plan: CheckPlan, models: ModelSource) -> Opened | None:
 def measure(plan: CheckPlan, opened: Opened, *, deadline: float, clock: Clock, capture_env: EnvCapture) -> Measured:
     """Replay the set, comparing each sample's outputs with the baseline's as they come; then the snapshot."""
     baseline, session, files = opened.baseline, opened.session, opened.files
-    comparison = compare.Comparison(
+    comparison = Comparison(
         list(baseline.meta.outputs),
         session.output_names,
         plan.tolerances(session.output_names),
@@ -117,7 +117,7 @@ def reasons_of(plan: CheckPlan, opened: Opened) -> list[Reason]:
     if identity.sha256 != baseline.meta.model_sha256:
         detail = f"{plan.model.path} sha256 {identity.sha256[:12]} != baseline {baseline.meta.model_sha256[:12]}"
         reasons.append(Reason("model_changed", detail))
-    reasons.extend(why.external_data_changes(plan.model.path.name, identity.external_data, baseline.meta.external_data))
+    reasons.extend(external_data_changes(plan.model.path.name, identity.external_data, baseline.meta.external_data))
     if bench.sha256 != baseline.meta.benchset_sha256:
         detail = (
             f"benchset {bench.name} v{bench.version} sha256 {bench.sha256[:12]}"
@@ -149,7 +149,7 @@ def details_of(
     details.update({"input_casts": dict(session.input_casts)} if session.input_casts else {})
     details.update({"warm": kept} if kept is not None else {})
     if any(r.code == "model_changed" for r in reasons):
-        reasons, details["model_diff"] = why.describe_model_change(reasons, opened.baseline, plan.model.path)
+        reasons, details["model_diff"] = describe_model_change(reasons, opened.baseline, plan.model.path)
     current = _current_benchset_version(plan, opened.files)
     if current is not None and current != bench.version:
         details["benchset_note"] = (
@@ -189,13 +189,13 @@ def assemble(
         # load_s is this check's own session build: 0 when a warm worker reused its session
         timings={"load_s": 0.0 if opened.reused else session.info.load_seconds, "replay_s": measured.replay.seconds},
         environment=measured.snapshot.to_dict(),
-        attribution=why.attribute(verdict, reasons, env_changes),
+        attribution=attribute(verdict, reasons, env_changes),
         details=details,
     )
 
 
-def _current_benchset_version(plan: CheckPlan, files: benchset.TensorFiles) -> int | None:
+def _current_benchset_version(plan: CheckPlan, files: benchsets.TensorFiles) -> int | None:
     try:
-        return benchset.open_benchset(plan.benchsets_dir, plan.model.benchset, files=files).version
+        return benchsets.open_benchset(plan.benchsets_dir, plan.model.benchset, files=files).version
     except MonitorError:
         return None

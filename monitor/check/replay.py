@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from monitor.compare import outputs as compare
-from monitor.files import benchsets as benchset
+from monitor.compare.outputs import repeat_spread
+from monitor.files import benchsets
 from monitor.results import OutputStats, Reason, Verdict
 from monitor.runtime.session import Deadline, RunTimeout, Session
 
@@ -35,13 +35,13 @@ class Replay:
 
 def replay_benchset(
     session: Session,
-    bench: benchset.Benchset,
+    bench: benchsets.Benchset,
     repeats: int,
     *,
     deadline: float | None = None,
     clock: Clock = time.time,
     each: SampleSink | None = None,
-    files: benchset.TensorFiles = benchset.FRESH,
+    files: benchsets.TensorFiles = benchsets.FRESH,
 ) -> Replay:
     """Run every sample ``repeats`` times (inputs read through ``files``); keep the first run and the spread.
 
@@ -60,7 +60,7 @@ def replay_benchset(
             runs = session.run_repeats(feeds, repeats, guard=guard, where=where)
             for name in session.output_names:
                 if repeats > 1:
-                    spread[name] = max(spread.get(name, 0.0), compare.repeat_spread([r[name] for r in runs]))
+                    spread[name] = max(spread.get(name, 0.0), repeat_spread([r[name] for r in runs]))
                 if each is None:
                     outputs[name].append(runs[0][name])
             if each is not None:

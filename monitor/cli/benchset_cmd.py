@@ -10,7 +10,7 @@ import typer
 from monitor import jsonsafe
 from monitor.cli import common, output
 from monitor.errors import BenchsetError
-from monitor.files import benchsets as benchset
+from monitor.files import benchsets
 
 RootOption = typer.Option(None, "--root", help="Benchset directory (default: store.benchsets_dir of the config).")
 FilesArgument = typer.Argument(..., help="npz files, one onnx test-data directory, or one JSON file.")
@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
         console = common.console()
         busy = not quiet and output.is_terminal()
         with console.status(f"materializing {name} …", spinner="dots") if busy else contextlib.nullcontext():
-            bs = benchset.materialize(settings.benchset(name), root)
+            bs = benchsets.materialize(settings.benchset(name), root)
         if quiet:
             return
         _print_state(out, bs, "unchanged" if before == bs.version else "created")
@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
         """Materialize set NAME from files given by hand."""
         directory = _root(root, out.config_file)
         before = _current_version(directory, name)
-        bs = benchset.import_files(name, files, directory, kind or _guess_kind(files))
+        bs = benchsets.import_files(name, files, directory, kind or _guess_kind(files))
         _print_state(out, bs, "unchanged" if before == bs.version else "created")
 
     @group.command("verify")
@@ -68,8 +68,8 @@ def register(app: typer.Typer) -> None:
         out: output.Output,
     ) -> None:
         """Re-hash every tensor of set NAME; exit 1 and print each problem if any."""
-        bs = benchset.open_benchset(_root(root, out.config_file), name, version)
-        problems = benchset.verify(bs)
+        bs = benchsets.open_benchset(_root(root, out.config_file), name, version)
+        problems = benchsets.verify(bs)
         summary = f"{len(problems)} problem(s)" if problems else f"ok ({len(bs)} sample(s), sha256 {bs.sha256})"
         out.emit(
             lambda: _row(bs) | {"ok": not problems, "problems": problems},
@@ -87,7 +87,7 @@ def register(app: typer.Typer) -> None:
         out: output.Output,
     ) -> None:
         """List the sets (their newest version unless --all)."""
-        sets = benchset.list_benchsets(_root(root, out.config_file), all_versions=all_versions)
+        sets = benchsets.list_benchsets(_root(root, out.config_file), all_versions=all_versions)
 
         def table(wide: bool) -> common.PlainTable:
             shown = common.PlainTable("name", "version", "samples", "source", "created", "sha256")
@@ -101,7 +101,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="benchset")
 
 
-def _row(bs: benchset.Benchset) -> dict[str, object]:
+def _row(bs: benchsets.Benchset) -> dict[str, object]:
     return {
         "name": bs.name,
         "version": bs.version,
@@ -113,7 +113,7 @@ def _row(bs: benchset.Benchset) -> dict[str, object]:
     }
 
 
-def _print_state(out: output.Output, bs: benchset.Benchset, state: str) -> None:
+def _print_state(out: output.Output, bs: benchsets.Benchset, state: str) -> None:
     out.emit(
         lambda: _row(bs) | {"state": state},
         lambda wide: f"{bs.name} v{bs.version} ({state}): {len(bs)} sample(s), sha256 {bs.sha256}",
@@ -126,7 +126,7 @@ def _root(root: Path | None, config_file: str | None) -> Path:
 
 def _current_version(root: Path, name: str) -> int | None:
     try:
-        return benchset.open_benchset(root, name).version
+        return benchsets.open_benchset(root, name).version
     except BenchsetError:
         return None
 

@@ -11,7 +11,8 @@ from rich.table import Table
 from rich.text import Text
 
 from monitor.cli import output, terminal
-from monitor.config import settings as config
+from monitor.config.settings import Settings
+from monitor.config.settings import load as load_settings
 from monitor.errors import MonitorError
 
 if TYPE_CHECKING:
@@ -28,12 +29,12 @@ def console() -> Console:
     return output.console()
 
 
-def load(path: str | None) -> config.Settings:
+def load(path: str | None) -> Settings:
     """The config named by ``-c`` (after or before the command), unscoped: for commands that need no node."""
-    return config.load(output.config_file(path))
+    return load_settings(output.config_file(path))
 
 
-def settings(path: str | None) -> config.Settings:
+def settings(path: str | None) -> Settings:
     """The config, with baselines scoped to this node or pool (``daemon.baseline_scope``)."""
     from monitor.config import scope
     from monitor.runtime import envsnap  # NVML is probed only for the pool scope
@@ -41,7 +42,7 @@ def settings(path: str | None) -> config.Settings:
     return scope.apply(load(path), gpu_name=envsnap.first_gpu_name)
 
 
-def open_store(settings: config.Settings, url: str | None = None) -> Store:
+def open_store(settings: Settings, url: str | None = None) -> Store:
     """The configured store (or the one at ``url``), its schema checked before anything reads or writes it.
 
     A SQLite file is created and migrated on first use. A server database (PostgreSQL) is migrated
@@ -78,7 +79,7 @@ def ensure_schema(store: Store, migrate: str = "off") -> None:
         )
 
 
-def refuse_unready_store(settings: config.Settings) -> None:
+def refuse_unready_store(settings: Settings) -> None:
     """Before a command writes anything: an un-migrated store or a missing driver ends it in one line.
 
     A store that cannot be reached passes: a check still measures and spools its result.

@@ -47,22 +47,22 @@ def register(app: typer.Typer) -> None:
         settings = common.settings(out.config_file)
         plan = plan_for(settings, model)
         seconds = budget or settings.daemon.diagnose_budget
-        incidents = known_incidents(settings)
+        known = known_incidents(settings)
         if run_id is not None:
-            document = _stored_run(settings, run_id, model)
-            verdict = str(document.get("verdict"))
-            diagnosis = diagnose_run(plan, document, budget_s=seconds, incidents=incidents, run_id=run_id)
+            stored = _stored_run(settings, run_id, model)
+            verdict = stored.verdict.value
+            diagnosis = diagnose_run(plan, stored, budget_s=seconds, incidents=known, run_id=run_id)
             if store and "error" not in diagnosis and verdict != "pass":
-                from monitor.store import knowledge
+                from monitor.store import incidents
 
                 with common.open_store(settings) as opened:
-                    knowledge.record_diagnosis(opened, run_id, diagnosis)
+                    incidents.record_diagnosis(opened, run_id, diagnosis)
         else:
             result, _ = child.run_isolated(
                 plan, job=child.measure_only, memory_limit_mb=settings.daemon.memory_limit_mb
             )
             verdict = result.verdict.value
-            diagnosis = diagnose_run(plan, result.to_dict(), budget_s=seconds, incidents=incidents)
+            diagnosis = diagnose_run(plan, result, budget_s=seconds, incidents=known)
             if store:
                 _record(settings, result, diagnosis if verdict != "pass" else None)
         if "error" in diagnosis:
@@ -75,20 +75,21 @@ def register(app: typer.Typer) -> None:
 def known_incidents(settings: Settings) -> list[dict[str, Any]]:
     """Every noted incident (newest first) for matching; none when the store cannot be read."""
     try:
-        from monitor.store import knowledge
+        from monitor.store import incidents
 
         with common.open_store(settings) as store:
-            return [i.to_dict() for i in knowledge.incidents(store)]
+            return [i.to_dict() for i in incidents.incidents(store)]
     except Exception:  # an unreachable store must not stop a diagnosis: it only loses the incident matches
         return []
 
 
-def _stored_run(settings: Settings, run_id: int, model: str) -> dict[str, Any]:
-    from monitor.store import knowledge
+def _stored_run(settings: Settings, run_id: int, model: str) -> CheckResult:
+    """Stored run ``run_id`` of ``model`` as the result it was: the stored document converted once, here."""
+    from monitor.store import incidents
 
     try:
         with common.open_store(settings) as store:
-            document = knowledge.run_document(store, run_id)
+            document = incidents.run_document(store, run_id)
     except MonitorError:
         raise
     except Exception as exc:
@@ -97,7 +98,11 @@ def _stored_run(settings: Settings, run_id: int, model: str) -> dict[str, Any]:
         raise MonitorError(f"--run {run_id}: no run {run_id} in the history")
     if document["model"] != model:
         raise MonitorError(f"--run {run_id} is a run of {document['model']!r}, not of {model!r}")
-    return document
+    try:
+        return CheckResult.from_dict(document)
+    except (KeyError, TypeError, ValueError) as exc:  # a row the store wrote in a shape this release cannot read
+        unreadable = f"--run {run_id}: the stored run cannot be read as a result: {type(exc).__name__}: {exc}"
+        raise _could_not(unreadable) from None
 
 
 def _record(settings: Settings, result: CheckResult, diagnosis: dict[str, Any] | None) -> None:

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from monitor import jsonsafe
 from monitor.cli import common, output
-from monitor.config import settings as config
+from monitor.config import settings
 from monitor.errors import MonitorError
 from monitor.runtime import envsnap
 
@@ -60,7 +60,7 @@ def _since(value: str | None) -> datetime | None:
     if value is None:
         return None
     try:
-        seconds = config.parse_duration(value)
+        seconds = settings.parse_duration(value)
     except ValueError as exc:
         raise MonitorError(f"--since: {exc}") from None
     try:

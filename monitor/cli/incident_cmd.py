@@ -35,14 +35,14 @@ def register(app: typer.Typer) -> None:
         out: output.Output,
     ) -> None:
         """Note an incident on a run: its cause, what was found and the fix, matched to later failures."""
-        from monitor.store import knowledge
+        from monitor.store import incidents
 
         settings = common.settings(out.config_file)
         with common.open_store(settings) as store:
-            signature = knowledge.signature_of(store, run_id)
+            signature = incidents.signature_of(store, run_id)
             if signature is None:
                 raise MonitorError(f"no run {run_id} in the history")
-            record = knowledge.record_incident(
+            record = incidents.record_incident(
                 store, run_id, cause=cause, text=text, fix=fix, by=by or _login(), signature=signature
             )
         out.emit(
@@ -58,11 +58,11 @@ def register(app: typer.Typer) -> None:
         out: output.Output,
     ) -> None:
         """Incidents, newest first."""
-        from monitor.store import knowledge
+        from monitor.store import incidents
 
         settings = common.settings(out.config_file)
         with common.open_store(settings) as store:
-            records = knowledge.incidents(store, limit=limit, model=model)
+            records = incidents.incidents(store, limit=limit, model=model)
 
         def table(wide: bool) -> common.PlainTable:
             # Whole texts with -o wide and when piped (a script or a grep must see all of it); on a
@@ -87,11 +87,11 @@ def register(app: typer.Typer) -> None:
         out: output.Output,
     ) -> None:
         """One incident with the signature it is matched by."""
-        from monitor.store import knowledge
+        from monitor.store import incidents
 
         settings = common.settings(out.config_file)
         with common.open_store(settings) as store:
-            record = knowledge.incident(store, incident_id)
+            record = incidents.incident(store, incident_id)
         if record is None:
             raise MonitorError(f"no incident {incident_id}")
         data = record.to_dict()

@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Re-run one input with the model's tensors exposed: first node that changed, first out of tolerance."""
         from monitor.daemon import localization
-        from monitor.localize import engine as localize
+        from monitor.localize import engine
 
         reference = reference_model(against, reference_path)
         request = localize_request(
@@ -99,7 +99,7 @@ def register(app: typer.Typer) -> None:
         except Exception as exc:  # a crash of localization is exit 3, never 1 ("a node diverged")
             _crashed(exc)
         if svg is not None:
-            svg.write_text(localize.plot_svg(report), encoding="utf-8")
+            svg.write_text(engine.plot_svg(report), encoding="utf-8")
         if model_explorer is not None:
             from monitor.localize import explorer
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from monitor.cli import common
 from monitor.config.settings import Settings, mask_url
 from monitor.results import CheckResult
-from monitor.sinks import spool as spools
+from monitor.sinks import spool
 from monitor.sinks.database import DatabaseSink, is_outage
 from monitor.sinks.spool import Spool
 from monitor.store import Store
@@ -56,15 +56,15 @@ def record(settings: Settings, results: Sequence[CheckResult]) -> Recorded:
     """Write ``results`` to the configured store through the spool; never raises for an outage."""
     node, pod = common.node_identity()
     store_cfg = settings.store
-    spool = spools.configured(store_cfg)
+    fallback = spool.configured(store_cfg)
     try:
         store: Store | None = common.open_store(settings)
     except Exception as exc:  # a bad URL or an unreachable database (StoreUnavailable): the store cannot even open
         if not is_outage(exc):
             raise
-        return _spool_all(spool, results, node, pod, _why(exc, store_cfg.url))
+        return _spool_all(fallback, results, node, pod, _why(exc, store_cfg.url))
     assert store is not None
-    sink = DatabaseSink(store, node=node, pod=pod, spool=spool, retry_s=3600.0)
+    sink = DatabaseSink(store, node=node, pod=pod, spool=fallback, retry_s=3600.0)
     quiet = logging.getLogger("onnxmon.sinks.database")
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # the command prints its own one line about the outage
@@ -86,7 +86,7 @@ def record(settings: Settings, results: Sequence[CheckResult]) -> Recorded:
         lost += sink.unspooled  # neither the store nor the spool took these: the sink logged each in full
         failure = failure or sink.spool_error
         problem = (failure or sink.last_outage or "unknown") if (spooled or lost) else None
-        return Recorded(len(results) - spooled - lost, spooled, lost, problem, str(spool.directory), tuple(run_ids))
+        return Recorded(len(results) - spooled - lost, spooled, lost, problem, str(fallback.directory), tuple(run_ids))
     finally:
         quiet.setLevel(level)
         sink.close()

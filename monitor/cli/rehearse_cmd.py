@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
         out: output.Output,
     ) -> None:
         """Replay every model on a candidate stack and say, per model, go or no-go, and why."""
-        from monitor.rehearse import candidate as candidates
+        from monitor.rehearse import candidate
         from monitor.rehearse.rehearsal import rehearse
 
         settings = common.settings(out.config_file)
@@ -38,11 +38,11 @@ def register(app: typer.Typer) -> None:
             raise MonitorError(f"{settings.source}: no models configured")
         for name in names:
             settings.model(name)  # an unknown name says which names exist, before anything runs
-        candidate = candidates.probe(python)
+        stack = candidate.probe(python)
         opened = common.open_store(settings) if store else None
         try:
             node, _ = common.node_identity()
-            report, unstored = rehearse(settings, str(settings.source), candidate, names, opened, node=node)
+            report, unstored = rehearse(settings, str(settings.source), stack, names, opened, node=node)
         finally:
             if opened is not None:
                 opened.close()

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from monitor.compare import fused as compare_fused
+from monitor.compare import fused
 from monitor.compare.formulas import LANES, coarse_ulp, fold_lanes, lane_sums
 from monitor.compare.p99 import Largest
 from monitor.results import AppliedTolerance
@@ -45,16 +45,16 @@ def kernel_for(
     *,
     exact: bool,
     ulp_dtype: np.dtype[np.generic] | None,
-    fused: bool | None,
+    use_fused: bool | None,
 ) -> Any:
-    """The fused kernel for a stream, or None for the numpy pass (``fused``: None = when it pays, see ``fused.py``)."""
-    if fused is False or exact or ulp_dtype is not None:
+    """The fused kernel for a stream, or None for the numpy pass (``use_fused``: None = when it pays, ``fused.py``)."""
+    if use_fused is False or exact or ulp_dtype is not None:
         return None
-    if fused is None and not compare_fused.usable(dtype, tol.atol, tol.rtol, elements):
+    if use_fused is None and not fused.usable(dtype, tol.atol, tol.rtol, elements):
         return None
-    if not compare_fused.eligible(dtype, tol.atol, tol.rtol):
+    if not fused.eligible(dtype, tol.atol, tol.rtol):
         return None
-    return compare_fused.kernel(dtype)
+    return fused.kernel(dtype)
 
 
 class Worker:

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import numpy.typing as npt
 
-from monitor.compare import p99 as compare_p99
+from monitor.compare import p99
 from monitor.compare.chunk import Worker, kernel_for
 from monitor.compare.formulas import cosine, snr_db
 from monitor.compare.p99 import Largest, p99_rank_from_top
@@ -72,7 +72,7 @@ class ChunkStream:
         self.chunk = chunk = min(chunk, max(elements, 1))
         threads = max(1, min(workers, -(-elements // chunk)))
         keep = p99_rank_from_top(elements)
-        kernel = kernel_for(dtype, tol, elements, exact=exact, ulp_dtype=ulp_dtype, fused=fused)
+        kernel = kernel_for(dtype, tol, elements, exact=exact, ulp_dtype=ulp_dtype, use_fused=fused)
         self.workers = [
             Worker(dtype, tol, chunk, Largest(keep, chunk), exact=exact, ulp_dtype=ulp_dtype, kernel=kernel)
             for _ in range(threads)
@@ -99,8 +99,8 @@ class ChunkStream:
         if self.pending:
             self._consume([(np.concatenate(self.pending_a), np.concatenate(self.pending_b))])
             self.pending_a, self.pending_b, self.pending = [], [], 0
-        p99 = compare_p99.p99(sum(w.finite_count for w in self.workers), [w.largest for w in self.workers])
-        return _merge(self.workers, self.count, p99, exact=self.exact)
+        p99_value = p99.p99(sum(w.finite_count for w in self.workers), [w.largest for w in self.workers])
+        return _merge(self.workers, self.count, p99_value, exact=self.exact)
 
     def _pieces(self, flat_a: Array, flat_b: Array) -> Iterator[Pair]:
         """Pieces of exactly ``chunk`` elements; a short tail waits in ``pending`` for the next feeds.

@@ -24,8 +24,7 @@ import yaml
 from pydantic import ValidationError
 
 from monitor import bounded
-from monitor.config import decisions
-from monitor.config import settings as config
+from monitor.config import decisions, settings
 from monitor.config.settings import ModelConfig, Settings
 from monitor.errors import ConfigError, MonitorError
 
@@ -130,33 +129,33 @@ def file_problems(
     ``files=False`` leaves the files out (a config rendered away from its models).
     """
     env = os.environ if environ is None else environ
-    file = config.config_path(path, env)
+    file = settings.config_path(path, env)
     try:
-        settings = config.load(file, env)
+        loaded = settings.load(file, env)
     except ConfigError as exc:
         raw = _raw(file, env)
         if raw is None:
             return file, [str(exc)]
         return file, [*_schema_problems(raw, file), *(_raw_model_files(raw, file) if files else [])] or [str(exc)]
-    return file, problems(settings, outputs_of, types_of) if files else []
+    return file, problems(loaded, outputs_of, types_of) if files else []
 
 
 def _raw(file: Path, environ: Mapping[str, str]) -> dict[str, Any] | None:
     """The parsed YAML with ``ONNXMON_*`` overrides; None when it cannot even be read or parsed."""
     try:
-        raw = yaml.safe_load(bounded.read_text(file, limit=config.MAX_CONFIG_BYTES))  # as load() reads it
-        return config.apply_env_overrides(raw, environ) if isinstance(raw, dict) else None
+        raw = yaml.safe_load(bounded.read_text(file, limit=settings.MAX_CONFIG_BYTES))  # as load() reads it
+        return settings.apply_env_overrides(raw, environ) if isinstance(raw, dict) else None
     except (OSError, UnicodeDecodeError, yaml.YAMLError, ConfigError):
         return None
 
 
 def _schema_problems(raw: Mapping[str, Any], file: Path) -> list[str]:
     try:
-        config.Settings.model_validate(dict(raw))
+        settings.Settings.model_validate(dict(raw))
     except ValidationError as exc:
-        return [config.format_error(e) for e in exc.errors()]
+        return [settings.format_error(e) for e in exc.errors()]
     try:
-        config.from_mapping(raw, origin=file)
+        settings.from_mapping(raw, origin=file)
     except ConfigError as exc:  # undeclared benchsets (one per line after the count), a store URL file
         return [line.strip() for line in str(exc).splitlines()[1:]] or [str(exc)]
     return []

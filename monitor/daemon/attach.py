@@ -4,7 +4,7 @@
 the store, the spool, ``/metrics`` or the log, lost to a ``kill -9`` in that window, and SIGTERM waited
 for it (issue 30, B1). Now ``Daemon`` dispatches the fail first and then calls ``attach``: the
 diagnosis (each experiment an isolated child, cut by ``stop``) becomes a ``diagnoses`` row of the
-stored run (``knowledge.record_diagnosis``), which ``/metrics``' ``onnxmon_diagnosis_info`` reads, and
+stored run (``store.incidents.record_diagnosis``), which ``/metrics``' ``onnxmon_diagnosis_info`` reads, and
 one ``{"event": "diagnosis", ...}`` line on the results logger says it landed.
 
 A fail that went to the spool (the database was down) has no run id yet: its diagnosis is in that
@@ -23,7 +23,7 @@ from monitor import jsonsafe
 from monitor.config.plan import CheckPlan
 from monitor.daemon import diagnosis
 from monitor.results import CheckResult, Verdict
-from monitor.store import Store, knowledge
+from monitor.store import Store, incidents
 
 log = logging.getLogger("onnxmon.daemon")
 
@@ -45,10 +45,8 @@ def attach(
     """
     if result.verdict is not Verdict.FAIL:
         return result
-    incidents = diagnosis.stored_incidents(store)
-    document = diagnosis.diagnose_run(
-        plan, result.to_dict(), budget_s=budget_s, incidents=incidents, run_id=run_id, stop=stop
-    )
+    known = diagnosis.stored_incidents(store)
+    document = diagnosis.diagnose_run(plan, result, budget_s=budget_s, incidents=known, run_id=run_id, stop=stop)
     if stop.is_set():
         where = f" as run {run_id}" if run_id is not None else " in the spool"
         log.warning("diagnosis of %s cut: the daemon is stopping (the fail is recorded%s)", plan.name, where)
@@ -56,7 +54,7 @@ def attach(
     stored = False
     if run_id is not None and document.get("hypotheses"):
         try:
-            knowledge.record_diagnosis(store, run_id, document)
+            incidents.record_diagnosis(store, run_id, document)
             stored = True
         except Exception as exc:  # advice: a store outage costs the stored diagnosis, never the fail
             log.error("diagnosis of %s run %s not stored: %s", plan.name, run_id, f"{type(exc).__name__}: {exc}"[:300])

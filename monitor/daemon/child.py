@@ -157,9 +157,9 @@ def _localize(plan: CheckPlan) -> dict[str, Any]:
     """Layer-by-layer localization of a failing check within half its timeout (best effort)."""
     began = time.monotonic()
     try:
-        from monitor.localize import configured as localize_run
+        from monitor.localize import configured
         from monitor.localize.request import LocalizeRequest
 
-        return localize_run.localize_model(plan, LocalizeRequest(time_budget_s=plan.timeout_s / 2)).to_dict()
+        return configured.localize_model(plan, LocalizeRequest(time_budget_s=plan.timeout_s / 2)).to_dict()
     except Exception as exc:  # localization is advice; it must never turn a fail into a crash
         return {"error": f"{type(exc).__name__}: {exc}"[:1000], "seconds": time.monotonic() - began}

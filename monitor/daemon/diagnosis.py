@@ -23,7 +23,7 @@ from monitor.daemon import isolate
 from monitor.diagnose.engine import diagnose
 from monitor.diagnose.result import Diagnosis
 from monitor.results import CheckResult, Verdict
-from monitor.store import Store, knowledge
+from monitor.store import Store, incidents
 
 STOP_S = 5.0
 """The most a SIGTERM waits for a running diagnosis: ``isolate.POLL_S`` to see it, then the kill and reap."""
@@ -46,14 +46,14 @@ def isolated(
 
 def diagnose_run(
     plan: CheckPlan,
-    run: Mapping[str, Any],
+    run: CheckResult,
     *,
     budget_s: float,
     incidents: Iterable[Mapping[str, Any]] = (),
     run_id: int | None = None,
     stop: threading.Event | None = None,
 ) -> dict[str, Any]:
-    """The diagnosis document of ``run`` (``CheckResult.to_dict()`` shape); ``{"error": ...}`` if it broke."""
+    """The diagnosis document of ``run`` (``Diagnosis.to_dict()``); ``{"error": ...}`` if it broke."""
     began = time.monotonic()
     try:
         return diagnose(
@@ -84,7 +84,7 @@ def with_diagnosis(
     if result.verdict is not Verdict.FAIL:
         return result
     known = list(incidents) if incidents is not None else stored_incidents(store)
-    document = diagnose_run(plan, result.to_dict(), budget_s=budget_s, incidents=known)
+    document = diagnose_run(plan, result, budget_s=budget_s, incidents=known)
     return dataclasses.replace(result, details={**result.details, "diagnosis": document})
 
 
@@ -102,7 +102,7 @@ def headline(plan: CheckPlan, result: CheckResult, *, incidents: Iterable[Mappin
         return Diagnosis.from_dict(document).headline()
     failed = f" (the diagnosis failed: {str(document['error'])[:80]})" if isinstance(document, Mapping) else ""
     try:
-        found = diagnose(plan, result.to_dict(), isolate=isolated, replay=False, incidents=incidents)
+        found = diagnose(plan, result, isolate=isolated, replay=False, incidents=incidents)
     except Exception as exc:
         return f"likely cause: unknown (diagnosis failed: {type(exc).__name__})"
     return found.headline(weighed=False) + f"{failed} — weigh it: onnxmon diagnose {plan.name}"
@@ -113,6 +113,6 @@ def stored_incidents(store: Store | None) -> list[dict[str, Any]]:
     if store is None:
         return []
     try:
-        return [i.to_dict() for i in knowledge.incidents(store)]
+        return [i.to_dict() for i in incidents.incidents(store)]
     except Exception:  # matching incidents is advice: a store outage must not stop the check
         return []

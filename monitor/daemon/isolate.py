@@ -23,13 +23,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from monitor.daemon import forkmain
 from monitor.runtime import footprint
 
 ChildFunction = Callable[..., Mapping[str, Any]]
 Kind = Literal["ok", "timeout", "crash", "cancelled"]
 
 POLL_S = 0.5  # how often a waiting parent looks at the child's liveness and at ``cancel``
-_PRELOAD = ["monitor.check", "monitor.runtime.session", "numpy", "onnxruntime"]
+# forkmain first: the main script, so children do not import it again (see there)
+_PRELOAD = ["monitor.daemon.forkmain", "monitor.check", "monitor.runtime.session", "monitor.diagnose.replay", "numpy"]
+_PRELOAD.append("onnxruntime")
 _context: multiprocessing.context.BaseContext | None = None
 
 
@@ -52,6 +55,7 @@ def context() -> multiprocessing.context.BaseContext:
         try:
             ctx = multiprocessing.get_context("forkserver")
             ctx.set_forkserver_preload(_PRELOAD)
+            forkmain.start_forkserver()
         except ValueError:  # platforms without fork: a fresh interpreter per check
             ctx = multiprocessing.get_context("spawn")
         _context = ctx

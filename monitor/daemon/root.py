@@ -24,12 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from monitor.config import scope
-from monitor.config import settings as config
+from monitor.config import scope, settings
 from monitor.config.identity import identity
 from monitor.config.plan import CheckPlan, plan_for
-from monitor.daemon import attach, scheduler, warm
-from monitor.daemon import child as worker
+from monitor.config.settings import Settings
+from monitor.daemon import attach, child, scheduler, warm
 from monitor.errors import BusyError, MonitorError
 from monitor.files import baseline_meta, baselines
 from monitor.results import CheckResult, Verdict, error_result
@@ -56,7 +55,7 @@ class Daemon:
 
     def __init__(
         self,
-        settings: config.Settings,
+        settings: Settings,
         *,
         config_path: Path | None = None,
         store: Any | None = None,
@@ -99,7 +98,7 @@ class Daemon:
     # --- state the API reads --------------------------------------------------------------
 
     @property
-    def settings(self) -> config.Settings:
+    def settings(self) -> Settings:
         return self._settings
 
     def readiness(self) -> dict[str, bool]:
@@ -204,7 +203,7 @@ class Daemon:
 
     def _run_isolated(self, plan: CheckPlan) -> CheckResult:
         with self.devices.hold(scheduler.device_key(plan.model)):
-            result, captured = worker.run_isolated(
+            result, captured = child.run_isolated(
                 plan, memory_limit_mb=self._settings.daemon.memory_limit_mb, clock=self.clock, pool=self.pool
             )
             if captured and "error" not in captured:
@@ -268,7 +267,7 @@ class Daemon:
         try:
             if self.config_path is None:
                 raise MonitorError("no config file to reload from")
-            fresh = scope.apply(config.load(self.config_path), gpu_name=envsnap.first_gpu_name)
+            fresh = scope.apply(settings.load(self.config_path), gpu_name=envsnap.first_gpu_name)
             _refuse_restart_only_changes(self._settings, fresh)
             fresh = fresh.model_copy(update={"api": fresh.api.model_copy(update=_bound(self._settings))})
             scheduler.install_jobs(
@@ -311,14 +310,14 @@ class Daemon:
         right after the readiness probe passed did exactly that). A SIGHUP only asks for a reload;
         the loop below starts it, so a reload never races the scheduler's start.
         """
-        from monitor.api import server as httpserver
+        from monitor.api import server
 
         reload_wanted = threading.Event()
         if install_signals:
             signal.signal(signal.SIGTERM, lambda *_: self._stopping.set())
             signal.signal(signal.SIGINT, lambda *_: self._stopping.set())
             signal.signal(signal.SIGHUP, lambda *_: reload_wanted.set())
-        server = httpserver.start(self, self._settings.api.host, self._settings.api.port)
+        http = server.start(self, self._settings.api.host, self._settings.api.port)
         self.start()
         log.info("serving on http://%s:%d", self._settings.api.host, self._settings.api.port)
         threading.Thread(target=self._watch_store, name="onnxmon-store-watch", daemon=True).start()
@@ -327,7 +326,7 @@ class Daemon:
                 reload_wanted.clear()
                 threading.Thread(target=self.reload, name="onnxmon-reload", daemon=True).start()
         self.stop()
-        server.stop()
+        http.stop()
         self.store.close()
         return 0
 
@@ -363,11 +362,11 @@ _RESTART_ONLY = (
 )
 
 
-def _bound(settings: config.Settings) -> dict[str, object]:
+def _bound(settings: Settings) -> dict[str, object]:
     return {"host": settings.api.host, "port": settings.api.port}
 
 
-def _refuse_restart_only_changes(current: config.Settings, fresh: config.Settings) -> None:
+def _refuse_restart_only_changes(current: Settings, fresh: Settings) -> None:
     changed = [
         f"{section}.{key}"
         for section, key in _RESTART_ONLY
@@ -379,14 +378,14 @@ def _refuse_restart_only_changes(current: config.Settings, fresh: config.Setting
 
 def _database_sink(daemon: Daemon) -> DatabaseSink:
     """The history sink; results measured while the database is down wait in a bounded on-disk spool."""
-    from monitor.sinks import spool as spools
+    from monitor.sinks import spool
 
-    spool = spools.configured(daemon.settings.store)
+    fallback = spool.configured(daemon.settings.store)
     stall = 3 * daemon.settings.store.write_timeout + 10  # a write never holds the writer's turn this long
-    sink = DatabaseSink(daemon.store, node=daemon.node, pod=daemon.pod, spool=spool, stall_after_s=stall)
+    sink = DatabaseSink(daemon.store, node=daemon.node, pod=daemon.pod, spool=fallback, stall_after_s=stall)
     store, m = daemon.store, daemon.metrics
     for gauge, count in ((m.spooled, lambda: sink.spooled), (m.unspooled, lambda: sink.unspooled),
-                         (m.refused, lambda: sink.refused), (m.spool_set_aside, lambda: spool.set_aside),
+                         (m.refused, lambda: sink.refused), (m.spool_set_aside, lambda: fallback.set_aside),
                          (m.text_replaced, lambda: getattr(store, "text_replaced", 0))):  # fmt: skip
         gauge.set_function(lambda count=count: float(count()))
     return sink

@@ -6,9 +6,13 @@ The flow, bounded by ``budget_s`` from the start:
    "before" error ratio; the failing ones (at most ``max_samples``) are what every later
    experiment replays, so each stays cheap;
 2. the same setup twice on those samples (repeat-run determinism);
-3. each ``knobs.variations`` recipe, one knob changed, each in its own isolated child with its own
-   timeout (``per_experiment_s``, never beyond the budget); what the budget leaves out is listed
-   in ``notes``;
+3. each ``knobs.variations`` recipe, one knob changed: those that may share a child
+   (``knobs.may_share_a_child``: options ONNX Runtime keeps per session) one after another in one
+   isolated child, the others (environment variables, another flush-to-zero, TensorRT) each in its
+   own; each experiment has its timeout (``per_experiment_s``, never beyond the budget). A shared
+   child that crashes or times out is replayed knob by knob, each alone, so a crash is one knob's
+   note, as before. ``share=False``: every experiment in its own child (the path this replaced);
+   what the budget leaves out is listed in ``notes``;
 4. a localization of one failing sample against the baseline's stored intermediates, when the
    baseline keeps them and the run has none (its op types feed the rules and the signature);
 5. the evidence of the run (``evidence.from_run``), the built-in rules (``knowledge.rules``) and
@@ -23,6 +27,7 @@ ratio and a note, never an exception.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -31,11 +36,13 @@ import onnx
 
 from monitor.config.plan import CheckPlan
 from monitor.diagnose import evidence, knobs, rank
-from monitor.diagnose import replay as replays
+from monitor.diagnose.replay import measure, measure_shared
 from monitor.diagnose.result import Diagnosis, Experiment, finite_or_none
 from monitor.files import baselines
-from monitor.knowledge import incidents as incident_match
-from monitor.knowledge import rules as knowledge
+from monitor.knowledge import rules
+from monitor.knowledge.incidents import of_run
+from monitor.knowledge.incidents import similar as similar_incidents
+from monitor.results import CheckResult, Verdict
 
 Isolator = Callable[[Callable[..., Mapping[str, Any]], tuple[Any, ...], float], Mapping[str, Any]]
 Clock = Callable[[], float]
@@ -43,7 +50,7 @@ Clock = Callable[[], float]
 
 def diagnose(
     plan: CheckPlan,
-    run: Mapping[str, Any],
+    run: CheckResult,
     *,
     isolate: Isolator,
     budget_s: float = 120.0,
@@ -53,29 +60,30 @@ def diagnose(
     incidents: Iterable[Mapping[str, Any]] = (),
     run_id: int | None = None,
     replay: bool = True,
+    share: bool = True,
     clock: Clock = time.monotonic,
 ) -> Diagnosis:
-    """Diagnose ``run`` (a ``CheckResult.to_dict()`` of ``plan``'s model) within ``budget_s`` seconds.
+    """Diagnose ``run`` (a result of ``plan``'s model; a stored one is ``CheckResult.from_dict``'s) within ``budget_s``.
 
     ``replay=False`` skips the experiments: evidence, rules and incidents only (what ``check`` prints).
     """
     began = clock()
-    if str(run.get("verdict")) == "pass":
+    if run.verdict is Verdict.PASS:
         return nothing_to_diagnose(plan.name, run_id=run_id)
     deadline = began + budget_s
     notes: list[str] = []
     experiments: list[Experiment] = []
     baseline = baselines.active(plan.baselines_dir, plan.name)
-    if baseline is not None and "baseline_source" not in (run.get("details") or {}):
+    if baseline is not None and "baseline_source" not in run.details:
         # a run recorded before checks said which baseline kind they compared against
-        run = {**run, "details": {**(run.get("details") or {}), "baseline_source": baseline.meta.source}}
+        run = _with_details(run, baseline_source=baseline.meta.source)
     before: Experiment | None = None
     samples: list[int] = []
     if baseline is None:
         notes.append(f"no active baseline for {plan.name!r}: nothing to replay against")
     elif not replay:
         pass
-    elif str(run.get("verdict")) == "error":
+    elif run.verdict is Verdict.ERROR:
         notes.append("the run could not measure (verdict error): no replay, evidence only")
     else:
         before, samples = _scan(plan, isolate, deadline, per_experiment_s, max_samples, scan_cap, clock)
@@ -84,9 +92,9 @@ def diagnose(
             notes.append(f"the current setup could not be replayed ({before.note or 'no ratio'}): evidence only")
         else:
             experiments += _sweep(
-                plan, baseline.meta.session, run, samples, isolate, deadline, per_experiment_s, clock, notes
+                plan, baseline.meta.session, run, samples, isolate, deadline, per_experiment_s, clock, notes, share
             )
-    localization = (run.get("details") or {}).get("localization")
+    localization = run.details.get("localization")
     if localization is None and before is not None and before.measured and before.within_tolerance is False:
         stored = {int(s) for s in baseline.meta.intermediates.get("samples", ())} if baseline is not None else set()
         chosen = [s for s in samples if s in stored]
@@ -95,28 +103,28 @@ def diagnose(
         else:
             notes.append("no localization: the baseline keeps no intermediates of a failing sample (--intermediates)")
     if isinstance(localization, Mapping) and "error" not in localization:
-        run = {**run, "details": {**(run.get("details") or {}), "localization": localization}}
+        run = _with_details(run, localization=localization)
     fixed = [e.knob for e in experiments if e.within_tolerance and e.knob not in ("current", "repeat")]
     repeat = next((e for e in experiments if e.knob == "repeat"), None)
     repeats_differ = bool(repeat and repeat.error_ratio and repeat.error_ratio > 1)
     facts = evidence.facts(
         run,
         model_op_types=_op_types(plan),
-        session=plan.model.session.model_dump(mode="json"),
+        session=plan.model.session,
         knobs_fixed=fixed,
         nondeterministic=repeats_differ,
         worst_ratio=before.error_ratio if before is not None else None,
     )
-    signature = incident_match.of_run(run)
-    similar = incident_match.similar(signature, incidents)[:3]
-    outputs_failed = any(str(o.get("verdict")) == "fail" for o in run.get("outputs") or [])
+    signature = of_run(run.to_dict())  # the knowledge layer reads plain data (stored runs too)
+    similar = similar_incidents(signature, incidents)[:3]
+    outputs_failed = any(o.verdict is Verdict.FAIL for o in run.outputs)
     if before is not None and before.within_tolerance:
         notes.append(_not_reproduced(before, experiments, outputs_failed))
     hypotheses = rank.merge(
         [
             *rank.from_experiments(experiments, before, outputs_failed=outputs_failed),
             *evidence.from_run(run, repeats_differ=repeats_differ, model_kinds=_model_kinds(plan)),
-            *rank.from_rules(knowledge.match(knowledge.load(), facts)),
+            *rank.from_rules(rules.match(rules.load(), facts)),
             *rank.from_incidents(similar),
         ]
     )
@@ -171,13 +179,14 @@ def _scan(
 def _sweep(
     plan: CheckPlan,
     baseline_session: Mapping[str, Any],
-    run: Mapping[str, Any],
+    run: CheckResult,
     samples: Sequence[int],
     isolate: Isolator,
     deadline: float,
     per_experiment_s: float,
     clock: Clock,
     notes: list[str],
+    share: bool,
 ) -> list[Experiment]:
     current = knobs.current(plan.model)
     repeat_value = _run(isolate, (plan, current, list(samples), True, 0), deadline, per_experiment_s, clock)
@@ -198,9 +207,18 @@ def _sweep(
             {"bitwise": repeat_value.get("repeat_bitwise")},
         )
     ]
-    in_use = [str(p) for p in run.get("providers_effective") or []] or [p.name for p in plan.model.providers]
+    in_use = list(run.providers_effective) or [p.name for p in plan.model.providers]
     skipped = []
-    for variation in knobs.variations(plan.model, baseline_session, in_use):
+    variations = knobs.variations(plan.model, baseline_session, in_use)
+    shared = [i for i, v in enumerate(variations) if share and knobs.may_share_a_child(v, plan.model)]
+    answers = _run_shared(plan, [variations[i] for i in shared], samples, isolate, deadline, per_experiment_s, clock)
+    if answers is None:
+        notes.append("the shared replay child did not answer: each of its knobs replayed alone")
+    measured = dict(zip(shared, answers or (), strict=False))
+    for index, variation in enumerate(variations):
+        if index in measured:
+            found.append(_experiment(variation, measured[index]))
+            continue
         if deadline - clock() < 1.0:
             skipped.append(f"{variation.knob}={variation.value}")
             continue
@@ -209,6 +227,29 @@ def _sweep(
     if skipped:
         notes.append(f"time budget spent; not run: {', '.join(skipped)}")
     return found
+
+
+def _run_shared(
+    plan: CheckPlan,
+    variations: Sequence[knobs.Variation],
+    samples: Sequence[int],
+    isolate: Isolator,
+    deadline: float,
+    per_experiment_s: float,
+    clock: Clock,
+) -> list[Mapping[str, Any]] | None:
+    """``variations`` replayed in one child, cut at the sum of their timeouts: their answers in order.
+
+    [] when there is nothing to share (fewer than two) or no budget left; None when the child did not answer.
+    """
+    if len(variations) < 2 or deadline - clock() < 1.0:
+        return []
+    args = (plan, list(variations), list(samples))
+    value = _run(isolate, args, deadline, per_experiment_s * len(variations), clock, measure_shared)
+    answers = value.get("measured")
+    if not isinstance(answers, list) or len(answers) != len(variations):
+        return None
+    return [a if isinstance(a, Mapping) else {"error": "no answer"} for a in answers]
 
 
 def _localize(
@@ -241,11 +282,16 @@ def localize_job(plan: CheckPlan, sample: int, budget_s: float) -> dict[str, Any
 
 
 def _run(
-    isolate: Isolator, args: tuple[Any, ...], deadline: float, per_experiment_s: float, clock: Clock
+    isolate: Isolator,
+    args: tuple[Any, ...],
+    deadline: float,
+    per_experiment_s: float,
+    clock: Clock,
+    job: Callable[..., Mapping[str, Any]] = measure,
 ) -> Mapping[str, Any]:
     timeout = max(1.0, min(per_experiment_s, deadline - clock()))
     try:
-        return isolate(replays.measure, args, timeout)
+        return isolate(job, args, timeout)
     except Exception as exc:  # the isolator is the caller's: its failure is still one experiment's note
         return {"error": f"{type(exc).__name__}: {exc}"[:500]}
 
@@ -306,9 +352,14 @@ def _model_kinds(plan: CheckPlan) -> set[str]:
     return kinds
 
 
-def _nodes(run: Mapping[str, Any]) -> dict[str, Any] | None:
+def _with_details(run: CheckResult, **added: Any) -> CheckResult:
+    """``run`` with ``added`` in its details (what the diagnosis learnt: the baseline kind, a localization)."""
+    return dataclasses.replace(run, details={**run.details, **added})
+
+
+def _nodes(run: CheckResult) -> dict[str, Any] | None:
     """The localized nodes (name and op type) the diagnosis used, for the document and incident signatures."""
-    report = (run.get("details") or {}).get("localization")
+    report = run.details.get("localization")
     if not isinstance(report, Mapping):
         return None
     nodes = {}

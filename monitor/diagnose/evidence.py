@@ -17,9 +17,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from monitor.config.settings import SessionConfig
 from monitor.diagnose.result import Hypothesis
 from monitor.knowledge.incidents import localized_op_types
 from monitor.knowledge.rules import Facts
+from monitor.results import CheckResult
 
 _QDQ = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinear", "Integer")
 _LOW_PRECISION = ("float16", "bfloat16", "FLOAT16", "BFLOAT16")
@@ -45,19 +47,17 @@ _ENV_CAUSES: tuple[tuple[str, str, float, str], ...] = (
 )
 
 
-def from_run(
-    run: Mapping[str, Any], *, repeats_differ: bool = False, model_kinds: Iterable[str] = ()
-) -> list[Hypothesis]:
-    """Hypotheses supported by the run's own record (``CheckResult.to_dict()`` shape).
+def from_run(run: CheckResult, *, repeats_differ: bool = False, model_kinds: Iterable[str] = ()) -> list[Hypothesis]:
+    """Hypotheses supported by the run's own record.
 
     ``repeats_differ``: a replay measured two identical runs disagreeing beyond tolerance.
     ``model_kinds``: what the model file itself is (``quantized``, ``precision``: QDQ or integer ops,
     float16/bfloat16 tensors), for the verify flow below.
     """
-    details = run.get("details") or {}
+    details = run.details
     codes = _reason_codes(run)
     found = _model_hypotheses(codes, details.get("model_diff"))
-    found += _verify_hypotheses(details, codes, set(model_kinds))
+    found += _verify_hypotheses(run, codes, set(model_kinds))
     if "benchset_changed" in codes:
         found.append(
             Hypothesis(
@@ -103,11 +103,11 @@ def from_run(
             )
         )
     found += _env_hypotheses(details.get("env_diff") or [], gpu=_ran_on_gpu(run))
-    found += _throttling(run.get("environment") or {})
+    found += _throttling(run)
     return found
 
 
-def _input_hypotheses(run: Mapping[str, Any], codes: set[str]) -> list[Hypothesis]:
+def _input_hypotheses(run: CheckResult, codes: set[str]) -> list[Hypothesis]:
     """``input_mismatch``: the reference's own input check measured that its framework was fed otherwise.
 
     A measurement, not a correlation (the layout, channel order or scale is named), so it ranks
@@ -148,7 +148,7 @@ _HAZARD_CAUSES: dict[str, tuple[str, float, str]] = {
 }
 
 
-def lint_hypotheses(run: Mapping[str, Any], codes: set[str], *, repeats_differ: bool = False) -> list[Hypothesis]:
+def lint_hypotheses(run: CheckResult, codes: set[str], *, repeats_differ: bool = False) -> list[Hypothesis]:
     """The lint hazards the check stored (``details.lint``) as causes.
 
     A hazard explains a difference from the *framework*: against a ``reference`` baseline (PyTorch's
@@ -159,7 +159,7 @@ def lint_hypotheses(run: Mapping[str, Any], codes: set[str], *, repeats_differ: 
     Repeats that differ are what training mode does (running statistics updated in place, random
     masks): with a training-mode hazard the export is the cause and the spread its symptom (0.9).
     """
-    details = run.get("details") or {}
+    details = run.details
     lint = details.get("lint")
     hazards = lint.get("hazards") if isinstance(lint, Mapping) else None
     if not isinstance(hazards, list):
@@ -207,13 +207,13 @@ def _model_hypotheses(codes: set[str], model_diff: Any) -> list[Hypothesis]:
     return [Hypothesis(c, 0.8 - 0.1 * i, evidence, fixes[c], "evidence") for i, c in enumerate(causes)]
 
 
-def _verify_hypotheses(details: Mapping[str, Any], codes: set[str], kinds: set[str]) -> list[Hypothesis]:
+def _verify_hypotheses(run: CheckResult, codes: set[str], kinds: set[str]) -> list[Hypothesis]:
     """The verify flow: a quantized or fp16 file checked directly against its framework's (fp32) outputs.
 
     The file is the baseline's own (no ``model_changed``), yet what it computes in lower precision is
     exactly what a reference made in the framework does not: the conversion is the likely cause.
     """
-    if details.get("baseline_source") != "reference" or "model_changed" in codes:
+    if run.details.get("baseline_source") != "reference" or "model_changed" in codes:
         return []
     found = []
     if "quantized" in kinds:
@@ -256,15 +256,15 @@ def model_change_kinds(model_diff: Any) -> set[str]:
 _GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "NvTensorRTRTXExecutionProvider")
 
 
-def _ran_on_gpu(run: Mapping[str, Any]) -> bool:
+def _ran_on_gpu(run: CheckResult) -> bool:
     """Whether ONNX Runtime used a CUDA-library provider; a run that does not say is given the benefit."""
-    effective = run.get("providers_effective")
+    effective = run.providers_effective
     if not effective:
         return True
     return any(str(p) in _GPU_PROVIDERS for p in effective)
 
 
-def _env_hypotheses(env_diff: Iterable[Mapping[str, Any]], *, gpu: bool = True) -> list[Hypothesis]:
+def _env_hypotheses(env_diff: Iterable[Mapping[str, object]], *, gpu: bool = True) -> list[Hypothesis]:
     """Stable environment changes as causes; CUDA libraries only when a CUDA-library provider ran.
 
     Why: a CPU-only session never calls cuBLAS or cuDNN, so their versions cannot move its numbers (a
@@ -285,7 +285,9 @@ def _env_hypotheses(env_diff: Iterable[Mapping[str, Any]], *, gpu: bool = True) 
     return found
 
 
-def _throttling(environment: Mapping[str, Any]) -> list[Hypothesis]:
+def _throttling(run: CheckResult) -> list[Hypothesis]:
+    """GPU clocks held back by heat or power in the run's own snapshot (NVML clock-event reasons)."""
+    environment = run.environment
     fields = environment.get("fields") if isinstance(environment.get("fields"), Mapping) else environment
     found = []
     for name, value in dict(fields or {}).items():
@@ -306,21 +308,21 @@ def _throttling(environment: Mapping[str, Any]) -> list[Hypothesis]:
 
 
 def facts(
-    run: Mapping[str, Any],
+    run: CheckResult,
     *,
     model_op_types: Iterable[str] = (),
-    session: Mapping[str, Any] | None = None,
+    session: SessionConfig | None = None,
     knobs_fixed: Iterable[str] = (),
     nondeterministic: bool = False,
     worst_ratio: float | None = None,
 ) -> Facts:
     """The run in the terms ``knowledge.rules`` matches on."""
-    details = run.get("details") or {}
-    environment = run.get("environment") or {}
+    details = run.details
+    environment = run.environment
     raw_fields = environment.get("fields")
-    fields: Mapping[str, Any] = raw_fields if isinstance(raw_fields, Mapping) else {}
+    fields: Mapping[str, object] = raw_fields if isinstance(raw_fields, Mapping) else {}
     env = {k: (v.get("value") if isinstance(v, Mapping) else v) for k, v in fields.items()}
-    effective = [str(p) for p in run.get("providers_effective") or []]
+    effective = [str(p) for p in run.providers_effective]
     provider_options: dict[str, str] = {}
     for name, options in dict((details.get("session") or {}).get("provider_options") or {}).items():
         if name in effective and isinstance(options, Mapping):
@@ -340,32 +342,30 @@ def facts(
         reasons=frozenset(codes),
         providers=frozenset(effective),
         provider_options=provider_options,
-        session=dict(session or {}),
+        session=session.model_dump(mode="json") if session is not None else {},
         metrics=frozenset(metrics),
         knobs_fixed=frozenset(knobs_fixed),
         model_change=frozenset(model_change_kinds(details.get("model_diff"))),
     )
 
 
-def _reason_codes(run: Mapping[str, Any]) -> set[str]:
-    codes = {str(r.get("code")) for r in run.get("reasons") or []}
-    return codes | {str(r.get("code")) for o in run.get("outputs") or [] for r in o.get("reasons") or []}
+def _reason_codes(run: CheckResult) -> set[str]:
+    return {r.code for r in run.all_reasons()}
 
 
-def _details(run: Mapping[str, Any], code: str) -> list[str]:
+def _details(run: CheckResult, code: str) -> list[str]:
     """Every detail of the run's reasons with ``code`` (top-level and per output), deduplicated."""
     found: list[str] = []
-    reasons = [*(run.get("reasons") or []), *(r for o in run.get("outputs") or [] for r in o.get("reasons") or [])]
-    for reason in reasons:
-        if reason.get("code") == code:
-            text = f"{code}: {reason.get('detail', '')}"[:300]
+    for reason in run.all_reasons():
+        if reason.code == code:
+            text = f"{code}: {reason.detail}"[:300]
             if text not in found:
                 found.append(text)
     return found
 
 
-def _detail(run: Mapping[str, Any], code: str) -> str:
-    for reason in run.get("reasons") or []:
-        if reason.get("code") == code:
-            return f"{code}: {reason.get('detail', '')}"[:300]
+def _detail(run: CheckResult, code: str) -> str:
+    for reason in run.reasons:
+        if reason.code == code:
+            return f"{code}: {reason.detail}"[:300]
     return code

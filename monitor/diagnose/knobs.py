@@ -18,9 +18,18 @@ session. ``variations()`` lists them in the order the field's isolation playbook
 
 Two GPU facts shape the recipes. ``NVIDIA_TF32_OVERRIDE`` is read once, when a process makes its first
 CUDA context, and TensorRT has no TF32 option of its own: a variation with ``env`` needs a process that
-has made no session yet (``needs_fresh_process``; every experiment is its own isolated child). And a
-TensorRT engine is built for one precision: a cached engine would be loaded unchanged, so each TensorRT
-variation gets its own engine and timing cache directory below the configured one (or none).
+has made no session yet (``needs_fresh_process``). And a TensorRT engine is built for one precision: a
+cached engine would be loaded unchanged, so each TensorRT variation gets its own engine and timing cache
+directory below the configured one (or none).
+
+Most variations are options of one session (optimization level, threads, deterministic compute,
+execution mode, CPU or CUDA provider options): ONNX Runtime keeps them per session, so several can be
+replayed one after another in one child without one moving another's numbers (``may_share_a_child``).
+Three kinds may not, and get a child of their own: ``env`` (read once per process, above); a
+``session.set_denormal_as_zero`` other than the production one (ONNX Runtime applies the *first*
+session's flush-to-zero to the process's main thread, once: ``std::call_once`` in
+``InferenceSession``, so a later session with another setting would run with the first one's); and
+anything on TensorRT (engine builds, plugin libraries and GPU memory a process keeps).
 
 Each knob names the cause a successful revert points to (``cause``), so ranking needs no table of
 its own. Nothing here runs a model: tests check the sessions these recipes build without a GPU.
@@ -91,6 +100,13 @@ class Variation:
             "session": self.session.model_dump(mode="json"),
             "env": dict(self.env),
         }
+
+
+def may_share_a_child(variation: Variation, model: ModelConfig) -> bool:
+    """Whether ``variation`` can be replayed in a child that replays others of ``model`` too (module docstring)."""
+    if variation.env or any(spec.name == TENSORRT for spec in variation.providers):
+        return False
+    return variation.session.config_entries.get(DENORMAL_KEY) == model.session.config_entries.get(DENORMAL_KEY)
 
 
 def current(model: ModelConfig) -> Variation:

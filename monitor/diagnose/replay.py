@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from monitor.compare import outputs as compare
+from monitor.compare import outputs
 from monitor.config.plan import CheckPlan
 from monitor.diagnose.knobs import Variation
 from monitor.errors import MonitorError
@@ -56,7 +56,7 @@ def measure(
             produced = session.run(feeds, where=f"benchset {bench.name!r} sample {index}")
             wanted = baseline.sample_outputs(index)
             if samples is None:
-                per_sample.append(worst_ratio(compare.compare_outputs(_one(produced), _one(wanted), tolerances)))
+                per_sample.append(worst_ratio(outputs.compare_outputs(_one(produced), _one(wanted), tolerances)))
             for name in actual:
                 actual[name].append(produced[name])
             for name in expected:
@@ -67,7 +67,7 @@ def measure(
                     again[name].append(second[name])
     except MonitorError as exc:
         return {"error": str(exc)[:1000], "seconds": time.perf_counter() - began}
-    stats = compare.compare_outputs(actual, expected, tolerances)
+    stats = outputs.compare_outputs(actual, expected, tolerances)
     measured: dict[str, Any] = {
         "error_ratio": worst_ratio(stats),
         "within_tolerance": all(stats),
@@ -80,10 +80,21 @@ def measure(
     if samples is None:
         measured["per_sample"] = per_sample
     if repeat:
-        spread = compare.compare_outputs(again, actual, {n: tolerances[n] for n in actual})
+        spread = outputs.compare_outputs(again, actual, {n: tolerances[n] for n in actual})
         measured["repeat_ratio"] = worst_ratio(spread)
         measured["repeat_bitwise"] = all(s.metrics.bitwise_equal for s in spread)
     return measured
+
+
+def measure_shared(plan: CheckPlan, variations: Sequence[Variation], samples: Sequence[int]) -> dict[str, Any]:
+    """``measure`` of each variation in turn, in this one child (only those ``knobs.may_share_a_child``).
+
+    Each builds its own session, as in a child of its own; the previous one (and its thread pool) is
+    freed when its ``measure`` returns. No ``gc.collect()`` between them: it would walk, and so copy,
+    every object the child inherited from the forkserver (seconds on a loaded machine).
+    ``{"measured": [one measure per variation, in order]}``.
+    """
+    return {"measured": [measure(plan, variation, samples) for variation in variations]}
 
 
 def worst_ratio(stats: Sequence[OutputStats]) -> float:

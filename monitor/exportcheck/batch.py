@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from monitor.compare import outputs as compare
+from monitor.compare import outputs
 from monitor.config.plan import CheckPlan
 from monitor.errors import MonitorError
 from monitor.files import benchsets
@@ -144,7 +144,7 @@ def _compare(
             {"verdict": "fail", "shape": list(together.shape)},
         )
     parts = np.split(together, np.cumsum(sizes)[:-1], axis=0)
-    stats = compare.compare_output(name, parts, alone, plan.tolerance(name))
+    stats = outputs.compare_output(name, parts, alone, plan.tolerance(name))
     summary = {
         "verdict": stats.verdict.value,
         "max_abs_error": stats.metrics.max_abs_error,

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from monitor.errors import BaselineError
-from monitor.files import tensors as tensorio
+from monitor.files import tensors
 from monitor.files.baseline_meta import BaselineMeta
 from monitor.files.baselines import META_FILE, Baseline, escape, new_id, output_file, write_json
 
@@ -58,20 +58,20 @@ class BaselineWriter:
             self._start()
             for k, name in enumerate(names):
                 rel = output_file(index, k)
-                self.files[rel] = tensorio.save_npy(
+                self.files[rel] = tensors.save_npy(
                     self.temp / rel, np.asarray(outputs[name]), error=BaselineError, text=True
                 )
                 self.digest.update(self.files[rel].encode())
 
-    def add_intermediates(self, sample: int, tensors: Mapping[str, np.ndarray]) -> None:
+    def add_intermediates(self, sample: int, named: Mapping[str, np.ndarray]) -> None:
         """Store every intermediate tensor of ``sample`` (compressed npz), for localization."""
         rel = f"intermediates/s{sample:04d}.npz"
         with self._writing():
             self._start()
             (self.temp / "intermediates").mkdir(exist_ok=True)
-            arrays: dict[str, Any] = {escape(k): np.asarray(v) for k, v in tensors.items()}
+            arrays: dict[str, Any] = {escape(k): np.asarray(v) for k, v in named.items()}
             np.savez_compressed(self.temp / rel, **arrays)
-            self.files[rel] = tensorio.sha256_file(self.temp / rel)
+            self.files[rel] = tensors.sha256_file(self.temp / rel)
         self.intermediates[str(sample)] = rel
 
     def add_document(self, rel: str, data: Mapping[str, Any]) -> None:
@@ -79,7 +79,7 @@ class BaselineWriter:
         with self._writing():
             self._start()
             write_json(self.temp / rel, data)
-            self.files[rel] = tensorio.sha256_file(self.temp / rel)
+            self.files[rel] = tensors.sha256_file(self.temp / rel)
 
     def commit(self, meta: BaselineMeta) -> Baseline:
         """Write ``baseline.json`` and rename the directory into place; ``meta.id`` may be empty (then generated)."""
@@ -102,11 +102,11 @@ class BaselineWriter:
         final = self.model_dir / baseline_id
         with self._writing():
             write_json(self.temp / META_FILE, final_meta.to_dict())
-            tensorio.fsync_dir(self.temp)
+            tensors.fsync_dir(self.temp)
             if final.exists():
                 raise BaselineError(f"baseline {baseline_id} already exists at {final}")
             self.temp.rename(final)
-            tensorio.fsync_dir(self.model_dir)
+            tensors.fsync_dir(self.model_dir)
         return Baseline(final_meta, final)
 
     def abort(self) -> None:

@@ -31,7 +31,7 @@ import numpy as np
 
 from monitor import bounded, jsonsafe
 from monitor.errors import BaselineError
-from monitor.files import tensors as tensorio
+from monitor.files import tensors
 from monitor.files.baseline_meta import BaselineMeta, created_seconds
 from monitor.files.stamped import FreshFiles, TensorFiles
 
@@ -103,7 +103,7 @@ class Baseline:
             raise BaselineError(f"baseline {self.id} has no intermediates for sample {sample}; stored: {stored}")
         path = self._path(rel)
         _verify_sha(path, self.meta.files.get(rel), self.id)
-        arrays = tensorio.load_npz(path, error=BaselineError, text=True)
+        arrays = tensors.load_npz(path, error=BaselineError, text=True)
         return {_unescape(k): v for k, v in arrays.items()}
 
     def verify(self) -> list[str]:
@@ -117,7 +117,7 @@ class Baseline:
                 continue
             if not path.is_file():
                 problems.append(f"{path}: missing")
-            elif tensorio.sha256_file(path) != expected:
+            elif tensors.sha256_file(path) != expected:
                 problems.append(f"{path}: sha256 does not match baseline.json")
         return problems
 
@@ -268,7 +268,7 @@ def promote(
     with temp.open("rb") as handle:
         os.fsync(handle.fileno())
     os.replace(temp, model_dir / ACTIVE_FILE)
-    tensorio.fsync_dir(model_dir)
+    tensors.fsync_dir(model_dir)
     record = {
         "at": jsonsafe.timestamp(now or dt.datetime.now(dt.UTC)),
         "baseline_id": baseline_id,
@@ -327,7 +327,7 @@ def output_file(sample: int, output_index: int) -> str:
 
 
 def _verify_sha(path: Path, expected: str | None, baseline_id: str) -> None:
-    if expected is None or tensorio.sha256_file(path) != expected:
+    if expected is None or tensors.sha256_file(path) != expected:
         raise BaselineError(f"baseline {baseline_id}: {path} does not match its sha256 in {META_FILE}")
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from monitor.lint.hazards import HAZARD_CODES, Hazard, LintReport
 from monitor.lint.lint import lint_model, lint_proto, load
-from monitor.lint.rules_batch import VariedDims
-from monitor.lint.rules_versions import RuntimeSupport
+from monitor.lint.rules.batch import VariedDims
+from monitor.lint.rules.versions import RuntimeSupport
 
 __all__ = ["HAZARD_CODES", "Hazard", "LintReport", "RuntimeSupport", "VariedDims", "lint_model", "lint_proto", "load"]

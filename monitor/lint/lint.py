@@ -18,29 +18,21 @@ from pathlib import Path
 import onnx
 
 from monitor.errors import ModelError
-from monitor.lint import (
-    rules_batch,
-    rules_fp16,
-    rules_qdq,
-    rules_resize,
-    rules_training,
-    rules_validity,
-    rules_versions,
-)
 from monitor.lint.graph import LintGraph, external_tensors, read
 from monitor.lint.hazards import Hazard, LintReport, hazard, ordered
-from monitor.lint.rules_batch import VariedDims
-from monitor.lint.rules_versions import RuntimeSupport
+from monitor.lint.rules import batch, fp16, qdq, resize, training, validity, versions
+from monitor.lint.rules.batch import VariedDims
+from monitor.lint.rules.versions import RuntimeSupport
 
 Rule = Callable[[LintGraph], Iterable[Hazard]]
 RULES: tuple[tuple[str, Rule], ...] = (
-    ("validity", rules_validity.check),
-    ("training", rules_training.check),
-    ("resize", rules_resize.check),
-    ("batch", rules_batch.check),
-    ("fp16", rules_fp16.check),
-    ("fp16_ranges", rules_fp16.check_fp32_initializers),
-    ("qdq", rules_qdq.check),
+    ("validity", validity.check),
+    ("training", training.check),
+    ("resize", resize.check),
+    ("batch", batch.check),
+    ("fp16", fp16.check),
+    ("fp16_ranges", fp16.check_fp32_initializers),
+    ("qdq", qdq.check),
 )
 
 
@@ -75,14 +67,14 @@ def lint_proto(
     graph = read(model, base_dir=base_dir)
     rules: list[tuple[str, Rule]] = list(RULES)
     if activations:
-        rules.append(("fp16_activations", lambda g: rules_fp16.check_activations(g, activations)))
+        rules.append(("fp16_activations", lambda g: fp16.check_activations(g, activations)))
     skipped = []
     if support is not None:
-        rules.append(("versions", lambda g: rules_versions.check(g, support)))
+        rules.append(("versions", lambda g: versions.check(g, support)))
     else:
         skipped.append("versions (no runtime support given)")
     if varied:
-        rules.append(("fixed_dims", lambda g: rules_batch.check_fixed_dims(g, varied)))
+        rules.append(("fixed_dims", lambda g: batch.check_fixed_dims(g, varied)))
     else:
         skipped.append("fixed_dims (no benchmark set given)")
     found: list[Hazard] = []

@@ -17,10 +17,8 @@ import numpy as np
 
 from monitor.config.plan import CheckPlan
 from monitor.errors import BaselineError
-from monitor.files import baselines
-from monitor.files import benchsets as benchset
-from monitor.localize import engine as localize
-from monitor.localize import selfruns
+from monitor.files import baselines, benchsets
+from monitor.localize import engine, selfruns
 from monitor.localize.report import LocalizationReport
 from monitor.localize.request import Against, LocalizeRequest
 from monitor.localize.rule import Rule
@@ -43,9 +41,9 @@ def localize_model(
     sample, against = request.sample, request.against
     baseline = baselines.active(plan.baselines_dir, model.name)
     if baseline is not None:
-        bench = benchset.open_benchset(plan.benchsets_dir, baseline.meta.benchset, baseline.meta.benchset_version)
+        bench = benchsets.open_benchset(plan.benchsets_dir, baseline.meta.benchset, baseline.meta.benchset_version)
     else:
-        bench = benchset.ensure(plan.benchset, plan.benchsets_dir)
+        bench = benchsets.ensure(plan.benchset, plan.benchsets_dir)
     feeds = bench.load_sample(sample)
     if against == "self":
         rule = Rule(request.threshold_rule, plan.default_tolerance, request.rel_threshold, cast_floats=True)
@@ -67,7 +65,7 @@ def localize_model(
         side = "model"
     else:
         side = "unoptimized"
-    return localize.localize(
+    return engine.localize(
         model.path,
         feeds,
         request.resolved(side),

@@ -30,7 +30,7 @@ import numpy as np
 from monitor.config.settings import ProviderSpec, SessionConfig
 from monitor.files import stamped
 from monitor.localize.rule import spread
-from monitor.localize.search import TensorSource
+from monitor.localize.search import Repeated, TensorSource
 
 KEPT_REFERENCES = 32
 Key = tuple[object, ...]
@@ -65,7 +65,7 @@ def forget() -> None:
     _kept.clear()
 
 
-class KeptNoise:
+class KeptNoise(Repeated):
     """A reference source run twice per fetch until its floor is kept, once per fetch afterwards.
 
     ``noise`` holds each fetched tensor's spread, measured now or kept from an earlier
@@ -74,20 +74,9 @@ class KeptNoise:
     """
 
     def __init__(self, source: TensorSource, key: Key | None) -> None:
-        self._source = source
+        super().__init__(source)
         self._key = key
-        self.producible = source.producible
-        self.skipped = source.skipped
-        self.noise: dict[str, float] = {}
         self.kept_fetches = 0  # fetches answered with a kept floor (one run instead of two)
-
-    @property
-    def runs(self) -> int:
-        return self._source.runs
-
-    @property
-    def observer_mismatch(self) -> str | None:
-        return getattr(self._source, "observer_mismatch", None)
 
     def fetch(self, names: Iterable[str]) -> dict[str, np.ndarray]:
         wanted = list(names)

@@ -29,9 +29,7 @@ from sqlalchemy.orm import Session
 from monitor.config.settings import StoreConfig, mask_url
 from monitor.errors import BaselineError
 from monitor.results import CheckResult, fingerprint_of
-from monitor.store import convert, health, leases, queries, recent, retention, text, writes
-from monitor.store import events as transitions
-from monitor.store import schema as s
+from monitor.store import convert, events, health, leases, queries, recent, retention, schema, text, writes
 from monitor.store.engine import make_engine
 from monitor.store.recent import RecentState
 from monitor.store.records import (
@@ -178,10 +176,10 @@ class Store:
             self.text_replaced += 1
             log.warning("run of %r stored with characters the store cannot hold replaced by U+FFFD", result.model)
         with self._session(write=True) as session:
-            if key is not None and (stored := session.scalar(select(s.Run.id).where(s.Run.run_key == key))):
+            if key is not None and (stored := session.scalar(select(schema.Run.id).where(schema.Run.run_key == key))):
                 return stored
             model_id = writes.model_id(session, result.model, at, result.model_sha256)
-            current = transitions.state_of(result)
+            current = events.state_of(result)
             if current.environment_fingerprint:
                 writes.touch_environment(session, current.environment_fingerprint, result.environment, at)
             previous = writes.previous_state(session, model_id, node or "")
@@ -193,9 +191,9 @@ class Store:
             session.add_all(convert.output_row(o, run.id) for o in result.outputs)
             if candidate:
                 return run.id
-            for draft in transitions.changes(previous, current, result):
+            for draft in events.changes(previous, current, result):
                 session.add(
-                    s.Event(
+                    schema.Event(
                         model_id=model_id,
                         node=node or "",
                         kind=draft.kind,
@@ -237,7 +235,7 @@ class Store:
                     session, str(meta["benchset"]), str(meta["benchset_sha256"]), meta.get("benchset_version"), created
                 )
             run_id = meta.get("run_id")
-            if run_id is not None and session.get(s.Run, int(run_id)) is None:
+            if run_id is not None and session.get(schema.Run, int(run_id)) is None:
                 run_id = None
             values: dict[str, Any] = {
                 "model_id": model_id,
@@ -249,18 +247,18 @@ class Store:
                 "path": str(meta["path"]) if meta.get("path") else None,
                 "run_id": int(run_id) if run_id is not None else None,
             }
-            row = session.scalars(select(s.Baseline).where(s.Baseline.baseline_id == meta["baseline_id"])).first()
+            row = session.scalars(select(schema.Baseline).filter_by(baseline_id=meta["baseline_id"])).first()
             if row is not None:
                 for key, value in values.items():
                     setattr(row, key, value)
             else:
-                row = s.Baseline(baseline_id=str(meta["baseline_id"]), is_active=False, **values)
+                row = schema.Baseline(baseline_id=str(meta["baseline_id"]), is_active=False, **values)
                 session.add(row)
                 session.add(
-                    s.Event(
+                    schema.Event(
                         model_id=model_id,
                         node="",
-                        kind=transitions.BASELINE_CAPTURED,
+                        kind=events.BASELINE_CAPTURED,
                         at=created,
                         run_id=values["run_id"],
                         new=str(meta["baseline_id"]),
@@ -282,10 +280,8 @@ class Store:
         """
         at = at or datetime.now(UTC)
         with self._session(write=True) as session:
-            model_id = session.scalar(select(s.Model.id).where(s.Model.name == model))
-            row = session.scalars(
-                select(s.Baseline).where(s.Baseline.baseline_id == baseline_id, s.Baseline.model_id == model_id)
-            ).first()
+            model_id = session.scalar(select(schema.Model.id).where(schema.Model.name == model))
+            row = session.scalars(select(schema.Baseline).filter_by(baseline_id=baseline_id, model_id=model_id)).first()
             if model_id is None or row is None:
                 raise BaselineError(
                     f"baseline '{baseline_id}' of model '{model}' is not recorded in the store; record it first"
@@ -326,7 +322,7 @@ class Store:
     def models(self) -> list[str]:
         """Names of every model with stored history, sorted."""
         with self._session() as session:
-            return list(session.scalars(select(s.Model.name).order_by(s.Model.name)))
+            return list(session.scalars(select(schema.Model.name).order_by(schema.Model.name)))
 
     def history(
         self, model: str, *, since: datetime | None = None, limit: int = 200, node: str | None = None
@@ -391,7 +387,7 @@ class Store:
     def environment(self, fingerprint: str) -> dict[str, Any] | None:
         """The snapshot stored under ``fingerprint``."""
         with self._session() as session:
-            row = session.scalars(select(s.Environment).where(s.Environment.fingerprint == fingerprint)).first()
+            row = session.scalars(select(schema.Environment).filter_by(fingerprint=fingerprint)).first()
             return dict(row.snapshot) if row else None
 
     def find_environments(self, prefix: str, *, limit: int = 20) -> list[EnvironmentRecord]:

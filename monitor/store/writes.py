@@ -17,13 +17,12 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from monitor.results import CAUSE_CODES
-from monitor.store import events
-from monitor.store import schema as s
+from monitor.store import events, schema
 
 
 def model_id(session: Session, name: str, at: datetime, sha256: str | None) -> int:
-    insert_ignore(session, s.Model, {"name": name, "first_seen": at, "last_seen": at, "current_sha256": sha256})
-    model = session.scalars(select(s.Model).where(s.Model.name == name)).one()
+    insert_ignore(session, schema.Model, {"name": name, "first_seen": at, "last_seen": at, "current_sha256": sha256})
+    model = session.scalars(select(schema.Model).where(schema.Model.name == name)).one()
     if at > model.last_seen:
         model.last_seen = at
         if sha256:
@@ -35,28 +34,30 @@ def model_id(session: Session, name: str, at: datetime, sha256: str | None) -> i
 
 def touch_environment(session: Session, fingerprint: str, snapshot: Mapping[str, Any], at: datetime) -> None:
     values = {"fingerprint": fingerprint, "snapshot": dict(snapshot), "first_seen": at, "last_seen": at}
-    insert_ignore(session, s.Environment, values)
+    insert_ignore(session, schema.Environment, values)
     session.execute(
-        update(s.Environment)
-        .where(s.Environment.fingerprint == fingerprint, s.Environment.last_seen < at)
+        update(schema.Environment)
+        .where(schema.Environment.fingerprint == fingerprint, schema.Environment.last_seen < at)
         .values(last_seen=at)
     )
 
 
 def benchset_id(session: Session, name: str, sha256: str, version: Any, at: datetime) -> int:
     values = {"name": name, "sha256": sha256, "version": str(version) if version else None, "created_at": at}
-    insert_ignore(session, s.Benchset, values)
-    found = session.scalar(select(s.Benchset.id).where(s.Benchset.name == name, s.Benchset.sha256 == sha256))
+    insert_ignore(session, schema.Benchset, values)
+    found = session.scalar(
+        select(schema.Benchset.id).where(schema.Benchset.name == name, schema.Benchset.sha256 == sha256)
+    )
     assert found is not None
     return found
 
 
 def previous_state(session: Session, model_id: int, node: str) -> events.RunState | None:
     row = session.execute(
-        select(s.Run, s.Environment.snapshot)
-        .join(s.LatestRun, s.LatestRun.run_id == s.Run.id)
-        .outerjoin(s.Environment, s.Environment.fingerprint == s.Run.environment_fingerprint)
-        .where(s.LatestRun.model_id == model_id, s.LatestRun.node == node)
+        select(schema.Run, schema.Environment.snapshot)
+        .join(schema.LatestRun, schema.LatestRun.run_id == schema.Run.id)
+        .outerjoin(schema.Environment, schema.Environment.fingerprint == schema.Run.environment_fingerprint)
+        .where(schema.LatestRun.model_id == model_id, schema.LatestRun.node == node)
     ).first()
     if row is None:
         return None
@@ -75,19 +76,19 @@ def previous_state(session: Session, model_id: int, node: str) -> events.RunStat
 def point_latest(session: Session, model_id: int, node: str, run_id: int) -> None:
     values = {"model_id": model_id, "node": node, "run_id": run_id}
     dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
-    stmt = dialect.insert(s.LatestRun).values(**values)
+    stmt = dialect.insert(schema.LatestRun).values(**values)
     session.execute(stmt.on_conflict_do_update(index_elements=["model_id", "node"], set_={"run_id": run_id}))
 
 
-def promote(session: Session, row: s.Baseline, by: str, at: datetime, note: str = "") -> None:
+def promote(session: Session, row: schema.Baseline, by: str, at: datetime, note: str = "") -> None:
     """Flip the model's active baseline to ``row`` and write the ``baseline_promoted`` event."""
     previous = session.scalar(
-        select(s.Baseline.baseline_id).where(s.Baseline.model_id == row.model_id, s.Baseline.is_active)
+        select(schema.Baseline.baseline_id).where(schema.Baseline.model_id == row.model_id, schema.Baseline.is_active)
     )
-    session.execute(update(s.Baseline).where(s.Baseline.model_id == row.model_id).values(is_active=False))
+    session.execute(update(schema.Baseline).where(schema.Baseline.model_id == row.model_id).values(is_active=False))
     row.is_active, row.promoted_at, row.promoted_by = True, at, by
     session.add(
-        s.Event(
+        schema.Event(
             model_id=row.model_id,
             node="",
             kind=events.BASELINE_PROMOTED,
@@ -99,7 +100,7 @@ def promote(session: Session, row: s.Baseline, by: str, at: datetime, note: str 
     )
 
 
-def insert_ignore(session: Session, table: type[s.Base], values: Mapping[str, Any]) -> None:
+def insert_ignore(session: Session, table: type[schema.Base], values: Mapping[str, Any]) -> None:
     """INSERT ... ON CONFLICT DO NOTHING, so that two daemons can upsert the same row safely."""
     dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
     session.execute(dialect.insert(table).values(**values).on_conflict_do_nothing())
@@ -113,7 +114,7 @@ def add_diagnosis(session: Session, run_id: int, model_id: int, document: Any, a
     cause = top.get("cause") if top.get("cause") in CAUSE_CODES else "unknown"
     confidence = float(top.get("confidence") or 0.0)
     session.add(
-        s.Diagnosis(
+        schema.Diagnosis(
             run_id=run_id,
             model_id=model_id,
             created_at=at,

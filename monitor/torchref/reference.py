@@ -28,13 +28,11 @@ import onnx
 from monitor import capture
 from monitor.config.plan import CheckPlan
 from monitor.errors import MonitorError
-from monitor.files import baseline_meta, baseline_writer, baselines, signature
-from monitor.files import benchsets as benchset
+from monitor.files import baseline_meta, baseline_writer, baselines, benchsets, signature
 from monitor.localize.engine import FOREIGN_KEY
 from monitor.localize.graph import load_model, value_types
 from monitor.runtime import envsnap
-from monitor.torchref import deadline, hooks, inputs, naming
-from monitor.torchref import factory as factories
+from monitor.torchref import deadline, factory, hooks, inputs, naming
 
 # plan -> the environment a check of it records, and how it was taken
 StackEnvironment = Callable[[CheckPlan], tuple[envsnap.EnvSnapshot, str]]
@@ -94,13 +92,13 @@ def reference_torch(
     """
     if samples < 1:
         raise MonitorError(f"--samples must be >= 1, got {samples}")
-    torch = factories.import_torch()
+    torch = factory.import_torch()
     model = plan.model
     snapshot, snapshot_source = environment(plan)
     ends = time.monotonic() + timeout
     with deadline.within(timeout, factory_spec):
-        factory = factories.load(factory_spec)
-    bench = benchset.ensure(plan.benchset, plan.benchsets_dir)
+        user_factory = factory.load(factory_spec)
+    bench = benchsets.ensure(plan.benchset, plan.benchsets_dir)
     in_specs = signature.model_signature(model.path)
     out_specs = signature.model_signature(model.path, outputs=True)
     input_names = [s.name for s in in_specs]
@@ -118,7 +116,7 @@ def reference_torch(
             with deadline.within(
                 max(ends - time.monotonic(), 1e-3) if timeout > 0 else 0.0, factory_spec, limit=timeout
             ):
-                run = hooks.forward(factory, feeds, input_names, layers=layers)
+                run = hooks.forward(user_factory, feeds, input_names, layers=layers)
             writer.add_sample(_outputs(run.outputs, out_specs, factory_spec, index))
             for name in input_names:
                 difference = _input_difference(name, index, feeds[name], run.consumed)
@@ -138,7 +136,7 @@ def reference_torch(
             "torch_version": str(torch.__version__),
             "environment_source": snapshot_source,
             "factory": factory_spec,
-            "make_inputs": factory.make_inputs is not None,
+            "make_inputs": user_factory.make_inputs is not None,
             "exporter": naming.node_scopes(graph)[1],
             "coverage": {
                 "mapped": sum(1 for t in counted if t in mapped),
@@ -244,7 +242,7 @@ def _fits(shape: tuple[int, ...], expected: list[int | str]) -> bool:
 
 
 def _meta(
-    plan: CheckPlan, bench: benchset.Benchset, facts: Mapping[str, Any], note: str, snapshot: envsnap.EnvSnapshot
+    plan: CheckPlan, bench: benchsets.Benchset, facts: Mapping[str, Any], note: str, snapshot: envsnap.EnvSnapshot
 ) -> baseline_meta.BaselineMeta:
     session = {"reference": "torch", "torch": {k: facts[k] for k in ("torch_version", "factory", "exporter")}}
     return baseline_meta.new_meta(

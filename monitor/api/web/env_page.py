@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import HTTPException
 
 from monitor import jsonsafe
-from monitor.api import environments as api_environments
+from monitor.api import environments
 from monitor.api.schemas import EnvDiff
 from monitor.api.web.html import badge, esc, facts, fingerprint_link, page, section, url, when
 from monitor.runtime import envsnap
@@ -38,10 +38,10 @@ class NotFound(Exception):
 
 
 def render_environment(handle: DaemonHandle, fingerprint: str, now: datetime) -> str:
-    if not re.fullmatch(api_environments.HEX_PREFIX, fingerprint):
+    if not re.fullmatch(environments.HEX_PREFIX, fingerprint):
         raise NotFound(404, f"{fingerprint!r} is not an environment fingerprint (4 to 64 hex digits)")
     try:
-        record = api_environments.find_environment(handle, fingerprint)
+        record = environments.find_environment(handle, fingerprint)
     except HTTPException as exc:
         raise NotFound(exc.status_code, str(exc.detail)) from None
     snapshot = _snapshot(record.snapshot)
@@ -91,11 +91,11 @@ def render_diff(handle: DaemonHandle, a: str | None, b: str | None) -> str:
     if len(a) > _REF_MAX or len(b) > _REF_MAX:
         raise NotFound(404, "an environment reference is at most 200 characters")
     try:
-        fp_a, snap_a = api_environments.resolve_environment(handle, a)
-        fp_b, snap_b = api_environments.resolve_environment(handle, b)
+        fp_a, snap_a = environments.resolve_environment(handle, a)
+        fp_b, snap_b = environments.resolve_environment(handle, b)
     except HTTPException as exc:
         raise NotFound(exc.status_code, str(exc.detail)) from None
-    found = api_environments.diff(fp_a, snap_a, fp_b, snap_b)
+    found = environments.diff(fp_a, snap_a, fp_b, snap_b)
     body = [
         "<h1>Environment diff</h1>",
         f'<p class="sub">A: {_named(a, fp_a)} → B: {_named(b, fp_b)}</p>',

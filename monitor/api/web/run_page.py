@@ -85,10 +85,10 @@ def _diagnosis(handle: DaemonHandle, record: RunRecord) -> str:
     """The diagnosis section on a run that did not pass: causes, experiments, incidents, the form."""
     if record.verdict.value == "pass":
         return ""
-    from monitor.store import knowledge
+    from monitor.store import incidents
 
-    document = knowledge.diagnosis(handle.store, record.id) or record.details.get("diagnosis")
-    return diagnosis.render(record.id, document, knowledge.similar_to_run(handle.store, record.id))
+    document = incidents.diagnosis(handle.store, record.id) or record.details.get("diagnosis")
+    return diagnosis.render(record.id, document, incidents.similar_to_run(handle.store, record.id))
 
 
 def _facts(record: RunRecord, now: datetime) -> str:

@@ -24,10 +24,9 @@ from prometheus_client.registry import Collector
 from monitor.config.settings import ModelConfig, Settings
 from monitor.files.baseline_meta import BaselineMeta
 from monitor.results import CAUSE_CODES, AppliedTolerance, Verdict, fingerprint_of
-from monitor.sinks.prometheus import exposition
-from monitor.sinks.prometheus import labels as values
+from monitor.sinks.prometheus import exposition, label_values, runtime_info
 from monitor.sinks.prometheus.counters import VERDICTS, Clock, Metrics, ModelState
-from monitor.store import RECENT_RUNS, RecentState, RunRecord, Store, knowledge, pick_latest
+from monitor.store import RECENT_RUNS, RecentState, RunRecord, Store, incidents, pick_latest
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +71,8 @@ class StoreCollector(Collector):
         if settings is not None:
             states = self.metrics.states()
             env_fingerprint = fingerprint_of(self.metrics.environment)
-            runtime = values.runtime_labels(self.metrics.environment)
-            families.runtime_info.add_metric([runtime[k] for k in values.RUNTIME_LABELS], 1.0)
+            runtime = runtime_info.runtime_labels(self.metrics.environment)
+            families.runtime_info.add_metric([runtime[k] for k in runtime_info.RUNTIME_LABELS], 1.0)
             for model in settings.models:
                 state = states.get(model.name)
                 if state is not None:
@@ -92,7 +91,7 @@ class StoreCollector(Collector):
         if not failing:
             return {}
         try:
-            return knowledge.causes(self.store, failing)
+            return incidents.causes(self.store, failing)
         except Exception as exc:  # the run's own details still answer; the scrape goes on
             log.warning("store unreachable reading the diagnoses: %s", exc)
             return None
@@ -156,7 +155,7 @@ class StoreCollector(Collector):
         name = model.name
         f.model_info.add_metric([name, state.facts.sha256, state.facts.opset], 1.0)
         baseline_labels = (
-            [name, meta.id, values.baseline_source_label(meta.source), (meta.environment_fingerprint or "")[:16]]
+            [name, meta.id, label_values.baseline_source_label(meta.source), (meta.environment_fingerprint or "")[:16]]
             if meta
             else [name, "", "none", ""]
         )
@@ -179,7 +178,7 @@ class StoreCollector(Collector):
         for verdict in VERDICTS:
             f.last_verdict.add_metric([name, verdict], 1.0 if last is not None and last.verdict == verdict else 0.0)
         fallback = (
-            values.provider_fallback(last.providers_requested, last.providers_effective, last.reasons)
+            label_values.provider_fallback(last.providers_requested, last.providers_effective, last.reasons)
             if last is not None
             else None
         )
@@ -278,7 +277,7 @@ class _Families:
         self.runtime_info = gauge(
             "onnxmon_runtime_info",
             "Always 1; the stack checks run on.",
-            list(values.RUNTIME_LABELS),
+            list(runtime_info.RUNTIME_LABELS),
         )
         self.model_info = gauge(
             "onnxmon_model_info", "Always 1; the model file checked.", ["model", "model_sha256", "opset"]

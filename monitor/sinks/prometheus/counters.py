@@ -37,7 +37,7 @@ from monitor import __version__
 from monitor.config.settings import ModelConfig, Settings
 from monitor.files import baseline_meta, baselines, stamped
 from monitor.results import CheckResult, Verdict
-from monitor.sinks.prometheus import labels as values
+from monitor.sinks.prometheus import label_values, model_facts
 from monitor.store import RunRecord, Store, pick_latest
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ class ModelState:
 
     outputs: list[str] = field(default_factory=list)
     interval: float = math.nan
-    facts: values.ModelFacts = field(default_factory=values.ModelFacts)
+    facts: model_facts.ModelFacts = field(default_factory=model_facts.ModelFacts)
     facts_signature: stamped.Stamp | None = None
     last_success: float = 0.0
     fallback: float = 0.0
@@ -194,7 +194,7 @@ class Metrics:
         self._states[model.name] = state
         signature = stamped.stamp([model.path])
         if new or signature != state.facts_signature:
-            state.facts, state.facts_signature = values.read_model_facts(model.path), signature
+            state.facts, state.facts_signature = model_facts.read_model_facts(model.path), signature
         meta = self._active_baseline(settings.store.baselines_dir, model.name)
         active = meta.id if meta else None
         if not new and not first and active and active != state.baseline_id:
@@ -211,7 +211,7 @@ class Metrics:
         if new and last is not None:
             state.fingerprint = last.environment_fingerprint
             state.baseline_id = state.baseline_id or last.baseline_id
-            fallback = values.provider_fallback(last.providers_requested, last.providers_effective, last.reasons)
+            fallback = label_values.provider_fallback(last.providers_requested, last.providers_effective, last.reasons)
             state.fallback = fallback if fallback is not None else 0.0
             state.last_success = self._last_success_from_store(model.name, last)
         name = model.name
@@ -265,7 +265,7 @@ class Metrics:
             if result.verdict is Verdict.ERROR:
                 self.run_errors.labels(name).inc()
             if result.verdict is not Verdict.PASS:
-                reason = values.primary_reason(result)
+                reason = label_values.primary_reason(result)
                 state.reasons_seen.add(reason)
                 self.run_failures.labels(name, reason).inc()
             else:
@@ -288,7 +288,7 @@ class Metrics:
                 if state.baseline_id and result.baseline_id != state.baseline_id:
                     self.baseline_promotions.labels(name).inc()
                 state.baseline_id = result.baseline_id
-            fallback = values.provider_fallback(
+            fallback = label_values.provider_fallback(
                 result.providers_requested, result.providers_effective, result.all_reasons()
             )
             if fallback is not None:

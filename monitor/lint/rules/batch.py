@@ -95,6 +95,8 @@ def _baked_dim(graph: LintGraph, node: Node, target: object, names: set[str]) ->
     if node.op_type != "Reshape" or not data_shape or len(data_shape) != len(values):
         return None
     for axis, (size, dim) in enumerate(zip(values, data_shape, strict=True)):
+        if size > 1 and isinstance(dim, str) and dim not in names:  # inference lost the name (unk__N)
+            dim = _dim_source(graph, node.input(0), axis, {}) or dim
         if size > 1 and isinstance(dim, str) and dim in names:
             return hazard(
                 "baked_dim",
@@ -105,6 +107,56 @@ def _baked_dim(graph: LintGraph, node: Node, target: object, names: set[str]) ->
                 f" with x.shape[{axis}] (or 0 to copy it) instead of a constant",
             )
     return None
+
+
+# Ops whose output has the rank of their data inputs and keeps each of their axes (elementwise).
+KEEPS_AXES = frozenset(
+    {
+        "LayerNormalization", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Gelu", "Erf", "Softmax", "LogSoftmax",
+        "Clip", "Dropout", "Identity", "Cast", "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Exp", "Neg", "Abs",
+        "Where", "QuantizeLinear", "DequantizeLinear", "SkipLayerNormalization",
+    }
+)  # fmt: skip
+
+
+def _dim_source(graph: LintGraph, tensor: str, axis: int, seen: dict[tuple[str, int], str], depth: int = 0) -> str:
+    """The graph input dim name axis ``axis`` of ``tensor`` comes from ("" if none found).
+
+    Shape inference loses a dim's name behind ops it cannot follow symbolically (a BERT's attention
+    mask, a Slice of position embeddings): BERT's last hidden state is ``[unk__51, unk__52, 32]``.
+    This follows the data back through ops that keep that axis: elementwise ops (inputs of the
+    output's rank), a MatMul's rows, a Gather's indices (an embedding lookup), to a graph input.
+    """
+    key = (tensor, axis)
+    if key in seen or depth > 500:
+        return seen.get(key, "")
+    seen[key] = ""
+    if graph.is_graph_input(tensor):
+        for value in graph.model.graph.input:
+            dims = value.type.tensor_type.shape.dim if value.name == tensor else []
+            if axis < len(dims) and not dims[axis].HasField("dim_value"):
+                seen[key] = dims[axis].dim_param
+        return seen[key]
+    producer = graph.producers.get(tensor)
+    rank = len(graph.shapes.get(tensor) or ())
+    if producer is None or not rank:
+        return ""
+    follow: list[tuple[str, int]] = []
+    data = [n for n in producer.proto.input if n and n not in graph.initializers and n not in graph.constant_nodes]
+    if producer.op_type in KEEPS_AXES:
+        follow = [(n, axis) for n in data if len(graph.shapes.get(n) or ()) == rank]
+    elif producer.op_type == "MatMul" and axis < rank - 1 and data and data[0] == producer.proto.input[0]:
+        follow = [(data[0], axis)]
+    elif producer.op_type == "Gather" and producer.attribute("axis", 0) == 0 and len(producer.proto.input) > 1:
+        indices = producer.proto.input[1]
+        if indices in data and axis < len(graph.shapes.get(indices) or ()):
+            follow = [(indices, axis)]
+    for name, at in follow:
+        found = _dim_source(graph, name, at, seen, depth + 1)
+        if found:
+            seen[key] = found
+            return found
+    return ""
 
 
 def _dynamic_dim_names(graph: LintGraph) -> set[str]:

@@ -18,9 +18,8 @@ from sqlalchemy import select
 
 from monitor.errors import MonitorError
 from monitor.results import CAUSE_CODES
-from monitor.store import schema as s
-from monitor.store import text as storable
-from monitor.store import writes
+from monitor.store import schema, writes
+from monitor.store.text import is_blank, refuse_unstorable
 
 if TYPE_CHECKING:
     from monitor.store.repo import Store
@@ -59,7 +58,7 @@ class IncidentRecord:
 def record_diagnosis(store: Store, run_id: int, document: Mapping[str, Any]) -> None:
     """Store a diagnosis made for an existing run; ``MonitorError`` when the run is unknown."""
     with store._session(write=True) as session:
-        run = session.get(s.Run, run_id)
+        run = session.get(schema.Run, run_id)
         if run is None:
             raise MonitorError(f"no run {run_id} in the history")
         writes.add_diagnosis(session, run_id, run.model_id, document, datetime.now(UTC))
@@ -69,7 +68,10 @@ def diagnosis(store: Store, run_id: int) -> dict[str, Any] | None:
     """The newest diagnosis document of a run, or None."""
     with store._session() as session:
         row = session.scalars(
-            select(s.Diagnosis).where(s.Diagnosis.run_id == run_id).order_by(s.Diagnosis.id.desc()).limit(1)
+            select(schema.Diagnosis)
+            .where(schema.Diagnosis.run_id == run_id)
+            .order_by(schema.Diagnosis.id.desc())
+            .limit(1)
         ).first()
         return dict(row.document) if row is not None else None
 
@@ -81,7 +83,9 @@ def causes(store: Store, run_ids: Iterable[int]) -> dict[int, str]:
         return {}
     with store._session() as session:
         rows = session.execute(
-            select(s.Diagnosis.run_id, s.Diagnosis.cause).where(s.Diagnosis.run_id.in_(wanted)).order_by(s.Diagnosis.id)
+            select(schema.Diagnosis.run_id, schema.Diagnosis.cause)
+            .where(schema.Diagnosis.run_id.in_(wanted))
+            .order_by(schema.Diagnosis.id)
         )
         return {run_id: cause for run_id, cause in rows}  # ordered by id: the newest wins
 
@@ -100,18 +104,18 @@ def record_incident(
     """Note an incident on run ``run_id``; ``MonitorError`` naming the field for an unknown run or cause."""
     if cause not in CAUSE_CODES:
         raise MonitorError(f"--cause {cause!r} is not a cause code; known: {', '.join(sorted(CAUSE_CODES))}")
-    if storable.is_blank(text):  # the API schema's own rule (store/text.py NOT_BLANK)
+    if is_blank(text):  # the API schema's own rule (store/text.py NOT_BLANK)
         raise MonitorError("--text is empty: say what was found")
     if len(text) > MAX_TEXT or len(fix or "") > MAX_TEXT:
         raise MonitorError(f"--text and --fix are limited to {MAX_TEXT} characters")
     # what a person typed is refused, not altered: they can fix it (store/text.py)
-    storable.refuse_unstorable((("--text", text), ("--fix", fix), ("--by", by)))
+    refuse_unstorable((("--text", text), ("--fix", fix), ("--by", by)))
     with store._session(write=True) as session:
-        run = session.get(s.Run, run_id)
+        run = session.get(schema.Run, run_id)
         if run is None:
             raise MonitorError(f"no run {run_id} in the history")
-        model = session.get(s.Model, run.model_id)
-        row = s.Incident(
+        model = session.get(schema.Model, run.model_id)
+        row = schema.Incident(
             run_id=run_id,
             model=model.name if model else "",
             created_at=at or datetime.now(UTC),
@@ -129,19 +133,19 @@ def record_incident(
 def incidents(store: Store, *, limit: int = 1000, model: str | None = None) -> list[IncidentRecord]:
     """Incidents, newest first."""
     with store._session() as session:
-        query = select(s.Incident).order_by(s.Incident.id.desc()).limit(limit)
+        query = select(schema.Incident).order_by(schema.Incident.id.desc()).limit(limit)
         if model is not None:
-            query = query.where(s.Incident.model == model)
+            query = query.where(schema.Incident.model == model)
         return [_record(row) for row in session.scalars(query)]
 
 
 def incident(store: Store, incident_id: int) -> IncidentRecord | None:
     with store._session() as session:
-        row = session.get(s.Incident, incident_id)
+        row = session.get(schema.Incident, incident_id)
         return _record(row) if row is not None else None
 
 
-def _record(row: s.Incident) -> IncidentRecord:
+def _record(row: schema.Incident) -> IncidentRecord:
     return IncidentRecord(
         id=row.id,
         run_id=row.run_id,
@@ -182,21 +186,21 @@ def run_document(store: Store, run_id: int) -> dict[str, Any] | None:
 
 def similar_to_run(store: Store, run_id: int, *, most: int = 3) -> list[dict[str, Any]]:
     """Incidents similar to a stored run now (not those noted on the run itself), best first."""
-    from monitor.knowledge import incidents as matching
+    from monitor.knowledge.incidents import similar
 
     wanted = signature_of(store, run_id)
     if wanted is None:
         return []
     known = [i.to_dict() for i in incidents(store) if i.run_id != run_id]
-    return matching.similar(wanted, known)[:most]
+    return similar(wanted, known)[:most]
 
 
 def signature_of(store: Store, run_id: int) -> dict[str, list[str]] | None:
     """A stored run's signature: its own record, plus the nodes its newest diagnosis localized."""
-    from monitor.knowledge import incidents as matching
+    from monitor.knowledge.incidents import localized_op_types, of_run
 
     document = run_document(store, run_id)
     if document is None:
         return None
     diagnosed = diagnosis(store, run_id) or {}
-    return matching.of_run(document, matching.localized_op_types(diagnosed.get("localization")))
+    return of_run(document, localized_op_types(diagnosed.get("localization")))
