@@ -34,6 +34,11 @@ def segfault() -> dict[str, Any]:
     return {}
 
 
+def abort() -> dict[str, Any]:
+    """What ONNX Runtime's C++ does when an allocation is refused and nothing catches ``std::bad_alloc``."""
+    os.abort()
+
+
 def raise_error() -> dict[str, Any]:
     raise RuntimeError("boom")
 

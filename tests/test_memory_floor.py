@@ -96,3 +96,24 @@ def test_an_unrelated_runtime_error_gets_no_cap_note() -> None:
 
     assert footprint.cap_note(RuntimeError("something else")) == ""
     assert footprint.cap_note(ValueError("x")) == ""
+
+
+def test_a_child_aborted_in_native_code_under_a_tight_cap_names_the_cap() -> None:
+    """A newcomer's whole-suite run: the warm worker under 300 MB died by SIGABRT (a C++ allocation
+    refused), and the reason said only "child killed by SIGABRT". The cap is below what this process
+    (Python, numpy, ONNX Runtime, pytest) holds, so the reason names it as the likely cause."""
+    from monitor.daemon import isolate
+    from monitor.runtime import footprint
+    from tests import isolate_targets
+
+    here = footprint.address_space()
+    assert here is not None
+    cap = here // 2
+    outcome = isolate.run(isolate_targets.abort, timeout_s=60, memory_limit_bytes=cap)
+    assert outcome.kind == "crash" and "SIGABRT" in outcome.detail, outcome
+    assert "below the check process's own footprint" in outcome.detail, outcome.detail
+    assert f"({cap // (1024 * 1024)} MB)" in outcome.detail, outcome.detail
+    roomy = isolate.run(isolate_targets.abort, timeout_s=60, memory_limit_bytes=here * 64)
+    assert "own footprint" not in roomy.detail and "memory_limit_mb" in roomy.detail, roomy.detail
+    bare = isolate.run(isolate_targets.abort, timeout_s=60)
+    assert bare.detail == "child killed by SIGABRT", bare.detail

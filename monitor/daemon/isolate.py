@@ -85,7 +85,7 @@ def run(
     process.start()
     sender.close()  # the child holds the only writer: EOF on the reader means it died
     try:
-        return _await(process, receiver, began, timeout_s, cancel)
+        return _await(process, receiver, began, timeout_s, cancel, memory_limit_bytes)
     finally:
         receiver.close()
         process.join(timeout=5)
@@ -99,6 +99,7 @@ def _await(
     began: float,
     timeout_s: float,
     cancel: threading.Event | None,
+    memory_limit_bytes: int | None = None,
 ) -> Outcome:
     deadline = began + timeout_s
     message = receive(process, receiver, deadline, cancel)
@@ -111,7 +112,8 @@ def _await(
     elapsed = time.monotonic() - began
     if message is None:
         process.join(timeout=5)
-        return Outcome("crash", None, describe_exit(process.exitcode), elapsed, process.exitcode)
+        detail = describe_exit(process.exitcode, memory_limit_bytes)
+        return Outcome("crash", None, detail, elapsed, process.exitcode)
     status, payload = message
     process.join(timeout=max(1.0, deadline - time.monotonic()))
     if process.is_alive():  # answered but hangs on exit (a stuck ORT thread pool): reap it
@@ -235,11 +237,12 @@ def kill_group(process: Any) -> None:
     process.join(timeout=5)
 
 
-def describe_exit(exit_code: int | None) -> str:
+def describe_exit(exit_code: int | None, memory_limit_bytes: int | None = None) -> str:
+    """How a child ended without a result; under a memory cap, what the cap may have to do with it."""
     if exit_code is None:
         return "child vanished without an exit status"
     if exit_code < 0:
         name = signal.Signals(-exit_code).name
         hint = " (out-of-memory killer?)" if name == "SIGKILL" else ""
-        return f"child killed by {name}{hint}"
+        return f"child killed by {name}{hint}{footprint.signal_note(name, memory_limit_bytes)}"
     return f"child exited with status {exit_code} without a result"

@@ -192,14 +192,14 @@ class WarmPool:
         try:
             worker.conn.send((job, plan))
         except (OSError, ValueError):  # died while idle (the OOM killer, a signal): a crash, as a fresh child's
-            return self._lost(worker, "crash", time.monotonic() - began)
+            return self._lost(worker, "crash", time.monotonic() - began, memory_limit_bytes)
         message = isolate.receive(worker.process, worker.conn, began + timeout_s)
         elapsed = time.monotonic() - began
         if message == "timeout" or message == "cancelled":  # (no cancel is passed: a check is never cut early)
             self._discard(worker)
             return isolate.Outcome("timeout", None, isolate.timeout_detail(timeout_s), timeout_s)
         if message is None:
-            return self._lost(worker, "crash", elapsed)
+            return self._lost(worker, "crash", elapsed, memory_limit_bytes)
         status, payload = message
         if status != "ok":
             self._discard(worker)
@@ -211,11 +211,13 @@ class WarmPool:
             self._discard(worker)
         return isolate.Outcome("ok", payload, "", elapsed)
 
-    def _lost(self, worker: _Worker, kind: isolate.Kind, elapsed: float) -> isolate.Outcome:
+    def _lost(
+        self, worker: _Worker, kind: isolate.Kind, elapsed: float, memory_limit_bytes: int | None = None
+    ) -> isolate.Outcome:
         worker.process.join(timeout=5)
         code = worker.process.exitcode
         self._discard(worker)
-        return isolate.Outcome(kind, None, isolate.describe_exit(code), elapsed, code)
+        return isolate.Outcome(kind, None, isolate.describe_exit(code, memory_limit_bytes), elapsed, code)
 
     def _discard(self, worker: _Worker) -> None:
         """Forget ``worker`` and kill its group (the caller holds its busy lock)."""

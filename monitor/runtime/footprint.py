@@ -62,3 +62,30 @@ def cap_note(exc: BaseException) -> str:
             f" raise it well above {footprint // _MB} MB"
         )
     return f"; the check needed more than daemon.memory_limit_mb ({cap // _MB} MB)"
+
+
+# How a process ends when native code (ONNX Runtime's C++, a BLAS) meets a refused allocation:
+# ``std::bad_alloc`` or a failed thread start escaping C++ is ``std::terminate`` (SIGABRT); an
+# unchecked null is SIGSEGV/SIGBUS.
+NATIVE_OUT_OF_MEMORY = frozenset({"SIGABRT", "SIGSEGV", "SIGBUS"})
+
+
+def signal_note(signal_name: str, cap_bytes: int | None) -> str:
+    """For a child killed by ``signal_name`` under an address-space cap: what the cap has to do with it.
+
+    A warm worker that meets a cap below its own footprint dies in native code (SIGABRT) before it
+    can raise anything, so the parent says it: the child's footprint is about this process's own
+    (both are Python, numpy and ONNX Runtime forked from the same server), measured here.
+    """
+    if not cap_bytes or signal_name not in NATIVE_OUT_OF_MEMORY:
+        return ""
+    here = address_space()
+    if here is not None and here >= 0.8 * cap_bytes:
+        return (
+            f"; daemon.memory_limit_mb ({cap_bytes // _MB} MB) is likely below the check process's own footprint"
+            f" (this process holds {here // _MB} MB of address space; native code aborts when an allocation is"
+            f" refused): raise it well above {here // _MB} MB"
+        )
+    return (
+        f"; under daemon.memory_limit_mb ({cap_bytes // _MB} MB): a refused allocation in native code ends a process so"
+    )
