@@ -285,6 +285,22 @@ def test_shared_gpu_notes_say_no_gpu_is_requested(helm: str, tmp_path: Path) -> 
     assert "no pod requests a GPU" in text and "runtimeClassName nvidia" in text and "requests 1" not in text
 
 
+@pytest.mark.parametrize("values", [{}, {"gpu": {"shared": True}}, DAEMONSET], ids=["exclusive", "shared", "daemonset"])
+def test_gpu_notes_check_the_gpu_through_series_every_pod_exports(
+    helm: str, tmp_path: Path, values: dict[str, Any]
+) -> None:
+    """No log line names the provider (the check line carries reason codes only): the NOTES read the
+    series that say it, each one the metrics reference documents."""
+    text = notes(helm, tmp_path, values)
+    assert "grep -i provider" not in text
+    command = next(line for line in text.splitlines() if "/metrics | grep" in line)
+    assert "http://127.0.0.1:8080/metrics" in command
+    metrics_doc = (CHART.parent.parent / "docs" / "metrics.md").read_text(encoding="utf-8")
+    for name in ("runtime_info", "provider_fallback", "worker_gpu_memory_bytes"):
+        assert name in command and f"| `onnxmon_{name}` |" in metrics_doc, name
+    assert "/metrics | grep" not in notes(helm, tmp_path, {"gpu": {"enabled": False}})
+
+
 def schema_node(schema: dict[str, Any], dotted: str) -> dict[str, Any]:
     node = schema
     for part in dotted.split("."):
@@ -318,6 +334,15 @@ def test_every_value_issue_25_added_is_in_the_strict_schema_with_a_description(d
         ({"extraArgs": "--log-level debug"}, "/extraArgs"),
         ({"config": {"logging": {"format": "xml"}}}, "/config/logging/format"),
         ({"image": {"registy": "x"}}, "registy"),
+        (
+            {"updateStrategy": {"rollingUpdate": {"maxUnavailable": "150%"}}},
+            "/updateStrategy/rollingUpdate/maxUnavailable",
+        ),
+        ({"podDisruptionBudget": {"maxUnavailable": "101%"}}, "/podDisruptionBudget/maxUnavailable"),
+        ({"config": {"daemon": {"gpu_memory_limit": "2Gi"}}}, "/config/daemon/gpu_memory_limit"),
+        ({"config": {"daemon": {"gpu_memory_limit": 0}}}, "/config/daemon/gpu_memory_limit"),
+        ({"config": {"daemon": {"gpu_arena_extend_strategy": "kSame"}}}, "/config/daemon/gpu_arena_extend_strategy"),
+        ({"config": {"daemon": {"gpu_arena_shrinkage": "yes"}}}, "/config/daemon/gpu_arena_shrinkage"),
     ],
 )
 def test_the_schema_refuses_misspelt_or_impossible_new_values(

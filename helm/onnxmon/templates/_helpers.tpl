@@ -262,12 +262,26 @@ bypass): each fails the render with a message that names the value to change.
 {{- end }}
 {{- end }}
 {{- with $strategy.rollingUpdate }}
-{{- if and (hasKey . "maxUnavailable") (has (toString .maxUnavailable) (list "0" "0%")) }}
+{{- if and (hasKey . "maxUnavailable") (regexMatch "^0+%?$" (toString .maxUnavailable)) }}
 {{- fail "updateStrategy.rollingUpdate.maxUnavailable=0 with maxSurge 0 never replaces a pod: use 1, a percentage such as 10%, or type OnDelete" }}
 {{- end }}
 {{- end }}
 {{- if and .Values.gpu.shared (not .Values.gpu.enabled) }}
 {{- fail "gpu.shared=true needs gpu.enabled=true (shared: see the node's GPUs without requesting one; enabled=false: no GPU at all)" }}
+{{- end }}
+{{- /* shared requests nothing: a MIG slice, a time-sliced replica or a count given with it would be
+silently dropped, and the pod would share whole GPUs instead of getting the slice asked for */}}
+{{- if and .Values.gpu.enabled .Values.gpu.shared }}
+{{- if or (ne .Values.gpu.resourceName "nvidia.com/gpu") (ne (int .Values.gpu.count) 1) }}
+{{- fail (printf "gpu.shared=true requests no GPU, so gpu.resourceName=%s and gpu.count=%d would be ignored: for a MIG slice or a time-sliced replica set gpu.shared=false (the pod requests it), or leave resourceName and count at their defaults" .Values.gpu.resourceName (int .Values.gpu.count)) }}
+{{- end }}
+{{- range $kind := list "limits" "requests" }}
+{{- range $name, $_ := (default dict (index (default dict $.Values.resources) $kind)) }}
+{{- if hasPrefix "nvidia.com/" $name }}
+{{- fail (printf "gpu.shared=true requests no GPU, but resources.%s names %s: remove it, or set gpu.shared=false with gpu.resourceName" $kind $name) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- if and .Values.monitoring.serviceMonitor.enabled .Values.monitoring.podMonitor.enabled }}
 {{- fail "monitoring.serviceMonitor.enabled and monitoring.podMonitor.enabled are both true: every pod would be scraped twice (duplicate series); enable one" }}
