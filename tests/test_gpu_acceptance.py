@@ -174,7 +174,31 @@ def test_parts_above_60_mib_are_refused(tmp_path: Path) -> None:
     done = script(
         "gpu-stage", "--stage", str(tmp_path), "pack", str(dummy_wheel(tmp_path / "w.whl", 10)), "--part-mib", "64"
     )
-    assert done.returncode != 0 and "60" in done.stderr
+    assert done.returncode == 2 and "60" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "message"),
+    [
+        ("gpu-acceptance", ["--only", "tf32,tf23"], "--only names no step tf23: the steps are environment,"),
+        ("gpu-acceptance", ["--json", "/nonexistent/onnxmon/r.json"], "--json /nonexistent/onnxmon/r.json: its folder"),
+        (
+            "gpu-stage",
+            ["pack", "/nonexistent/onnxruntime_gpu.whl"],
+            "pack: /nonexistent/onnxruntime_gpu.whl is not a file",
+        ),
+    ],
+    ids=["misspelt-step", "report-folder", "missing-wheel"],
+)
+def test_a_usage_mistake_is_one_line_and_exit_2_before_anything_runs(
+    tmp_path: Path, name: str, args: list[str], message: str
+) -> None:
+    """On a brief GPU machine a misspelt --only must not pass for a green run of nothing, nor a report
+    path fail after minutes of measuring."""
+    done = script(name, *args, cwd=tmp_path)
+    assert done.returncode == 2 and message in done.stderr, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert "[gpu-acceptance]" not in done.stdout, "no step ran"
 
 
 def test_the_staging_folder_is_ignored_by_git() -> None:
