@@ -301,6 +301,50 @@ def test_gpu_notes_check_the_gpu_through_series_every_pod_exports(
     assert "/metrics | grep" not in notes(helm, tmp_path, {"gpu": {"enabled": False}})
 
 
+def test_an_objects_own_labels_win_over_common_labels_and_each_key_is_written_once(helm: str, tmp_path: Path) -> None:
+    """Appended one after the other, commonLabels and service.labels naming one key wrote it twice
+    (render() refuses a duplicate key, as an API server's strict field validation does)."""
+    on = {"enabled": True, "labels": {"team": "monitors"}}
+    values = {
+        "commonLabels": {"team": "ml", "tier": "observability"},
+        "podLabels": {"team": "pods"},
+        "service": {"labels": {"team": "serving"}},
+        "ingress": {"enabled": True, "labels": {"team": "edge"}},
+        "monitoring": {"serviceMonitor": on, "prometheusRule": on, "grafanaDashboard": {"labels": {"team": "dash"}}},
+    }
+    objects = render(helm, values, tmp_path)
+    validate_objects(objects)
+    own = {"Service": "serving", "Ingress": "edge", "ServiceMonitor": "monitors", "PrometheusRule": "monitors"}
+    for obj in objects:
+        labels = obj["metadata"]["labels"]
+        dashboard = obj["metadata"]["name"].endswith("-dashboard")
+        assert labels["team"] == ("dash" if dashboard else own.get(obj["kind"], "ml")), obj["kind"]
+        assert labels["tier"] == "observability" and labels["app.kubernetes.io/part-of"] == "onnxmon", obj["kind"]
+    pod = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert (pod["team"], pod["tier"], pod["app.kubernetes.io/component"]) == ("pods", "observability", "monitor")
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"commonLabels": {"app.kubernetes.io/part-of": "platform"}}, "commonLabels sets app.kubernetes.io/part-of"),
+        ({"podLabels": {"app.kubernetes.io/component": "x"}}, "podLabels sets app.kubernetes.io/component"),
+        ({"service": {"labels": {"app.kubernetes.io/name": "x"}}}, "service.labels sets app.kubernetes.io/name"),
+        (
+            {"monitoring": {"podMonitor": {"labels": {"app.kubernetes.io/instance": "x"}}}},
+            "monitoring.podMonitor.labels sets app.kubernetes.io/instance",
+        ),
+    ],
+    ids=["common-part-of", "pod-component", "service-name", "pod-monitor-instance"],
+)
+def test_a_label_the_chart_sets_itself_is_refused_with_its_value(
+    helm: str, tmp_path: Path, values: dict[str, Any], message: str
+) -> None:
+    """A podLabels component would leave the PodMonitor selecting no pod; others would be written twice."""
+    done = run_helm(helm, values, tmp=tmp_path)
+    assert done.returncode != 0 and message in done.stderr, done.stderr
+
+
 def schema_node(schema: dict[str, Any], dotted: str) -> dict[str, Any]:
     node = schema
     for part in dotted.split("."):

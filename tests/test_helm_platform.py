@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from monitor.config.schema import DaemonConfig, Defaults, StoreConfig
-from tests.chart import CHART, helm_binary, render, run_helm, validate_objects
+from tests.chart import CHART, UniqueKeyLoader, helm_binary, render, run_helm, validate_objects
 
 pytestmark = pytest.mark.helm
 
@@ -82,7 +82,7 @@ def test_the_chart_renders_as_a_subchart_of_an_umbrella_chart(
     command = [helm, "template", "platform", str(umbrella(tmp_path, values)), "--namespace", "gpu-monitoring"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    objects = [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+    objects = [doc for doc in yaml.load_all(done.stdout, Loader=UniqueKeyLoader) if doc]
     validate_objects(objects)
     assert workload(objects)["metadata"]["name"] == "platform-onnxmon"
     registry = MIRROR if globals_ else "ghcr.io"
@@ -199,7 +199,7 @@ def test_null_pod_uid_gid_and_fs_group_leave_no_key_at_all(helm: str, tmp_path: 
     assert done.returncode == 0, done.stderr
     for key in ("runAsUser", "runAsGroup", "fsGroup", "fsGroupChangePolicy"):
         assert f"{key}:" not in done.stdout, key
-    objects = [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+    objects = [doc for doc in yaml.load_all(done.stdout, Loader=UniqueKeyLoader) if doc]
     validate_objects(objects)
     assert pod_spec(objects)["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
     for container in containers(objects):

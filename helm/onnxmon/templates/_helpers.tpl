@@ -26,15 +26,34 @@ app.kubernetes.io/name: {{ include "onnxmon.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
-{{- define "onnxmon.labels" -}}
+{{- define "onnxmon.chartLabels" -}}
 helm.sh/chart: {{ include "onnxmon.chart" . }}
 {{ include "onnxmon.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: onnxmon
-{{- with .Values.commonLabels }}
-{{ toYaml . }}
 {{- end }}
+
+{{/* The keys of onnxmon.chartLabels plus the component: values that set one are refused
+(onnxmon.validate), since the Service, the monitors, the NetworkPolicy and the PodDisruptionBudget
+select on them. */}}
+{{- define "onnxmon.reservedLabels" -}}
+{{- toJson (list "helm.sh/chart" "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/version" "app.kubernetes.io/managed-by" "app.kubernetes.io/part-of" "app.kubernetes.io/component") }}
+{{- end }}
+
+{{/* An object's labels, each key once: commonLabels, the object's own over them (called with
+(list $ own)), and the chart's. Appending the maps one after another wrote a key twice when two of
+them named it (a duplicate key: malformed YAML, the last one wins or the apply fails). */}}
+{{- define "onnxmon.labelsWith" -}}
+{{- $root := index . 0 }}
+{{- $labels := deepCopy (default dict $root.Values.commonLabels) }}
+{{- range $key, $value := (default dict (index . 1)) }}{{ $_ := set $labels $key $value }}{{ end }}
+{{- range $key, $value := (include "onnxmon.chartLabels" $root | fromYaml) }}{{ $_ := set $labels $key $value }}{{ end }}
+{{- toYaml $labels }}
+{{- end }}
+
+{{- define "onnxmon.labels" -}}
+{{- include "onnxmon.labelsWith" (list . dict) }}
 {{- end }}
 
 {{/* The Prometheus job of this release: the Service's name (what a ServiceMonitor makes it), or
@@ -280,6 +299,15 @@ silently dropped, and the pod would share whole GPUs instead of getting the slic
 {{- if hasPrefix "nvidia.com/" $name }}
 {{- fail (printf "gpu.shared=true requests no GPU, but resources.%s names %s: remove it, or set gpu.shared=false with gpu.resourceName" $kind $name) }}
 {{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $reserved := include "onnxmon.reservedLabels" . | fromJsonArray }}
+{{- $m := .Values.monitoring }}
+{{- range $source := list (list "commonLabels" .Values.commonLabels) (list "podLabels" .Values.podLabels) (list "service.labels" .Values.service.labels) (list "ingress.labels" .Values.ingress.labels) (list "monitoring.serviceMonitor.labels" $m.serviceMonitor.labels) (list "monitoring.podMonitor.labels" $m.podMonitor.labels) (list "monitoring.prometheusRule.labels" $m.prometheusRule.labels) (list "monitoring.grafanaDashboard.labels" $m.grafanaDashboard.labels) }}
+{{- range $key, $_ := (default dict (index $source 1)) }}
+{{- if has $key $reserved }}
+{{- fail (printf "%s sets %s, a label the chart sets itself (the Service, the monitors, the NetworkPolicy and the PodDisruptionBudget select on app.kubernetes.io/name, instance and component): use a key of your own" (index $source 0) $key) }}
 {{- end }}
 {{- end }}
 {{- end }}
