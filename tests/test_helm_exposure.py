@@ -320,8 +320,12 @@ def test_an_objects_own_labels_win_over_common_labels_and_each_key_is_written_on
         dashboard = obj["metadata"]["name"].endswith("-dashboard")
         assert labels["team"] == ("dash" if dashboard else own.get(obj["kind"], "ml")), obj["kind"]
         assert labels["tier"] == "observability" and labels["app.kubernetes.io/part-of"] == "onnxmon", obj["kind"]
-    pod = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["metadata"]["labels"]
+    template = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["metadata"]
+    pod = template["labels"]
     assert (pod["team"], pod["tier"], pod["app.kubernetes.io/component"]) == ("pods", "observability", "monitor")
+    checksum = render(helm, {"podAnnotations": {"checksum/config": "mine", "a": "b"}}, tmp_path)
+    annotations = next(o for o in checksum if o["kind"] == "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert len(annotations["checksum/config"]) == 64 and annotations["a"] == "b", "the chart's checksum, once"
 
 
 @pytest.mark.parametrize(

@@ -114,10 +114,10 @@ metadata:
     {{- $_ := set $labels "app.kubernetes.io/component" "monitor" }}
     {{- toYaml $labels | nindent 4 }}
   annotations:
-    checksum/config: {{ include (print $.Template.BasePath "/configmap.yaml") . | sha256sum }}
-    {{- with .Values.podAnnotations }}
-    {{- toYaml . | nindent 4 }}
-    {{- end }}
+    {{- /* the config's checksum (a changed config restarts the pods) over podAnnotations: each key once */}}
+    {{- $annotations := deepCopy (default dict .Values.podAnnotations) }}
+    {{- $_ := set $annotations "checksum/config" (include (print $.Template.BasePath "/configmap.yaml") . | sha256sum) }}
+    {{- toYaml $annotations | nindent 4 }}
 spec:
   serviceAccountName: {{ include "onnxmon.serviceAccountName" . }}
   automountServiceAccountToken: {{ .Values.serviceAccount.automountToken }}
