@@ -49,12 +49,32 @@ def run_helm(helm: str, values: dict[str, Any], *args: str, tmp: Path) -> subpro
     return subprocess.run([*command, *args], capture_output=True, text=True, timeout=60, check=False)
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key written twice in one mapping: YAML forbids it, PyYAML
+    keeps the last silently, and an API server's strict field validation refuses the object."""
+
+
+def _unique_mapping(loader: UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    mapping: dict[Any, Any] = loader.construct_mapping(node, deep=deep)
+    return mapping
+
+
+UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
 def render(helm: str, values: dict[str, Any], tmp: Path, *, operator: bool = False) -> list[dict[str, Any]]:
-    """The rendered objects; ``operator`` tells helm the cluster serves monitoring.coreos.com/v1."""
+    """The rendered objects; ``operator`` tells helm the cluster serves monitoring.coreos.com/v1.
+    A key written twice in one mapping fails the render (``UniqueKeyLoader``)."""
     args = ["--api-versions", MONITORING_API] if operator else []
     done = run_helm(helm, values, *args, tmp=tmp)
     assert done.returncode == 0, done.stderr
-    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+    return [doc for doc in yaml.load_all(done.stdout, Loader=UniqueKeyLoader) if doc]
 
 
 def _closed(schema: Any) -> Any:

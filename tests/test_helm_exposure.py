@@ -285,6 +285,70 @@ def test_shared_gpu_notes_say_no_gpu_is_requested(helm: str, tmp_path: Path) -> 
     assert "no pod requests a GPU" in text and "runtimeClassName nvidia" in text and "requests 1" not in text
 
 
+@pytest.mark.parametrize("values", [{}, {"gpu": {"shared": True}}, DAEMONSET], ids=["exclusive", "shared", "daemonset"])
+def test_gpu_notes_check_the_gpu_through_series_every_pod_exports(
+    helm: str, tmp_path: Path, values: dict[str, Any]
+) -> None:
+    """No log line names the provider (the check line carries reason codes only): the NOTES read the
+    series that say it, each one the metrics reference documents."""
+    text = notes(helm, tmp_path, values)
+    assert "grep -i provider" not in text
+    command = next(line for line in text.splitlines() if "/metrics | grep" in line)
+    assert "http://127.0.0.1:8080/metrics" in command
+    metrics_doc = (CHART.parent.parent / "docs" / "metrics.md").read_text(encoding="utf-8")
+    for name in ("runtime_info", "provider_fallback", "worker_gpu_memory_bytes"):
+        assert name in command and f"| `onnxmon_{name}` |" in metrics_doc, name
+    assert "/metrics | grep" not in notes(helm, tmp_path, {"gpu": {"enabled": False}})
+
+
+def test_an_objects_own_labels_win_over_common_labels_and_each_key_is_written_once(helm: str, tmp_path: Path) -> None:
+    """Appended one after the other, commonLabels and service.labels naming one key wrote it twice
+    (render() refuses a duplicate key, as an API server's strict field validation does)."""
+    on = {"enabled": True, "labels": {"team": "monitors"}}
+    values = {
+        "commonLabels": {"team": "ml", "tier": "observability"},
+        "podLabels": {"team": "pods"},
+        "service": {"labels": {"team": "serving"}},
+        "ingress": {"enabled": True, "labels": {"team": "edge"}},
+        "monitoring": {"serviceMonitor": on, "prometheusRule": on, "grafanaDashboard": {"labels": {"team": "dash"}}},
+    }
+    objects = render(helm, values, tmp_path)
+    validate_objects(objects)
+    own = {"Service": "serving", "Ingress": "edge", "ServiceMonitor": "monitors", "PrometheusRule": "monitors"}
+    for obj in objects:
+        labels = obj["metadata"]["labels"]
+        dashboard = obj["metadata"]["name"].endswith("-dashboard")
+        assert labels["team"] == ("dash" if dashboard else own.get(obj["kind"], "ml")), obj["kind"]
+        assert labels["tier"] == "observability" and labels["app.kubernetes.io/part-of"] == "onnxmon", obj["kind"]
+    template = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["metadata"]
+    pod = template["labels"]
+    assert (pod["team"], pod["tier"], pod["app.kubernetes.io/component"]) == ("pods", "observability", "monitor")
+    checksum = render(helm, {"podAnnotations": {"checksum/config": "mine", "a": "b"}}, tmp_path)
+    annotations = next(o for o in checksum if o["kind"] == "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert len(annotations["checksum/config"]) == 64 and annotations["a"] == "b", "the chart's checksum, once"
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"commonLabels": {"app.kubernetes.io/part-of": "platform"}}, "commonLabels sets app.kubernetes.io/part-of"),
+        ({"podLabels": {"app.kubernetes.io/component": "x"}}, "podLabels sets app.kubernetes.io/component"),
+        ({"service": {"labels": {"app.kubernetes.io/name": "x"}}}, "service.labels sets app.kubernetes.io/name"),
+        (
+            {"monitoring": {"podMonitor": {"labels": {"app.kubernetes.io/instance": "x"}}}},
+            "monitoring.podMonitor.labels sets app.kubernetes.io/instance",
+        ),
+    ],
+    ids=["common-part-of", "pod-component", "service-name", "pod-monitor-instance"],
+)
+def test_a_label_the_chart_sets_itself_is_refused_with_its_value(
+    helm: str, tmp_path: Path, values: dict[str, Any], message: str
+) -> None:
+    """A podLabels component would leave the PodMonitor selecting no pod; others would be written twice."""
+    done = run_helm(helm, values, tmp=tmp_path)
+    assert done.returncode != 0 and message in done.stderr, done.stderr
+
+
 def schema_node(schema: dict[str, Any], dotted: str) -> dict[str, Any]:
     node = schema
     for part in dotted.split("."):
@@ -318,6 +382,15 @@ def test_every_value_issue_25_added_is_in_the_strict_schema_with_a_description(d
         ({"extraArgs": "--log-level debug"}, "/extraArgs"),
         ({"config": {"logging": {"format": "xml"}}}, "/config/logging/format"),
         ({"image": {"registy": "x"}}, "registy"),
+        (
+            {"updateStrategy": {"rollingUpdate": {"maxUnavailable": "150%"}}},
+            "/updateStrategy/rollingUpdate/maxUnavailable",
+        ),
+        ({"podDisruptionBudget": {"maxUnavailable": "101%"}}, "/podDisruptionBudget/maxUnavailable"),
+        ({"config": {"daemon": {"gpu_memory_limit": "2Gi"}}}, "/config/daemon/gpu_memory_limit"),
+        ({"config": {"daemon": {"gpu_memory_limit": 0}}}, "/config/daemon/gpu_memory_limit"),
+        ({"config": {"daemon": {"gpu_arena_extend_strategy": "kSame"}}}, "/config/daemon/gpu_arena_extend_strategy"),
+        ({"config": {"daemon": {"gpu_arena_shrinkage": "yes"}}}, "/config/daemon/gpu_arena_shrinkage"),
     ],
 )
 def test_the_schema_refuses_misspelt_or_impossible_new_values(

@@ -8,16 +8,17 @@ kubernetes-validate (strict) and, for the Prometheus Operator kinds, their CRD s
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 import yaml
 
 from monitor.config.schema import DaemonConfig, Defaults, StoreConfig
-from tests.chart import CHART, helm_binary, render, run_helm, validate_objects
+from tests.chart import CHART, UniqueKeyLoader, helm_binary, render, run_helm, validate_objects
 
 pytestmark = pytest.mark.helm
 
@@ -81,7 +82,7 @@ def test_the_chart_renders_as_a_subchart_of_an_umbrella_chart(
     command = [helm, "template", "platform", str(umbrella(tmp_path, values)), "--namespace", "gpu-monitoring"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    objects = [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+    objects = [doc for doc in yaml.load_all(done.stdout, Loader=UniqueKeyLoader) if doc]
     validate_objects(objects)
     assert workload(objects)["metadata"]["name"] == "platform-onnxmon"
     registry = MIRROR if globals_ else "ghcr.io"
@@ -161,6 +162,7 @@ def test_the_update_strategy_is_configurable_in_both_modes_and_never_surges(
         ({**DAEMONSET, "updateStrategy": {"type": "Recreate"}}, "use one of RollingUpdate, OnDelete"),
         ({**DAEMONSET, "updateStrategy": {"rollingUpdate": {"maxSurge": 1}}}, "maxSurge=1 would run a new pod"),
         ({**DAEMONSET, "updateStrategy": {"rollingUpdate": {"maxUnavailable": 0}}}, "never replaces a pod"),
+        ({**DAEMONSET, "updateStrategy": {"rollingUpdate": {"maxUnavailable": "00%"}}}, "never replaces a pod"),
         (
             {**DAEMONSET, "updateStrategy": {"type": "OnDelete", "rollingUpdate": {"maxUnavailable": 2}}},
             "applies only to type RollingUpdate",
@@ -197,7 +199,7 @@ def test_null_pod_uid_gid_and_fs_group_leave_no_key_at_all(helm: str, tmp_path: 
     assert done.returncode == 0, done.stderr
     for key in ("runAsUser", "runAsGroup", "fsGroup", "fsGroupChangePolicy"):
         assert f"{key}:" not in done.stdout, key
-    objects = [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+    objects = [doc for doc in yaml.load_all(done.stdout, Loader=UniqueKeyLoader) if doc]
     validate_objects(objects)
     assert pod_spec(objects)["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
     for container in containers(objects):
@@ -266,6 +268,43 @@ def test_a_shared_gpu_without_a_gpu_is_refused(helm: str, tmp_path: Path) -> Non
     assert "gpu.shared=true needs gpu.enabled=true" in refused(
         helm, tmp_path, {"gpu": {"enabled": False, "shared": True}}
     )
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"gpu": {"shared": True, "resourceName": "nvidia.com/mig-1g.10gb"}},
+            "gpu.resourceName=nvidia.com/mig-1g.10gb",
+        ),
+        ({"gpu": {"shared": True, "count": 2}}, "gpu.count=2 would be ignored"),
+        (
+            {"gpu": {"shared": True}, "resources": {"limits": {"nvidia.com/gpu": 1}}},
+            "resources.limits names nvidia.com/gpu",
+        ),
+        (
+            {"gpu": {"shared": True}, "resources": {"requests": {"nvidia.com/mig-1g.10gb": 1}}},
+            "resources.requests names nvidia.com/mig-1g.10gb",
+        ),
+    ],
+    ids=["mig-slice", "count", "limit", "request"],
+)
+def test_a_shared_gpu_with_a_gpu_resource_is_refused_not_silently_dropped(
+    helm: str, tmp_path: Path, values: dict[str, Any], message: str
+) -> None:
+    """shared requests nothing: a MIG slice asked for beside it would become the whole node's GPUs."""
+    assert message in refused(helm, tmp_path, values)
+
+
+def test_the_charts_gpu_footprint_types_are_the_configs() -> None:
+    """helm lint refuses gpu_memory_limit: 2Gi (a Kubernetes habit) with the bounds onnxmon would apply at start."""
+    schema = json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))
+    daemon = schema["properties"]["config"]["allOf"][0]["properties"]["daemon"]["properties"]
+    limit = next(branch for branch in daemon["gpu_memory_limit"]["oneOf"] if branch["type"] == "integer")
+    bounds = {type(m).__name__: m for m in DaemonConfig.model_fields["gpu_memory_limit"].metadata}
+    assert (limit["minimum"], limit["maximum"]) == (bounds["Ge"].ge, bounds["Le"].le)
+    strategy = DaemonConfig.model_fields["gpu_arena_extend_strategy"].annotation
+    assert set(daemon["gpu_arena_extend_strategy"]["enum"]) == {*get_args(get_args(strategy)[0]), None}
 
 
 # --------------------------------------------------------------------------- stopping (issue 30)

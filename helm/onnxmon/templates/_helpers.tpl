@@ -26,15 +26,34 @@ app.kubernetes.io/name: {{ include "onnxmon.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
-{{- define "onnxmon.labels" -}}
+{{- define "onnxmon.chartLabels" -}}
 helm.sh/chart: {{ include "onnxmon.chart" . }}
 {{ include "onnxmon.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: onnxmon
-{{- with .Values.commonLabels }}
-{{ toYaml . }}
 {{- end }}
+
+{{/* The keys of onnxmon.chartLabels plus the component: values that set one are refused
+(onnxmon.validate), since the Service, the monitors, the NetworkPolicy and the PodDisruptionBudget
+select on them. */}}
+{{- define "onnxmon.reservedLabels" -}}
+{{- toJson (list "helm.sh/chart" "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/version" "app.kubernetes.io/managed-by" "app.kubernetes.io/part-of" "app.kubernetes.io/component") }}
+{{- end }}
+
+{{/* An object's labels, each key once: commonLabels, the object's own over them (called with
+(list $ own)), and the chart's. Appending the maps one after another wrote a key twice when two of
+them named it (a duplicate key: malformed YAML, the last one wins or the apply fails). */}}
+{{- define "onnxmon.labelsWith" -}}
+{{- $root := index . 0 }}
+{{- $labels := deepCopy (default dict $root.Values.commonLabels) }}
+{{- range $key, $value := (default dict (index . 1)) }}{{ $_ := set $labels $key $value }}{{ end }}
+{{- range $key, $value := (include "onnxmon.chartLabels" $root | fromYaml) }}{{ $_ := set $labels $key $value }}{{ end }}
+{{- toYaml $labels }}
+{{- end }}
+
+{{- define "onnxmon.labels" -}}
+{{- include "onnxmon.labelsWith" (list . dict) }}
 {{- end }}
 
 {{/* The Prometheus job of this release: the Service's name (what a ServiceMonitor makes it), or
@@ -262,12 +281,35 @@ bypass): each fails the render with a message that names the value to change.
 {{- end }}
 {{- end }}
 {{- with $strategy.rollingUpdate }}
-{{- if and (hasKey . "maxUnavailable") (has (toString .maxUnavailable) (list "0" "0%")) }}
+{{- if and (hasKey . "maxUnavailable") (regexMatch "^0+%?$" (toString .maxUnavailable)) }}
 {{- fail "updateStrategy.rollingUpdate.maxUnavailable=0 with maxSurge 0 never replaces a pod: use 1, a percentage such as 10%, or type OnDelete" }}
 {{- end }}
 {{- end }}
 {{- if and .Values.gpu.shared (not .Values.gpu.enabled) }}
 {{- fail "gpu.shared=true needs gpu.enabled=true (shared: see the node's GPUs without requesting one; enabled=false: no GPU at all)" }}
+{{- end }}
+{{- /* shared requests nothing: a MIG slice, a time-sliced replica or a count given with it would be
+silently dropped, and the pod would share whole GPUs instead of getting the slice asked for */}}
+{{- if and .Values.gpu.enabled .Values.gpu.shared }}
+{{- if or (ne .Values.gpu.resourceName "nvidia.com/gpu") (ne (int .Values.gpu.count) 1) }}
+{{- fail (printf "gpu.shared=true requests no GPU, so gpu.resourceName=%s and gpu.count=%d would be ignored: for a MIG slice or a time-sliced replica set gpu.shared=false (the pod requests it), or leave resourceName and count at their defaults" .Values.gpu.resourceName (int .Values.gpu.count)) }}
+{{- end }}
+{{- range $kind := list "limits" "requests" }}
+{{- range $name, $_ := (default dict (index (default dict $.Values.resources) $kind)) }}
+{{- if hasPrefix "nvidia.com/" $name }}
+{{- fail (printf "gpu.shared=true requests no GPU, but resources.%s names %s: remove it, or set gpu.shared=false with gpu.resourceName" $kind $name) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $reserved := include "onnxmon.reservedLabels" . | fromJsonArray }}
+{{- $m := .Values.monitoring }}
+{{- range $source := list (list "commonLabels" .Values.commonLabels) (list "podLabels" .Values.podLabels) (list "service.labels" .Values.service.labels) (list "ingress.labels" .Values.ingress.labels) (list "monitoring.serviceMonitor.labels" $m.serviceMonitor.labels) (list "monitoring.podMonitor.labels" $m.podMonitor.labels) (list "monitoring.prometheusRule.labels" $m.prometheusRule.labels) (list "monitoring.grafanaDashboard.labels" $m.grafanaDashboard.labels) }}
+{{- range $key, $_ := (default dict (index $source 1)) }}
+{{- if has $key $reserved }}
+{{- fail (printf "%s sets %s, a label the chart sets itself (the Service, the monitors, the NetworkPolicy and the PodDisruptionBudget select on app.kubernetes.io/name, instance and component): use a key of your own" (index $source 0) $key) }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- if and .Values.monitoring.serviceMonitor.enabled .Values.monitoring.podMonitor.enabled }}
 {{- fail "monitoring.serviceMonitor.enabled and monitoring.podMonitor.enabled are both true: every pod would be scraped twice (duplicate series); enable one" }}

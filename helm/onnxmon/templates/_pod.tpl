@@ -107,19 +107,17 @@ podSecurityContext (left out where that is null: OpenShift assigns them); each k
 {{- define "onnxmon.podTemplate" -}}
 metadata:
   labels:
-    {{- include "onnxmon.selectorLabels" . | nindent 4 }}
-    app.kubernetes.io/component: monitor
-    {{- with .Values.commonLabels }}
-    {{- toYaml . | nindent 4 }}
-    {{- end }}
-    {{- with .Values.podLabels }}
-    {{- toYaml . | nindent 4 }}
-    {{- end }}
+    {{- /* commonLabels, podLabels over them, the selector's: each key once */}}
+    {{- $labels := deepCopy (default dict .Values.commonLabels) }}
+    {{- range $key, $value := (default dict .Values.podLabels) }}{{ $_ := set $labels $key $value }}{{ end }}
+    {{- range $key, $value := (include "onnxmon.selectorLabels" . | fromYaml) }}{{ $_ := set $labels $key $value }}{{ end }}
+    {{- $_ := set $labels "app.kubernetes.io/component" "monitor" }}
+    {{- toYaml $labels | nindent 4 }}
   annotations:
-    checksum/config: {{ include (print $.Template.BasePath "/configmap.yaml") . | sha256sum }}
-    {{- with .Values.podAnnotations }}
-    {{- toYaml . | nindent 4 }}
-    {{- end }}
+    {{- /* the config's checksum (a changed config restarts the pods) over podAnnotations: each key once */}}
+    {{- $annotations := deepCopy (default dict .Values.podAnnotations) }}
+    {{- $_ := set $annotations "checksum/config" (include (print $.Template.BasePath "/configmap.yaml") . | sha256sum) }}
+    {{- toYaml $annotations | nindent 4 }}
 spec:
   serviceAccountName: {{ include "onnxmon.serviceAccountName" . }}
   automountServiceAccountToken: {{ .Values.serviceAccount.automountToken }}
