@@ -228,6 +228,71 @@ def test_a_token_file_too_long_or_of_two_lines_disables_writes_with_the_warning(
     )
 
 
+@pytest.mark.parametrize("kind", sorted(SPECIALS))
+def test_a_url_file_that_is_a_fifo_device_or_huge_is_one_line_under_the_cap(tmp_path: Path, kind: str) -> None:
+    secret = tmp_path / "url"
+    SPECIALS[kind](secret)
+    config = tmp_path / "onnxmon.yaml"
+    config.write_text(yaml.safe_dump({"store": {"url_file": str(secret)}}))
+    done = run_capped(
+        "import sys\nfrom monitor import cli\nsys.exit(cli.main(sys.argv[1:]))", "config", "validate", "-c", str(config)
+    )
+    assert done.returncode == 2, done.stdout + done.stderr[-2000:]
+    problem = done.stderr.strip().splitlines()[-1]  # under `config validate`'s one header line
+    assert f"store.url_file: {secret}" in problem, done.stderr[-2000:]
+    assert ("is larger than" if kind == "huge" else "is not a regular file") in problem, done.stderr[-2000:]
+    assert len(done.stderr.splitlines()) <= 2 and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("kind", sorted(SPECIALS))
+def test_a_token_file_that_is_a_fifo_device_or_huge_disables_writes_under_the_cap(tmp_path: Path, kind: str) -> None:
+    # the token is read at every mutating request: a FIFO would hang it, /dev/zero or 1 GiB fill the memory
+    secret = tmp_path / "token"
+    SPECIALS[kind](secret)
+    code = """
+        import logging, sys
+        logging.basicConfig(level=logging.WARNING, format="%(message)s")
+        from monitor.api.app import _configured_token
+        from monitor.config.settings import from_mapping
+        print("token:", _configured_token(from_mapping({"api": {"token_file": sys.argv[1]}})))
+    """
+    done = run_capped(code, str(secret))
+    assert done.returncode == 0 and done.stdout.strip() == "token: None", done.stdout + done.stderr[-2000:]
+    (warning,) = done.stderr.strip().splitlines()
+    assert f"api.token_file {secret} cannot be read" in warning and "mutating calls disabled" in warning, warning
+    assert ("larger than 64 KiB" if kind == "huge" else "not a regular file") in warning, warning
+
+
+@pytest.mark.parametrize("kind", sorted(SPECIALS))
+def test_a_lint_cache_file_that_is_a_fifo_device_or_huge_is_linted_again_under_the_cap(
+    tmp_path: Path, kind: str
+) -> None:
+    # the lint cache ($XDG_STATE_HOME/onnxmon/lint/<key>.json) is read before every cold check's lint
+    code = f"""
+        import sys
+        from pathlib import Path
+        import onnx
+        from monitor.exportcheck import lint_warnings
+        from tests import modelzoo
+        root = Path(sys.argv[1])
+        onnx.save(modelzoo.classifier(), str(root / "m.onnx"))
+        def lint():
+            return lint_warnings.cached_lint(root / "m.onnx", "0" * 64, support=None, varied=dict, inputs_key="k",
+                                             directory=root / "lint")
+        assert lint()[1] is False and lint()[1] is True  # written, then read back
+        (cache,) = (root / "lint").iterdir()
+        cache.unlink()
+        from tests.test_faults_userfiles import SPECIALS
+        SPECIALS[{kind!r}](cache)
+        report, cached = lint()
+        again = "linted again" if report is not None and not cached else "cached?"
+        print(again, cache.is_file() and not cache.is_symlink())
+    """
+    done = run_capped(code, str(tmp_path))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["linted", "again", "True"], done.stdout + done.stderr[-1000:]
+
+
 # --- baselines and benchset manifests on disk ---------------------------------------------------------
 
 READERS = {
