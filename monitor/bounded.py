@@ -21,7 +21,7 @@ import os
 import stat
 from typing import IO
 
-__all__ = ["FileRefused", "kind_of", "open_regular", "read_bytes", "read_text"]
+__all__ = ["FileRefused", "kind_of", "not_regular", "open_regular", "read_bytes", "read_text"]
 
 
 class FileRefused(OSError):
@@ -45,6 +45,21 @@ def kind_of(mode: int) -> str:
         (stat.S_ISREG, "a regular file"),
     )
     return next((name for test, name in kinds if test(mode)), "not a plain file")
+
+
+def not_regular(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` is not a regular file, as the end of a sentence ("not found", "is not a regular file (a FIFO)").
+
+    ``None`` for a regular file. For a check before a read, so that a FIFO or a device a user named is
+    called one, not "not found" (a symlink is judged by what it points at; a dangling one is not found).
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "not found"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    return None if stat.S_ISREG(mode) else f"is not a regular file ({kind_of(mode)})"
 
 
 def open_regular(path: str | os.PathLike[str]) -> IO[bytes]:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import numpy as np
 import onnx
 
-from monitor import modeldiff
+from monitor import bounded, modeldiff
 from monitor.config.plan import CheckPlan
 from monitor.config.settings import ModelConfig, ProviderSpec, SessionConfig
 from monitor.errors import BaselineError, MonitorError
@@ -238,8 +238,8 @@ def model_manifest(path: Path) -> dict[str, Any] | None:
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
-    if not path.is_file():
-        raise BaselineError(f"{path}: file not found")
+    if problem := bounded.not_regular(path):
+        raise BaselineError(f"npz file {path} {problem}")
     return tensors.load_npz(path, error=BaselineError, text=True)
 
 

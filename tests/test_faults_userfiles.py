@@ -293,6 +293,50 @@ def test_a_lint_cache_file_that_is_a_fifo_device_or_huge_is_linted_again_under_t
     assert done.stdout.split() == ["linted", "again", "True"], done.stdout + done.stderr[-1000:]
 
 
+# --- files named on the command line --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def configured(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
+    """A model with a captured baseline, for the commands that take a file beside a configured model."""
+    from monitor import capture
+    from monitor.config.plan import plan_for
+    from tests import modelzoo
+
+    ws = Workspace(tmp_path_factory.mktemp("configured"))
+    ws.add_model("clf", modelzoo.classifier())
+    capture.capture_baseline(plan_for(ws.settings(), "clf"))
+    ws.write()
+    return ws
+
+
+COMMANDS: dict[str, Callable[[Workspace, Path], list[str]]] = {
+    "benchset import": lambda ws, p: ["benchset", "import", "s", str(p), "--kind", "npz", "--root", str(ws.root / "s")],
+    "baseline import": lambda ws, p: ["baseline", "import", "clf", *[str(p)] * 4, "-c", str(ws.config_file)],
+    "localize --reference": lambda ws, p: [
+        "localize", "clf", "-c", str(ws.config_file), "--against", "model", "--reference", str(p)
+    ],
+    "sqnr --float": lambda ws, p: ["sqnr", "clf", "-c", str(ws.config_file), "--float", str(p)],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev_zero"])
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_fifo_or_device_named_on_the_command_line_is_said_to_be_one_not_missing(
+    configured: Workspace, tmp_path: Path, command: str, kind: str
+) -> None:
+    # it exists: "not found" / "no such file" sent the operator looking for a file that is right there
+    path = tmp_path / ("input.npz" if "import" in command else "reference.onnx")
+    SPECIALS[kind](path)
+    done = run_capped(
+        "import sys\nfrom monitor import cli\nsys.exit(cli.main(sys.argv[1:]))", *COMMANDS[command](configured, path)
+    )
+    assert done.returncode == 2, done.stdout + done.stderr[-2000:]
+    said = " ".join(done.stderr.split())
+    assert "not a regular file" in said and ("a FIFO" if kind == "fifo" else "a character device") in said, said
+    assert "not found" not in said and "no such" not in said and "Traceback" not in said, said
+
+
 # --- baselines and benchset manifests on disk ---------------------------------------------------------
 
 READERS = {

@@ -17,6 +17,7 @@ from typing import Any
 
 import typer
 
+from monitor import bounded
 from monitor.cli import common, output
 from monitor.config.plan import plan_for
 from monitor.config.settings import parse_duration
@@ -135,8 +136,8 @@ def register(app: typer.Typer) -> None:
         from monitor.files import benchsets
         from monitor.localize import sqnr
 
-        if not float_model.is_file():
-            raise typer.BadParameter(f"--float {float_model}: no such file")
+        if problem := bounded.not_regular(float_model):
+            raise typer.BadParameter(f"--float {float_model} {problem} (expected the float ONNX model)")
         plan = plan_for(common.settings(out.config_file), model)
         try:
             feeds = benchsets.ensure(plan.benchset, plan.benchsets_dir).load_sample(sample)
@@ -190,10 +191,11 @@ def reference_model(against: str, reference: Path | None) -> Path | None:
         if not against.removeprefix("model:").strip():
             raise typer.BadParameter("--against model: needs a path after the colon (model:PATH)")
         path = Path(against.removeprefix("model:"))
-    if path is not None and not path.is_file():
+    if path is not None and (problem := bounded.not_regular(path)):
         what = "--reference" if reference is not None else "--against"
+        problem = "no such model file" if problem == "not found" else problem
         raise typer.BadParameter(
-            f"{what} {str(path)!r}: no such model file (--against takes auto|baseline|unoptimized|model|PATH)"
+            f"{what} {str(path)!r}: {problem} (--against takes auto|baseline|unoptimized|model|PATH)"
         )
     return path
 

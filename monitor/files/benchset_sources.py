@@ -272,8 +272,8 @@ def _edge(case: str, dtype: np.dtype[Any], shape: tuple[int, ...], span: tuple[f
 
 def read_npz_sample(path: Path) -> Sample:
     """One sample from an ``.npz`` file (keys = input names); no pickles."""
-    if not path.is_file():
-        raise BenchsetError(f"npz file {path} not found")
+    if problem := bounded.not_regular(path):
+        raise BenchsetError(f"npz file {path} {problem}")
     sample = load_npz(path)
     if not sample:
         raise BenchsetError(f"npz file {path} holds no arrays")
@@ -367,8 +367,8 @@ def _test_data_model(directory: Path) -> Path | None:
 
 
 def _file_hash(path: Path, source: str) -> str:
-    if not path.is_file():
-        raise BenchsetError(f"{source} file {path} not found")
+    if problem := bounded.not_regular(path):
+        raise BenchsetError(f"{source} file {path} {problem}")
     return sha256_file(path)
 
 

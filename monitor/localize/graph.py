@@ -29,6 +29,7 @@ from types import TracebackType
 import numpy as np
 import onnx
 
+from monitor import bounded
 from monitor.config.settings import ProviderSpec, SessionConfig
 from monitor.errors import ModelError
 from monitor.files import tensor_storage
@@ -62,8 +63,8 @@ def load_model_and_data_files(path: Path) -> tuple[onnx.ModelProto, tuple[Path, 
 
     What is kept of a model (``noisefloor.py``) depends on those files as much as on the model file.
     """
-    if not Path(path).is_file():
-        raise ModelError(f"model file {path} not found")
+    if problem := bounded.not_regular(path):
+        raise ModelError(f"model file {path} {problem}")
     try:
         model = onnx.load(str(path), load_external_data=False)
         locations = {
