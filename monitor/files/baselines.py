@@ -222,7 +222,7 @@ def active_id(root: Path, model: str, *, files: TensorFiles = FRESH) -> str | No
     replaces the file (another inode), so it is seen at the next check.
     """
     path = Path(root) / model / ACTIVE_FILE
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():  # a FIFO or a device there is refused, not "none active"
         return None
     return files.parsed(path, functools.partial(_read_active, path))
 
