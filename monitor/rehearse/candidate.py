@@ -17,8 +17,10 @@ from monitor import __version__
 from monitor.errors import MonitorError
 
 PROBE_TIMEOUT_S = 120.0
+# ``monitor.cli`` too: the replay runs the candidate's command line, which needs onnxmon's own dependencies
+# there (typer, pydantic, ...), not only the two packages; a half-installed candidate is exit 3, not a no-go.
 _PROBE = (
-    "import json, sys, monitor, onnxruntime\n"
+    "import json, sys, monitor, monitor.cli, onnxruntime\n"
     "print(json.dumps({'python': sys.version.split()[0], 'onnxmon': monitor.__version__,"
     " 'onnxruntime': onnxruntime.__version__, 'providers': onnxruntime.get_available_providers()}))"
 )
@@ -62,15 +64,26 @@ def probe(python: str | Path, env: dict[str, str] | None = None) -> Candidate:
         raise CandidateUnusable(f"--python {python}: not an executable file")
     try:
         done = subprocess.run(
-            [str(path), "-c", _PROBE], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=env, check=False
+            [str(path), "-c", _PROBE],
+            capture_output=True,
+            text=True,
+            errors="replace",  # an interpreter that prints bytes not UTF-8 is answered in one line, as any garbage
+            timeout=PROBE_TIMEOUT_S,
+            env=env,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise CandidateUnusable(f"--python {python}: cannot run it: {type(exc).__name__}: {exc}") from None
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
-        raise CandidateUnusable(f"--python {python}: cannot import onnxmon and onnxruntime there ({last})")
+        raise CandidateUnusable(
+            f"--python {python}: cannot import onnxmon (with its command line) and onnxruntime there ({last})"
+        )
     try:
         found = json.loads(done.stdout.strip().splitlines()[-1])
+        keys = ("python", "onnxmon", "onnxruntime", "providers")
+        if not isinstance(found, dict) or not all(k in found for k in keys) or not isinstance(found["providers"], list):
+            raise ValueError(f"not an object with {list(keys)}")
     except (ValueError, IndexError):
         raise CandidateUnusable(f"--python {python}: unexpected answer to the probe: {done.stdout[:200]!r}") from None
     if found["onnxmon"] != __version__:
