@@ -272,3 +272,29 @@ def test_the_pages_and_the_api_show_the_candidate_beside_production(
         assert "Rehearsals on candidate stacks" in model_page
         assert "candidate stack" in client.get(f"/runs/{candidates[0]['id']}").text
         assert "candidate stack" not in client.get(f"/runs/{production[0]['id']}").text
+
+
+def test_a_candidate_that_hangs_is_cut_at_the_probe_timeout_with_everything_it_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import time
+
+    from monitor.rehearse import candidate
+
+    monkeypatch.setattr(candidate, "PROBE_TIMEOUT_S", 2.0)  # the real one is 120 s, for a slow first import
+    pid_file = tmp_path / "child.pid"
+    hangs = wrapper(tmp_path, "hangs", f"sleep 300 & echo $! > {pid_file}; wait")
+    started = time.monotonic()
+    with pytest.raises(candidate.CandidateUnusable, match="no answer to the probe within 2 s"):
+        candidate.probe(hangs)
+    assert time.monotonic() - started < 30
+    child = int(pid_file.read_text())
+    for _ in range(50):  # killed with its session; gone once reaped
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the hung candidate's child {child} outlived the probe")

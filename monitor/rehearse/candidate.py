@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,16 +64,10 @@ def probe(python: str | Path, env: dict[str, str] | None = None) -> Candidate:
     if not path.is_file() or not os.access(path, os.X_OK):
         raise CandidateUnusable(f"--python {python}: not an executable file")
     try:
-        done = subprocess.run(
-            [str(path), "-c", _PROBE],
-            capture_output=True,
-            text=True,
-            errors="replace",  # an interpreter that prints bytes not UTF-8 is answered in one line, as any garbage
-            timeout=PROBE_TIMEOUT_S,
-            env=env,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        done = _ask([str(path), "-c", _PROBE], env)
+    except subprocess.TimeoutExpired:
+        raise CandidateUnusable(f"--python {python}: no answer to the probe within {PROBE_TIMEOUT_S:g} s") from None
+    except OSError as exc:
         raise CandidateUnusable(f"--python {python}: cannot run it: {type(exc).__name__}: {exc}") from None
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
@@ -98,3 +93,24 @@ def probe(python: str | Path, env: dict[str, str] | None = None) -> Candidate:
         onnxruntime_version=str(found["onnxruntime"]),
         providers=tuple(str(p) for p in found["providers"]),
     )
+
+
+def _ask(command: list[str], env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
+    """Run the probe in its own session; past ``PROBE_TIMEOUT_S`` the whole session is killed (a hung
+    wrapper script's children too, not only the script) and ``TimeoutExpired`` raised."""
+    with subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",  # an interpreter that prints bytes not UTF-8 is answered in one line, as any garbage
+        env=env,
+        start_new_session=True,
+    ) as process:
+        try:
+            out, err = process.communicate(timeout=PROBE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
