@@ -131,3 +131,29 @@ def test_a_postgresql_url_without_its_driver_names_the_extra_to_install(tmp_path
         assert "'postgres' extra" in line and "postgresql+psycopg://" in line and "'pg8000'" in line, line
         assert "secret" not in line, "the password is masked"
     assert not (tmp_path / "baselines" / "clf").exists()
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgres://onnxmon:secret@127.0.0.1:5432/test", "write the URL as postgresql+psycopg://"),
+        (
+            "mysql://onnxmon:secret@127.0.0.1:3306/test",
+            "onnxmon keeps its history in SQLite (sqlite:///FILE) or in PostgreSQL",
+        ),
+    ],
+    ids=["postgres scheme", "another database"],
+)
+def test_a_url_onnxmon_cannot_use_says_what_to_write_instead(tmp_path: Path, url: str, expected: str) -> None:
+    # before: postgres:// (as Heroku and many tools print it) ended in "NoSuchModuleError: Can't load
+    # plugin: sqlalchemy.dialects:postgres"; mysql:// was told to install the 'postgres' extra
+    workspace = Workspace(tmp_path)
+    workspace.add_model("clf", modelzoo.classifier(), count=2)
+    workspace.extra["store"] = {"url": url}
+    workspace.write()
+    for command in (("history", "clf"), ("baseline", "capture", "clf")):
+        done = onnxmon(workspace, *command)
+        assert done.returncode == 2, done.stdout + done.stderr
+        line = one_line_error(done)
+        assert expected in line and "secret" not in line, line
+    assert not (tmp_path / "baselines" / "clf").exists()
