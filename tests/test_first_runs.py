@@ -83,6 +83,19 @@ def test_a_command_against_an_unmigrated_postgresql_says_so_in_one_line_and_writ
 
 
 @pytest.mark.postgres
+def test_baseline_history_against_an_unmigrated_postgresql_warns_in_one_whole_sentence(
+    ws: Workspace, empty_postgres: str
+) -> None:
+    # before: "store not read (MonitorError: ... (or set store.migrate: auto); nothing was)": a class
+    # name and a sentence cut at 200 characters
+    done = onnxmon(ws, "baseline", "history", "clf")
+    assert done.returncode == 0, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if line.strip()]
+    assert line.startswith("onnxmon: warning: store not read: ") and "Error" not in line, line
+    assert "run `onnxmon db upgrade` first (or set store.migrate: auto); nothing was written;" in line, line
+
+
+@pytest.mark.postgres
 def test_promote_against_an_unmigrated_postgresql_leaves_active_as_it_was(ws: Workspace, empty_postgres: str) -> None:
     auto = {"ONNXMON_STORE__MIGRATE": "auto"}
     ids = []

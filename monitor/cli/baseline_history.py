@@ -18,7 +18,7 @@ import typer
 from monitor import jsonsafe
 from monitor.cli import common
 from monitor.config.settings import Settings, mask_url
-from monitor.errors import ConfigError
+from monitor.errors import ConfigError, MonitorError
 from monitor.files import baselines
 
 DISK_ONLY = (
@@ -62,10 +62,13 @@ def collect(settings: Settings, model: str) -> list[Entry]:
         with common.open_store(settings) as store:
             stored = {r.baseline_id: r for r in store.baseline_history(model)}
     except Exception as exc:  # an unreachable or unmigrated database: disk still answers
-        first = str(exc).splitlines()[0][:200] if str(exc) else ""
-        store_problem = f"store not read ({type(exc).__name__}: {first})"
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        # onnxmon's own errors are one sentence for a user, whole; anything else is named and bounded
+        said = first if isinstance(exc, MonitorError) else f"{type(exc).__name__}: {first[:200]}"
+        store_problem = "store not read"
         where = mask_url(settings.store.url)
-        typer.echo(f"onnxmon: warning: {where}: {store_problem}; baselines on disk only", err=True)
+        said = said if where in said else f"{where}: {said}"
+        typer.echo(f"onnxmon: warning: {store_problem}: {said}; baselines on disk only", err=True)
     if not on_disk and not stored and model not in {m.name for m in settings.models}:
         raise ConfigError(
             f"model {model!r} is not in {settings.source} and has no baselines under {root}"
