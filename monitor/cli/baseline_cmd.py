@@ -54,6 +54,7 @@ def register(app: typer.Typer) -> None:
         options = {
             "reference": reference,
             "promote": promote,
+            "promoted_by": login(),
             "intermediate_samples": samples if intermediates else 0,
             "note": note,
         }
@@ -98,6 +99,7 @@ def register(app: typer.Typer) -> None:
             kind=kind,  # type: ignore[arg-type]
             intermediates=list(intermediates or []),
             promote=promote,
+            promoted_by=login(),
             note=note,
         )
         _record(settings, baseline)
@@ -228,10 +230,15 @@ def _record(settings: Settings, baseline: baselines.Baseline, store: Store | Non
 
 def promoter() -> str:
     """Who promotes from this shell: the login name (``$USER``), as the store and history show it."""
+    return f"{login()} (cli)" if login() else "cli"
+
+
+def login() -> str:
+    """The login name of this shell (``$USER``); empty where there is none (a container's bare uid)."""
     try:
-        return f"{getpass.getuser()} (cli)"
-    except (KeyError, OSError):  # no passwd entry for this uid (a container) and no $USER
-        return "cli"
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry for this uid and no $USER
+        return ""
 
 
 class _Quiet:
