@@ -405,8 +405,8 @@ def test_a_terminal_table_at_80_columns_wraps_ids_and_never_cuts_them(setup: Set
     assert all(e.baseline_id in id_column for e in entries), "each id, whole, reads down its column"
 
 
-def on_terminal(ws: Workspace, *argv: str, columns: int = 80) -> str:
-    """What ``onnxmon ARGV`` shows on a real terminal (a pty) ``columns`` wide, escapes removed."""
+def on_terminal(ws: Workspace, *argv: str, columns: int = 80, raw: bool = False) -> str:
+    """What ``onnxmon ARGV`` shows on a real terminal (a pty) ``columns`` wide, escapes removed unless ``raw``."""
     import fcntl
     import pty
     import struct
@@ -434,6 +434,8 @@ def on_terminal(ws: Workspace, *argv: str, columns: int = 80) -> str:
         chunks.append(chunk)
     os.close(leader)
     assert process.wait(timeout=300) in (0, 1), b"".join(chunks).decode()
+    if raw:
+        return b"".join(chunks).decode()
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode()).replace("\r", "")
 
 
@@ -470,3 +472,20 @@ def test_a_table_on_an_80_column_terminal_shows_every_column_within_the_width(
         assert all(word in words for word in header.split()), (header, screen)
     if command[0] == "incident":
         assert "export_training_mode" in words, f"a cause code is never split:\n{screen}"
+
+
+def test_a_promotion_note_with_a_terminal_escape_is_shown_not_obeyed_by_the_history_table(tmp_path: Path) -> None:
+    # before: history's event rows are styled Text cells, which skipped terminal.safe: a note's ESC[2J
+    # cleared the on-call engineer's screen (piped TSV showed it escaped)
+    ws = Workspace(tmp_path)
+    ws.add_model("clf", modelzoo.classifier(), count=2)
+    ws.write()
+    config = str(ws.config_file)
+    assert invoke("baseline", "capture", "clf", "-q", "-c", config).exit_code == 0
+    captured = invoke("baseline", "capture", "clf", "-o", "json", "-c", config)
+    candidate = strict(captured.stdout)["id"]
+    promoted = invoke("baseline", "promote", candidate, "--note", "fine\x1b[2J\x1b]0;pwned\x07", "-c", config)
+    assert promoted.exit_code == 0, promoted.output
+    screen = on_terminal(ws, "history", "clf", columns=200, raw=True)
+    assert "\x1b[2J" not in screen and "\x1b]0;" not in screen, repr(screen)
+    assert "\\x1b[2J" in screen, "the escape is shown, written out"

@@ -272,7 +272,8 @@ def emit(
 ) -> None:  # fmt: skip
     """The one way a command prints: ``data()`` for json/yaml, else ``text(wide)``.
 
-    A table is a rich table on a terminal and TSV when piped; a sentence is printed as written.
+    A table is a rich table on a terminal and TSV when piped; a sentence is printed as written, its
+    control characters but tab and newline written out (``terminal.safe``).
     ``text=None``: the data is the only form (``table`` prints it as JSON). ``quiet``: nothing
     unless data was asked for. ``err``: the text goes to stderr (an error report), the data to stdout.
     """
@@ -285,5 +286,5 @@ def emit(
     for part in [shown] if isinstance(shown, Table | str) else shown:
         if isinstance(part, Table):
             print_table(part)
-        else:
-            typer.echo(part, nl=not part.endswith("\n"), err=err)
+        else:  # a sentence may quote a person's text (a noted incident's fix): shown, never obeyed
+            typer.echo(terminal.safe(part), nl=not part.endswith("\n"), err=err)
