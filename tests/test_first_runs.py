@@ -170,3 +170,30 @@ def test_a_url_onnxmon_cannot_use_says_what_to_write_instead(tmp_path: Path, url
         line = one_line_error(done)
         assert expected in line and "secret" not in line, line
     assert not (tmp_path / "baselines" / "clf").exists()
+
+
+@pytest.mark.postgres
+def test_serve_on_an_unmigrated_postgresql_stops_in_one_line_or_migrates_with_auto(
+    ws: Workspace, empty_postgres: str
+) -> None:
+    from tests.serving import Served, free_port
+
+    done = subprocess.run(
+        [str(ONNXMON), "serve", "-c", str(ws.config_file), "--port", str(free_port())],
+        cwd=ws.root,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "store.migrate: auto" in one_line_error(done)
+    with Store(empty_postgres) as store:
+        assert store.current_revision() is None, "nothing migrated, nothing written"
+    served = Served(ws, free_port(), base_env=child_env(), env={"ONNXMON_STORE__MIGRATE": "auto"})
+    try:
+        with Store(empty_postgres) as store:
+            assert store.current_revision() == store.head_revision()
+        served.wait_until(lambda: '"clf"' in served.get("/api/v1/models")[1], "the API to list clf")
+    finally:
+        assert served.stop() == 0
