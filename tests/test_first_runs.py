@@ -197,3 +197,78 @@ def test_serve_on_an_unmigrated_postgresql_stops_in_one_line_or_migrates_with_au
         served.wait_until(lambda: '"clf"' in served.get("/api/v1/models")[1], "the API to list clf")
     finally:
         assert served.stop() == 0
+
+
+@pytest.fixture
+def own_database(postgres_url: str) -> Iterator[str]:
+    """A database of its own on the test server (an outage of it stops no one else), dropped afterwards."""
+    import uuid
+
+    import psycopg
+
+    name = f"onnxmon_outage_{uuid.uuid4().hex[:12]}"
+    admin = postgres_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(admin, autocommit=True) as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield postgres_url.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with psycopg.connect(admin, autocommit=True) as connection:
+            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _outage(url: str) -> None:
+    """The database stops taking connections and drops the ones it has (a failover, a restart)."""
+    import psycopg
+
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(url.rsplit("/", 1)[0].replace("postgresql+psycopg://", "postgresql://") + "/postgres",
+                         autocommit=True) as connection:  # fmt: skip
+        connection.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        connection.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("first", [True, False], ids=["first baseline", "over an active one"])
+def test_a_store_outage_during_capture_leaves_active_and_the_disk_as_they_were(
+    tmp_path: Path, own_database: str, first: bool
+) -> None:
+    # before: the child wrote the baseline and ACTIVE, the store record then failed (exit 3), and
+    # ACTIVE named a baseline the store never recorded
+    import threading
+    import time
+
+    workspace = Workspace(tmp_path)
+    workspace.add_model("clf", modelzoo.classifier(), count=4000)  # a capture of a few seconds
+    workspace.extra["store"] = {"url": own_database, "migrate": "auto"}
+    workspace.write()
+    active = tmp_path / "baselines" / "clf" / "ACTIVE"
+    if not first:
+        assert onnxmon(workspace, "baseline", "capture", "clf", "-q").returncode == 0
+    before = sorted(p.name for p in (tmp_path / "baselines").rglob("*")) if not first else []
+    was = active.read_text() if not first else None
+    log = tmp_path / "baselines" / "clf" / "promotions.jsonl"
+    logged = log.read_text() if not first else None
+
+    def writing() -> int:
+        return len(list((tmp_path / "baselines").rglob("outputs")))
+
+    already = writing()
+
+    def cut_when_capturing() -> None:  # the readiness check passed; the child is writing samples
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and writing() == already:
+            time.sleep(0.05)
+        _outage(own_database)
+
+    cutter = threading.Thread(target=cut_when_capturing)
+    cutter.start()
+    done = onnxmon(workspace, "baseline", "capture", "clf", "--promote")
+    cutter.join()
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "not currently accepting connections" in one_line_error(done)
+    if first:
+        assert not (tmp_path / "baselines" / "clf").exists(), "nothing on disk"
+    else:
+        assert active.read_text() == was and log.read_text() == logged
+        assert sorted(p.name for p in (tmp_path / "baselines").rglob("*")) == before, "the new baseline is gone"
