@@ -41,6 +41,7 @@ def capture_baseline(
     *,
     reference: bool = False,
     promote: bool = False,
+    promoted_by: str = "",
     intermediate_samples: int = 0,
     note: str = "",
     progress: Progress | None = None,
@@ -52,7 +53,8 @@ def capture_baseline(
     ``reference=True`` runs on the CPU provider with graph optimizations disabled (source
     ``reference``) instead of the configured production session (source ``captured``).
     ``intermediate_samples`` > 0 also stores every intermediate tensor of that many samples,
-    for layer-by-layer localization after an upgrade.
+    for layer-by-layer localization after an upgrade. ``promoted_by``: who asked for ``promote``
+    (the CLI's login), recorded with the promotion as ``baseline promote`` records it.
     """
     model = plan.model
     bench = benchsets.ensure(plan.benchset, plan.benchsets_dir)
@@ -70,7 +72,7 @@ def capture_baseline(
             if progress:
                 progress(index + 1, len(bench))
         meta = _meta(model, bench, session, "reference" if reference else "captured", capture_env(), note)
-        return _store(plan, meta, writer, promote)
+        return _store(plan, meta, writer, promote, promoted_by, "capture --promote")
 
 
 def stack_environment(plan: CheckPlan) -> envsnap.EnvSnapshot:
@@ -96,6 +98,7 @@ def import_baseline(
     kind: Literal["npz", "onnx-test-data", "polygraphy-json"] = "npz",
     intermediates: Sequence[Path] = (),
     promote: bool = False,
+    promoted_by: str = "",
     note: str = "",
 ) -> baselines.Baseline:
     """Store reference outputs produced elsewhere (e.g. PyTorch outputs saved as npz).
@@ -150,7 +153,7 @@ def import_baseline(
             if index in extra:
                 writer.add_intermediates(index, extra[index])
         meta = _meta(model, bench, session, "imported", envsnap.capture(), note)
-        return _store(plan, meta, writer, promote)
+        return _store(plan, meta, writer, promote, promoted_by, "import --promote")
 
 
 def _read_intermediates(files: Sequence[Path], samples: int) -> dict[int, dict[str, np.ndarray]]:
@@ -210,9 +213,16 @@ def _meta(
 
 
 def _store(
-    plan: CheckPlan, meta: baseline_meta.BaselineMeta, writer: baseline_writer.BaselineWriter, promote: bool
+    plan: CheckPlan,
+    meta: baseline_meta.BaselineMeta,
+    writer: baseline_writer.BaselineWriter,
+    promote: bool,
+    promoted_by: str,
+    asked: str,
 ) -> baselines.Baseline:
-    """Commit the written samples as a baseline; the model's first baseline becomes active."""
+    """Commit the written samples as a baseline; the model's first baseline becomes active.
+
+    The promotion says who and how: ``alice (capture --promote)``, ``alice (first baseline)``."""
     root = plan.baselines_dir
     first = baselines.active_id(root, plan.name) is None
     described = model_manifest(plan.model.path)
@@ -220,7 +230,8 @@ def _store(
         writer.add_document(baselines.MODEL_MANIFEST, described)
     baseline = writer.commit(meta)
     if promote or first:
-        baselines.promote(root, baseline.id, by="capture --promote" if promote else "first baseline")
+        how = asked if promote else "first baseline"
+        baselines.promote(root, baseline.id, by=f"{promoted_by} ({how})" if promoted_by else how)
     return baseline
 
 

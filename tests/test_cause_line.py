@@ -233,3 +233,25 @@ def test_an_incident_that_is_the_top_evidence_is_named_once(ws: Workspace, capsy
     line = cause_line(out, "clf")
     assert code == 1 and "likely cause: gpu_throttling" in line, line
     assert line.count("similar to incident 1") == 1, line
+
+
+@pytest.mark.parametrize("command", ["check", "diagnose"])
+def test_a_similar_incidents_text_reaches_the_terminal_inert(
+    ws: Workspace, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    # before: the one cause line (and diagnose's) printed a noted fix as written: its ESC[2J cleared
+    # the on-call engineer's terminal (click strips escapes only when stdout is not a terminal)
+    from tests.test_cli_scripting import on_terminal
+
+    ws.add_model("clf", modelzoo.classifier())
+    baseline = capture.capture_baseline(plan_for(ws.settings(), "clf"))
+    _rewrite_outputs(baseline, lambda _, stored: (stored * 1.01).astype(stored.dtype))
+    config = str(ws.write())
+    assert cli(capsys, "check", "clf", "-c", config)[0] == 1
+    fix = "redeploy\x1b[2J\x1b]0;pwned\x07 now"
+    note = ["incident", "note", str(latest_run(ws, "clf")), "--cause", "gpu_throttling", "--text", "t", "--fix", fix]
+    assert cli(capsys, *note, "-c", config)[0] == 0
+    screen = on_terminal(ws, command, "clf", columns=200, raw=True)
+    assert "similar to incident 1" in screen, screen
+    assert "\x1b[2J" not in screen and "\x1b]0;" not in screen, repr(screen)
+    assert "redeploy\\x1b[2J" in screen, "shown, written out"

@@ -403,3 +403,89 @@ def test_a_terminal_table_at_80_columns_wraps_ids_and_never_cuts_them(setup: Set
     assert "…" not in text
     id_column = "".join(line.split("│")[2].strip() for line in text.splitlines() if line.count("│") > 3)
     assert all(e.baseline_id in id_column for e in entries), "each id, whole, reads down its column"
+
+
+def on_terminal(ws: Workspace, *argv: str, columns: int = 80, raw: bool = False) -> str:
+    """What ``onnxmon ARGV`` shows on a real terminal (a pty) ``columns`` wide, escapes removed unless ``raw``."""
+    import fcntl
+    import pty
+    import struct
+    import subprocess
+    import termios
+
+    from tests.stacks import child_env
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = child_env() | {"COLUMNS": str(columns), "LINES": "50", "TERM": "xterm"}
+    onnxmon = Path(sys.executable).parent / "onnxmon"
+    process = subprocess.Popen(
+        [str(onnxmon), *argv, "-c", str(ws.config_file)], stdout=follower, stderr=follower, cwd=ws.root, env=env
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert process.wait(timeout=300) in (0, 1), b"".join(chunks).decode()
+    if raw:
+        return b"".join(chunks).decode()
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode()).replace("\r", "")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("check", "clf", "--no-store"), ("baseline", "history", "clf"), ("baseline", "list", "clf"), ("incident", "list")],
+    ids=lambda c: " ".join(c[:2]),
+)
+def test_a_table_on_an_80_column_terminal_shows_every_column_within_the_width(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    # before: rich cropped what did not fit at the right edge (`baseline history` lost its recorded
+    # and note columns, with no sign they were there) and folded a cause code in two; the columns a
+    # narrow terminal leaves out on purpose (NARROW_DROPS: -o wide and JSON have them) are not asked for
+    from monitor.cli import baseline_history, check_cmd
+
+    ws = Workspace(tmp_path)
+    ws.add_model("clf", modelzoo.classifier())
+    ws.write()
+    config = str(ws.config_file)
+    assert invoke("baseline", "capture", "clf", "--promote", "-c", config).exit_code == 0
+    assert invoke("check", "clf", "-c", config).exit_code == 0
+    text = "ORT 1.20 fused LayerNorm differently; the owner re-measured accuracy and signed off the new numbers"
+    noted = invoke("incident", "note", "1", "--cause", "export_training_mode", "--text", text, "-c", config)
+    assert noted.exit_code == 0, noted.output
+    dropped = {"check": check_cmd.NARROW_DROPS, "baseline": baseline_history.NARROW_DROPS}.get(command[0], ())
+    piped = invoke(*command, "-c", config).stdout
+    headers = [h for h in piped.splitlines()[0].split("\t") if h and h not in dropped]
+    screen = on_terminal(ws, *command)
+    lines = screen.splitlines()
+    assert all(len(line.rstrip()) <= 80 for line in lines), screen
+    words = " ".join(lines).split()
+    for header in headers:
+        assert all(word in words for word in header.split()), (header, screen)
+    if command[0] == "incident":
+        assert "export_training_mode" in words, f"a cause code is never split:\n{screen}"
+
+
+def test_a_promotion_note_with_a_terminal_escape_is_shown_not_obeyed_by_the_history_table(tmp_path: Path) -> None:
+    # before: history's event rows are styled Text cells, which skipped terminal.safe: a note's ESC[2J
+    # cleared the on-call engineer's screen (piped TSV showed it escaped)
+    ws = Workspace(tmp_path)
+    ws.add_model("clf", modelzoo.classifier(), count=2)
+    ws.write()
+    config = str(ws.config_file)
+    assert invoke("baseline", "capture", "clf", "-q", "-c", config).exit_code == 0
+    captured = invoke("baseline", "capture", "clf", "-o", "json", "-c", config)
+    candidate = strict(captured.stdout)["id"]
+    promoted = invoke("baseline", "promote", candidate, "--note", "fine\x1b[2J\x1b]0;pwned\x07", "-c", config)
+    assert promoted.exit_code == 0, promoted.output
+    screen = on_terminal(ws, "history", "clf", columns=200, raw=True)
+    assert "\x1b[2J" not in screen and "\x1b]0;" not in screen, repr(screen)
+    assert "\\x1b[2J" in screen, "the escape is shown, written out"

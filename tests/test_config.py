@@ -201,6 +201,37 @@ def test_schema_errors_keep_their_paths_beside_the_missing_files(
     assert "models[1].path: model file" in err and "models[2].path: model file" in err
 
 
+@pytest.mark.parametrize(
+    "other_problem",
+    ["schema error", "undeclared benchset", "name used twice"],
+)
+def test_an_unknown_output_is_reported_beside_a_problem_that_stops_the_config_loading(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], other_problem: str
+) -> None:
+    # before: any of these hid the typo `logitz` (and the decision on `probz`) from the report
+    data = yaml.safe_load(_workspace_with_typo(tmp_path).read_text(encoding="utf-8"))
+    data["models"][0]["decisions"] = {"probz": {"kind": "argmax"}}
+    expected = {
+        "schema error": "models[1].repeats: must be >= 1",
+        "undeclared benchset": "model 'third' uses benchset 'nobench', which is not declared",
+        "name used twice": "model name 'gone' is used twice",
+    }[other_problem]
+    if other_problem == "schema error":
+        data["models"][1]["repeats"] = 0
+    elif other_problem == "undeclared benchset":
+        data["models"].append(data["models"][0] | {"name": "third", "benchset": "nobench", "tolerance": {}})
+        data["models"][-1].pop("decisions")
+    else:
+        data["models"].append(dict(data["models"][1]))
+    assert main(["config", "validate", "-c", str(write(tmp_path, data))]) == 2
+    err = capsys.readouterr().err
+    assert expected in err, err
+    assert "models[0].tolerance.outputs.logitz: 'logitz' is not an output of clf.onnx;" in err, err
+    assert "models[0].decisions.probz: 'probz' is not an output of clf.onnx;" in err, err
+    assert "models[1].path: model file" in err
+    assert err.count("is used twice") == (1 if other_problem == "name used twice" else 0), err
+
+
 def test_every_cross_reference_problem_is_reported_at_once(tmp_path: Path) -> None:
     data = {
         "benchsets": [MINIMAL["benchsets"][0], MINIMAL["benchsets"][0]],

@@ -300,3 +300,54 @@ def test_check_json_prints_each_outputs_decisions_and_exits_1_on_a_decision_chan
     assert (
         outputs["probabilities"]["decisions"]["kind"] == "argmax" and outputs["probabilities:keys"]["decisions"] is None
     )
+
+
+def _never_yes(weight: np.ndarray) -> onnx.ModelProto:
+    """``p = sigmoid(-|x| * weight)``: with positive weights every ``p <= 0.5``, no element decides yes."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Abs", ["x"], ["magnitude"]),
+            helper.make_node("Neg", ["magnitude"], ["negative"]),
+            helper.make_node("Mul", ["negative", "w"], ["scaled"]),
+            helper.make_node("Sigmoid", ["scaled"], ["p"]),
+        ],
+        "never_yes",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("p", TensorProto.FLOAT, ["batch", 4])],
+        [numpy_helper.from_array(weight.astype(np.float32), "w")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_nan_where_the_baseline_decided_is_a_flipped_decision_even_under_numeric_warn(tmp_path: Path) -> None:
+    """A NaN decides nothing: ``NaN > 0.5`` is false like the baseline's answer, yet the output is broken."""
+    threshold = {"kind": "threshold", "value": 0.5}
+    pristine = _never_yes(np.ones(4))
+    ws = captured(tmp_path, pristine, decisions={"p": threshold}, tolerance={"default": {"numeric": "warn"}})
+    broken = _never_yes(np.array([1.0, 1.0, 1.0, np.nan]))  # column 3 becomes NaN on every row
+    result = rechecked(ws, broken)
+
+    def nan_or_yes(out: dict[str, Any]) -> np.ndarray:  # numpy's rule, stated here: a NaN is its own decision
+        p = out["p"].astype(np.float64)
+        return np.where(np.isnan(p), -1, p > 0.5).ravel()
+
+    before, after = plain_outputs(ws, pristine), plain_outputs(ws, broken)
+    assert all(np.isnan(a["p"][:, 3]).all() and (b["p"] <= 0.5).all() for a, b in zip(after, before, strict=True))
+    total, flipped, pairs = numpy_flips(before, after, nan_or_yes)
+    (p,) = result.outputs
+    assert p.decisions is not None and (p.decisions.total, p.decisions.flipped) == (total, flipped)
+    assert list(p.decisions.flips) == pairs[: len(p.decisions.flips)] and flipped == total // 4
+    assert result.verdict is Verdict.FAIL and "decision_changed" in {r.code for r in result.all_reasons()}
+
+
+def test_an_argmax_row_with_a_nan_flips_even_when_the_nan_sits_on_the_baselines_class() -> None:
+    expected = np.array([[0.1, 0.9, 0.0], [0.8, 0.2, 0.0]], np.float32)
+    broken = expected.copy()
+    broken[0, 1] = np.nan  # numpy's argmax picks the first NaN: class 1, the baseline's
+    logits, _ = tiered(broken, expected)
+    assert logits.decisions == DecisionStats("argmax", 2, 1, ((0, 0),))
+    assert logits.verdict is Verdict.FAIL and {"decision_changed", "nan_mismatch"} <= {r.code for r in logits.reasons}
+    both = tiered(broken, broken)[0]  # a NaN at the same place on both sides agrees
+    assert both.decisions == DecisionStats("argmax", 2, 0, ()) and both.verdict is Verdict.PASS

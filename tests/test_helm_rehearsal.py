@@ -9,12 +9,14 @@ file on a read-only volume cannot take them). Every rendering passes kubernetes-
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.chart import helm_binary, render, run_helm, validate_objects
+from tests.chart import CHART, helm_binary, render, run_helm, validate_objects
 
 pytestmark = pytest.mark.helm
 
@@ -96,3 +98,12 @@ def test_no_job_unless_enabled_and_no_candidate_without_a_tag(helm: str, tmp_pat
     assert done.returncode != 0 and "rehearsal.image.tag" in done.stderr
     typo = run_helm(helm, {"rehearsal": {"enabled": True, "image": {"tag": "x"}, "pyhton": "/x"}}, tmp=tmp_path)
     assert typo.returncode != 0 and "pyhton" in typo.stderr, "the strict schema refuses a misspelt value"
+
+
+@pytest.mark.parametrize("mode", ["deployment", "daemonset"])
+def test_the_chart_with_a_rehearsal_passes_helm_lint_strict(helm: str, tmp_path: Path, mode: str) -> None:
+    """The chart's own lint (tests/test_helm.py) runs its values files, none of which enables a rehearsal."""
+    values = tmp_path / "rehearsal.yaml"
+    values.write_text(yaml.safe_dump({"mode": mode, "rehearsal": CANDIDATE, **DATABASE}), encoding="utf-8")
+    done = subprocess.run([helm, "lint", "--strict", str(CHART), "-f", str(values)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -206,6 +206,45 @@ def test_a_promotion_is_dated_when_it_happened_with_who_and_why(
     assert f"by alice: {note}" in out
 
 
+@pytest.mark.parametrize("command", [["baseline", "capture", "clf", "--promote", "-q"], ["baseline", "import", "clf"]])
+def test_a_promotion_by_capture_or_import_says_who_asked_for_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    # before: "by capture --promote" (and "by first baseline", and an import's "capture --promote"):
+    # how, never who
+    import getpass
+
+    import numpy as np
+    import onnxruntime as ort
+
+    from tests import modelzoo
+    from tests.workspace import Workspace
+
+    ws = Workspace(tmp_path)
+    ws.add_model("clf", modelzoo.classifier(), count=2)
+    config = str(ws.write())
+    assert main(["baseline", "capture", "clf", "-q", "-c", config]) == 0  # the first: active by itself
+    if command[1] == "import":  # a second baseline from outside (plain ORT outputs), promoted
+        session = ort.InferenceSession(str(tmp_path / "models" / "clf.onnx"))
+        files = []
+        for index in range(2):
+            feed = {
+                i.name: np.ones([d if isinstance(d, int) else 2 for d in i.shape], np.float32)
+                for i in session.get_inputs()
+            }
+            outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed), strict=True))
+            np.savez(tmp_path / f"s{index}.npz", **outputs)
+            files.append(str(tmp_path / f"s{index}.npz"))
+        command = [*command, *files, "--promote"]
+    assert main([*command, "-c", config]) == 0
+    capsys.readouterr()
+    code, out, _ = run_cli(capsys, "history", "clf", "-o", "json", "-c", config)
+    assert code == 0
+    promotions = [i["detail"]["by"] for i in json.loads(out) if i["kind"] == "baseline_promoted"]
+    how = f"{command[1]} --promote"
+    assert promotions == [f"{getpass.getuser()} ({how})", f"{getpass.getuser()} (first baseline)"], promotions
+
+
 def test_tables_on_an_80_column_terminal_keep_words_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from rich.console import Console
 

@@ -136,6 +136,14 @@ def test_incidents_match_by_signature(other: dict[str, list[str]], similar: bool
     assert bool(found) is similar
 
 
+def test_an_incident_noted_on_a_passing_run_is_similar_to_no_failure() -> None:
+    # before: its empty signature matched a model swap at 0.6 ("similar to incident 1", cause runtime_version)
+    passed = incidents.signature(reasons=[], env_diff=[], failing_outputs=[])
+    swapped = incidents.signature(reasons=["model_changed"], env_diff=[], failing_outputs=["logits"])
+    assert incidents.score(swapped, passed) == 0 and incidents.score(passed, swapped) == 0
+    assert not incidents.similar(swapped, [{"id": 1, "signature": passed, "cause": "runtime_version"}])
+
+
 def test_the_signature_of_a_run_uses_stable_env_changes_failing_outputs_and_reasons() -> None:
     run = {
         "reasons": [{"code": "model_changed"}],

@@ -94,6 +94,7 @@ def rehearsed(corpus: dict[str, Prepared], stacks: tuple[Stack, Stack]) -> dict[
         )  # fmt: skip
         assert done.returncode in (0, 1), f"{name}: exit {done.returncode}\n{done.stderr}"
         (found[name],) = json.loads(done.stdout)["models"]
+        assert done.returncode == (0 if found[name]["go"] else 1), f"{name}: exit {done.returncode} for {found[name]}"
     return found
 
 

@@ -206,6 +206,52 @@ def test_a_candidate_that_cannot_run_exits_three_and_measures_nothing(
         assert "--python" in done.stderr and "Traceback" not in done.stderr
 
 
+def wrapper(tmp_path: Path, name: str, body: str) -> Path:
+    script = tmp_path / name
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_a_candidate_without_onnxmons_own_dependencies_or_answering_garbage_exits_three(
+    workspace: Workspace, stacks: tuple[Stack, Stack], tmp_path: Path
+) -> None:
+    """Half-installed (onnxmon and onnxruntime import, typer does not) is 'cannot run', not every model no-go."""
+    current, older = stacks
+    shadow = tmp_path / "shadow" / "typer"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'typer'\")\n")
+    half = wrapper(tmp_path, "half", f'PYTHONPATH={shadow.parent}:$PYTHONPATH exec {older.python} "$@"')
+    done = run(current, workspace, "rehearse", "--python", str(half), expect=(3,))
+    assert "typer" in done.stderr and "Traceback" not in done.stderr and done.stdout == ""
+    for name, body in (("number", "echo 42"), ("object", "echo '{}'"), ("bytes", r"printf '\377\376{'")):
+        done = run(current, workspace, "rehearse", "--python", str(wrapper(tmp_path, name, body)), expect=(3,))
+        assert "unexpected answer to the probe" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_candidate_whose_check_breaks_is_no_go_and_the_report_says_what_it_said(
+    workspace: Workspace, stacks: tuple[Stack, Stack], tmp_path: Path
+) -> None:
+    current, older = stacks
+    body = 'case " $* " in *" check "*) echo "libcudnn.so.9: cannot open shared object file" >&2; exit 1;; esac\n'
+    broken = wrapper(tmp_path, "broken", body + f'exec {older.python} "$@"')
+    done = run(current, workspace, "rehearse", "clf", "--python", str(broken), "--no-store", expect=(1,))
+    assert "NO-GO  clf" in done.stdout and "why: crash: " in done.stdout and "libcudnn.so.9" in done.stdout
+    (model,) = json.loads(run(current, workspace, "rehearse", "clf", "--python", str(broken), "--no-store",
+                              "-o", "json", expect=(1,)).stdout)["models"]  # fmt: skip
+    assert (model["go"], model["verdict"], model["likely_cause"]) == (False, "error", None)
+    assert model["why"].startswith("crash: ") and "libcudnn.so.9" in model["why"]
+
+
+def test_a_rehearsal_of_models_that_all_go_exits_zero(
+    workspace: Workspace, stacks: tuple[Stack, Stack], tmp_path: Path
+) -> None:
+    current, older = stacks
+    assert not plain_ort(older, workspace, "clf", DEFAULT, tmp_path)["beyond_tolerance"], "clf must stay within"
+    done = run(current, workspace, "rehearse", "clf", "--python", str(older.python), "--no-store", expect=(0, 1))
+    assert done.returncode == 0 and "GO: every model matches production" in done.stdout, done.stdout
+
+
 def test_the_pages_and_the_api_show_the_candidate_beside_production(
     rehearsal: dict[str, object], workspace: Workspace
 ) -> None:
@@ -226,3 +272,29 @@ def test_the_pages_and_the_api_show_the_candidate_beside_production(
         assert "Rehearsals on candidate stacks" in model_page
         assert "candidate stack" in client.get(f"/runs/{candidates[0]['id']}").text
         assert "candidate stack" not in client.get(f"/runs/{production[0]['id']}").text
+
+
+def test_a_candidate_that_hangs_is_cut_at_the_probe_timeout_with_everything_it_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import time
+
+    from monitor.rehearse import candidate
+
+    monkeypatch.setattr(candidate, "PROBE_TIMEOUT_S", 2.0)  # the real one is 120 s, for a slow first import
+    pid_file = tmp_path / "child.pid"
+    hangs = wrapper(tmp_path, "hangs", f"sleep 300 & echo $! > {pid_file}; wait")
+    started = time.monotonic()
+    with pytest.raises(candidate.CandidateUnusable, match="no answer to the probe within 2 s"):
+        candidate.probe(hangs)
+    assert time.monotonic() - started < 30
+    child = int(pid_file.read_text())
+    for _ in range(50):  # killed with its session; gone once reaped
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the hung candidate's child {child} outlived the probe")

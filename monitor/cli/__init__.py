@@ -1,17 +1,20 @@
 """The ``onnxmon`` command line: a thin layer over the modules of ``monitor``.
 
 Each command group lives in its own module in this package and is registered below.
-User mistakes (``MonitorError``) print one line, no traceback, and exit 2.
+User mistakes (``MonitorError``) print one line, no traceback, and exit 2. Every error line echoes
+what the user typed (a model name, an id, a path) made inert first (``terminal.safe``): an ESC in
+an argument is shown as ``\\x1b``, never obeyed by the terminal.
 """
 
 from __future__ import annotations
 
+import io
 import sys
 
 import typer
 
 from monitor import __version__
-from monitor.cli import output, tree
+from monitor.cli import output, terminal, tree
 from monitor.errors import MonitorError
 
 app = typer.Typer(
@@ -104,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         # With standalone_mode=False click *returns* the code of a typer.Exit instead of raising.
         code = app(args=argv, standalone_mode=False, prog_name="onnxmon")
     except MonitorError as exc:
-        typer.echo(f"onnxmon: error: {exc}", err=True)
+        typer.echo(terminal.safe(f"onnxmon: error: {exc}"), err=True)
         return exc.exit_code
     except typer.Exit as exc:
         return int(exc.exit_code)
@@ -113,14 +116,17 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         # Usage errors: typer may vendor its own click, so recognise them by shape, not class.
         if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
-            exc.show()
+            shown = io.StringIO()
+            exc.show(file=shown)
+            typer.echo(terminal.safe(shown.getvalue()), err=True, nl=False)
             return 2
         if type(exc).__name__ == "Abort":
             return 130
         # The store raises its own StoreUnavailable for a database it cannot use (loaded if it was raised).
         health = sys.modules.get("monitor.store.health")
         if health is not None and isinstance(exc, health.StoreUnavailable):
-            typer.echo(f"onnxmon: error: the history store cannot be used: {exc}".splitlines()[0][:500], err=True)
+            line = f"onnxmon: error: the history store cannot be used: {exc}".splitlines()[0][:500]
+            typer.echo(terminal.safe(line), err=True)
             return 3
         raise
     return code if isinstance(code, int) else 0

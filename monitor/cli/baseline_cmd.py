@@ -54,9 +54,11 @@ def register(app: typer.Typer) -> None:
         options = {
             "reference": reference,
             "promote": promote,
+            "promoted_by": login(),
             "intermediate_samples": samples if intermediates else 0,
             "note": note,
         }
+        before = baselines.active_state(settings.store.baselines_dir, model)
         with _progress(quiet or not output.is_terminal()) as bar:
             bar.add_task(f"capturing {model} (at most {limit:g} s)", total=None)
             # In an isolated child with a hard limit, like every check: a hung model cannot hang the CLI.
@@ -64,7 +66,7 @@ def register(app: typer.Typer) -> None:
                 plan, options, timeout_s=limit, memory_limit_mb=settings.daemon.memory_limit_mb
             )
         with store:
-            _record(settings, baseline, store=store)
+            _record_or_undo(settings, baseline, before, store=store)
         if not quiet:
             _print_baseline(out, settings, baseline, "captured")
 
@@ -92,15 +94,17 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"--kind must be npz, onnx-test-data or polygraphy-json, got {kind!r}")
         settings = common.settings(out.config_file)
         common.refuse_unready_store(settings)  # before anything is written to the baselines directory
+        before = baselines.active_state(settings.store.baselines_dir, model)
         baseline = capture.import_baseline(
             plan_for(settings, model),
             files,
             kind=kind,  # type: ignore[arg-type]
             intermediates=list(intermediates or []),
             promote=promote,
+            promoted_by=login(),
             note=note,
         )
-        _record(settings, baseline)
+        _record_or_undo(settings, baseline, before)
         _print_baseline(out, settings, baseline, "imported")
 
     @group.command("list")
@@ -157,9 +161,15 @@ def register(app: typer.Typer) -> None:
         settings = common.settings(out.config_file)
         who = by or promoter()
         with common.open_store(settings) as store:  # an un-migrated store stops here, before ACTIVE changes
-            baseline = baselines.promote(settings.store.baselines_dir, baseline_id, by=who, note=note)
-            _record(settings, baseline, store=store)
-            store.record_promotion(baseline.meta.model, baseline.id, by=who, note=note)
+            root = settings.store.baselines_dir
+            before = baselines.active_state(root, baselines.get(root, baseline_id).meta.model)
+            baseline = baselines.promote(root, baseline_id, by=who, note=note)
+            try:
+                _record(settings, baseline, store=store)
+                store.record_promotion(baseline.meta.model, baseline.id, by=who, note=note)
+            except BaseException:  # the store failed after ACTIVE changed: put it back, as it was
+                baselines.restore(before)
+                raise
         out.emit(
             lambda: {"model": baseline.meta.model, "active": baseline.id, "directory": str(baseline.directory)},
             lambda wide: f"{baseline.meta.model}: active baseline is now {baseline.id}",
@@ -226,12 +236,32 @@ def _record(settings: Settings, baseline: baselines.Baseline, store: Store | Non
     db.record_baseline(record)
 
 
+def _record_or_undo(
+    settings: Settings, baseline: baselines.Baseline, before: baselines.ActiveState, store: Store | None = None
+) -> None:
+    """``_record`` the new baseline, or remove it and put ACTIVE back as ``before`` when the store fails.
+
+    The readiness check ran before the capture; a store that goes down in between must not leave an
+    ACTIVE baseline on disk that the store never recorded (nothing written by a command that fails).
+    """
+    try:
+        _record(settings, baseline, store=store)
+    except BaseException:
+        baselines.restore(before, drop=baseline.directory)
+        raise
+
+
 def promoter() -> str:
     """Who promotes from this shell: the login name (``$USER``), as the store and history show it."""
+    return f"{login()} (cli)" if login() else "cli"
+
+
+def login() -> str:
+    """The login name of this shell (``$USER``); empty where there is none (a container's bare uid)."""
     try:
-        return f"{getpass.getuser()} (cli)"
-    except (KeyError, OSError):  # no passwd entry for this uid (a container) and no $USER
-        return "cli"
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry for this uid and no $USER
+        return ""
 
 
 class _Quiet:

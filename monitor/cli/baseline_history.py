@@ -18,7 +18,7 @@ import typer
 from monitor import jsonsafe
 from monitor.cli import common
 from monitor.config.settings import Settings, mask_url
-from monitor.errors import ConfigError
+from monitor.errors import ConfigError, MonitorError
 from monitor.files import baselines
 
 DISK_ONLY = (
@@ -62,10 +62,13 @@ def collect(settings: Settings, model: str) -> list[Entry]:
         with common.open_store(settings) as store:
             stored = {r.baseline_id: r for r in store.baseline_history(model)}
     except Exception as exc:  # an unreachable or unmigrated database: disk still answers
-        first = str(exc).splitlines()[0][:200] if str(exc) else ""
-        store_problem = f"store not read ({type(exc).__name__}: {first})"
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        # onnxmon's own errors are one sentence for a user, whole; anything else is named and bounded
+        said = first if isinstance(exc, MonitorError) else f"{type(exc).__name__}: {first[:200]}"
+        store_problem = "store not read"
         where = mask_url(settings.store.url)
-        typer.echo(f"onnxmon: warning: {where}: {store_problem}; baselines on disk only", err=True)
+        said = said if where in said else f"{where}: {said}"
+        typer.echo(f"onnxmon: warning: {store_problem}: {said}; baselines on disk only", err=True)
     if not on_disk and not stored and model not in {m.name for m in settings.models}:
         raise ConfigError(
             f"model {model!r} is not in {settings.source} and has no baselines under {root}"
@@ -99,25 +102,40 @@ def collect(settings: Settings, model: str) -> list[Entry]:
 
 
 def table(entries: list[Entry], wide: bool) -> common.PlainTable:
-    """Full ids always (folded, never cut); ``wide`` shows the 64-hex fingerprints."""
-    shown = common.PlainTable(
-        "", "id", "source", "created", "active from", "active until", "environment", "recorded", "note"
-    )
+    """Full ids always (folded, never cut); ``wide`` shows the 64-hex fingerprints.
+
+    On a narrow terminal (``common.narrow_terminal``), times to the minute without the year and
+    fingerprints of 12 hex (``env diff`` takes 12), as ``history`` does, so every column fits in 80.
+    """
+    narrow = common.narrow_terminal() and not wide
+    headers = ["", "id", "source", "created", "active from", "active until", "environment", "recorded", "note"]
+    shown = common.PlainTable()
+    for header in headers:
+        if not (narrow and header in NARROW_DROPS):  # a narrow terminal's fingerprint stays whole (env diff)
+            shown.add_column(header, no_wrap=narrow and header == "environment")
     for e in entries:
         fingerprint = e.environment_fingerprint or "-"
-        shown.add_row(
+        created = datetime.fromisoformat(e.created_at) if narrow else None
+        row = [
             "*" if e.active else "",
             e.baseline_id,
             e.source,
-            e.created_at,
-            _when(e.active_from),
-            _when(e.active_until) if e.active_from else "-",
-            fingerprint if wide else fingerprint[:16],
+            _when(created, narrow) if created else e.created_at,
+            _when(e.active_from, narrow),
+            _when(e.active_until, narrow) if e.active_from else "-",
+            fingerprint if wide else fingerprint[: 12 if narrow else 16],
             e.recorded,
             e.note,
+        ]
+        shown.add_row(
+            *(cell for header, cell in zip(headers, row, strict=True) if not (narrow and header in NARROW_DROPS))
         )
     return shown
 
 
-def _when(value: datetime | None) -> str:
-    return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value else "-"
+NARROW_DROPS = ("recorded",)
+"""Columns a narrow terminal's table leaves out (disk+store is the usual answer); -o wide and JSON have them."""
+
+
+def _when(value: datetime | None, narrow: bool = False) -> str:
+    return value.strftime("%m-%d %H:%M" if narrow else "%Y-%m-%dT%H:%M:%SZ") if value else "-"

@@ -129,6 +129,19 @@ def narrow_terminal() -> bool:
     return output.is_terminal() and output.console().width < NARROW
 
 
+def _inert(cell: Any) -> Any:
+    """A cell whose text cannot drive the terminal: a string as ``Text``, a styled ``Text`` made safe too.
+
+    A styled cell (history's yellow event rows: a promotion note, a model name) is user text as much
+    as a plain one; its style is kept, its control characters are written out (``terminal.safe``).
+    """
+    if isinstance(cell, str):
+        return Text(terminal.safe(cell))
+    if isinstance(cell, Text) and terminal.safe(cell.plain) != cell.plain:
+        return Text(terminal.safe(cell.plain), style=cell.style)
+    return cell
+
+
 class PlainTable(Table):
     """A rich ``Table`` whose string cells are shown exactly as written, never parsed as markup.
 
@@ -158,7 +171,7 @@ class PlainTable(Table):
     def add_row(self, *renderables: Any, style: Any = None, end_section: bool = False) -> None:
         """Cells as ``Text``; a column is as wide as its longest short word (names, numbers stay whole),
         while a long token (an id, a hash) still folds, whole and pasteable."""
-        cells = [Text(terminal.safe(cell)) if isinstance(cell, str) else cell for cell in renderables]
+        cells = [_inert(cell) for cell in renderables]
         for column, cell in zip(self.columns, cells, strict=False):
             if isinstance(cell, Text) and cell.plain.split():
                 longest = min(max(len(word) for word in cell.plain.split()), WHOLE_WORD)

@@ -104,7 +104,7 @@ def _table(model: str, items: list[HistoryItem], *, wide: bool = False, width: i
         ("max |err|", "max err", "right", 0),
         (common.ERROR_RATIO_HEADER, "err/tol", "right", 0),
         ("why / what changed", "why / what changed", "left", 12),
-        ("environment", "env", "left", 12),
+        ("environment", "env", "left", 0),  # a 12-hex fingerprint whole: `env diff` takes it
     ]
     for header, compact, justify, least in columns:
         table.add_column(

@@ -70,7 +70,7 @@ def register(app: typer.Typer) -> None:
             cut = None if wide or not output.is_terminal() else 80
             shown = common.PlainTable(pad_edge=False)
             for column in ("id", "at", "model", "run", "cause", "fix", "text"):
-                shown.add_column(column, overflow="fold", no_wrap=column in ("id", "at", "run"))
+                shown.add_column(column, overflow="fold", no_wrap=column in ("id", "at", "run", "cause"))
             for r in records:
                 at = r.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")
                 text = r.text if cut is None or len(r.text) <= cut else r.text[: cut - 1] + "…"

@@ -26,6 +26,7 @@ from typing import Any
 import typer
 import yaml
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -202,9 +203,48 @@ def console() -> Console:
 def print_table(table: Table) -> None:
     """A rich table on a terminal; tab-separated lines (header first, no title) otherwise."""
     if is_terminal():
-        console().print(table)
+        shown = console()
+        _fit(table, shown)
+        shown.print(table)
         return
     typer.echo(tsv(table), nl=False)
+
+
+def _fit(table: Table, shown: Console) -> None:
+    """Where rich would crop the table at the terminal's edge, narrow its widest columns until it fits.
+
+    Minimum widths keep short words whole (``common.PlainTable``), but where rich cannot give every
+    column its minimum it crops each line at the right edge: the last columns vanish with no sign they
+    were there (``baseline history`` lost its recorded and note columns at 80 columns). Here the
+    widest column that can fold gives way first, never below its header's longest word; ``no_wrap``
+    columns keep their widths. Nothing changes for a table rich lays out within the width.
+    """
+    widths_of = getattr(table, "_calculate_column_widths", None)  # rich's own layout (private: guarded)
+    extra = getattr(table, "_extra_width", None)
+    if widths_of is None or not isinstance(extra, int):
+        return
+
+    def overflow() -> int:  # the last cell's right padding may go: rich crops a blank, nothing shown
+        right = table.padding[1] if isinstance(table.padding, tuple) and len(table.padding) == 4 else 0
+        return int(sum(widths_of(shown, shown.options))) + extra - shown.width - int(right)
+
+    unclamped = shown.options.update_width(1_000_000)
+    widths = [_widest(shown, unclamped, column) for column in table.columns]
+    floors = [max((len(w) for w in _plain(column.header).split()), default=1) for column in table.columns]
+    while overflow() > 0:
+        shrinkable = [i for i, c in enumerate(table.columns) if not c.no_wrap and widths[i] > floors[i]]
+        if not shrinkable:
+            return
+        widest = max(shrinkable, key=lambda i: widths[i])
+        widths[widest] -= 1
+        column = table.columns[widest]
+        column.max_width = widths[widest]
+        column.min_width = min(column.min_width or 0, widths[widest]) or None
+
+
+def _widest(shown: Console, options: Any, column: Any) -> int:
+    """The width of a column's longest cell (or header) unfolded, without padding."""
+    return max((Measurement.get(shown, options, cell).maximum for cell in [column.header, *column.cells]), default=0)
 
 
 def tsv(table: Table) -> str:
@@ -232,7 +272,8 @@ def emit(
 ) -> None:  # fmt: skip
     """The one way a command prints: ``data()`` for json/yaml, else ``text(wide)``.
 
-    A table is a rich table on a terminal and TSV when piped; a sentence is printed as written.
+    A table is a rich table on a terminal and TSV when piped; a sentence is printed as written, its
+    control characters but tab and newline written out (``terminal.safe``).
     ``text=None``: the data is the only form (``table`` prints it as JSON). ``quiet``: nothing
     unless data was asked for. ``err``: the text goes to stderr (an error report), the data to stdout.
     """
@@ -245,5 +286,5 @@ def emit(
     for part in [shown] if isinstance(shown, Table | str) else shown:
         if isinstance(part, Table):
             print_table(part)
-        else:
-            typer.echo(part, nl=not part.endswith("\n"), err=err)
+        else:  # a sentence may quote a person's text (a noted incident's fix): shown, never obeyed
+            typer.echo(terminal.safe(part), nl=not part.endswith("\n"), err=err)

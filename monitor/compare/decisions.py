@@ -15,8 +15,13 @@ is fed one sample at a time beside the output's accumulator (``accumulate.py``),
 decision and every flip and keeps the first ``FIRST_FLIPS`` flipped (sample, row) pairs for the
 run page. Each side is decided in its own dtype (argmax of float16 scores is exact), except that
 ``x > value`` compares a float ``x`` with the value exactly (in float64: a float16 ``x`` is never
-compared with a rounded ``value``). NaN ranks as numpy's ``argmax`` ranks it (the first NaN wins)
-and is never ``> value``. ``tiered`` applies the two-tier rule (MLPerf TEST01) across a check's outputs.
+compared with a rounded ``value``). A NaN decides nothing: a row with a NaN (``argmax``) or a NaN
+element (``threshold``) is the decision "NaN", which agrees only with a NaN at the same place in the
+baseline. A NaN where the baseline had a number is therefore a flipped decision, and fails under
+``tolerance.numeric: warn`` too (numpy's ``argmax`` would pick the NaN's index, which can be the
+baseline's class, and ``NaN > value`` is false, which can be the baseline's answer: a model that
+emits NaN would pass as a mere warning). ``tiered`` applies the two-tier rule (MLPerf TEST01) across
+a check's outputs.
 """
 
 from __future__ import annotations
@@ -67,15 +72,23 @@ def misfit(rule: DecisionRule, dtype: np.dtype[np.generic], ndim: int) -> str | 
     return None
 
 
+NO_DECISION = -1
+"""The decision of a row with a NaN (argmax) or of a NaN element (threshold): no class index, neither yes nor no."""
+
+
 def decide(rule: DecisionRule, array: np.ndarray) -> np.ndarray:
-    """The decisions of one sample's output, raveled (one per row)."""
+    """The decisions of one sample's output, raveled (one per row); ``NO_DECISION`` where a NaN decides."""
     if rule.kind == "argmax":
-        return np.asarray(np.argmax(array, axis=rule.axis)).ravel()
+        chosen = np.asarray(np.argmax(array, axis=rule.axis))
+        if array.dtype.kind == "f":
+            chosen = np.where(np.isnan(array).any(axis=rule.axis), NO_DECISION, chosen)
+        return chosen.ravel()
     if rule.kind == "threshold":
         assert rule.value is not None  # x > value exactly: a float16 x is widened, never the value rounded
-        return (
-            array.astype(np.float64, copy=False) > rule.value if array.dtype.kind == "f" else array > rule.value
-        ).ravel()
+        if array.dtype.kind != "f":
+            return (array > rule.value).ravel()
+        wide = array.astype(np.float64, copy=False)
+        return np.where(np.isnan(wide), NO_DECISION, wide > rule.value).astype(np.int8).ravel()
     return array.ravel()
 
 

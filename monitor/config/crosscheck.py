@@ -124,8 +124,9 @@ def file_problems(
     """Every problem of the config file at ``path``, in one list (``config validate``).
 
     The schema's errors with their paths and the cross-references between sections; then, on a
-    config that loads, the files it names (``problems``); on one that does not, the model files
-    named in the raw YAML still (a missing file and a bad value are reported together).
+    config that loads, the files it names (``problems``); on one that does not, the same checks of
+    each model entry read from the raw YAML (a missing file, an unknown output and a bad value
+    elsewhere are reported together).
     ``files=False`` leaves the files out (a config rendered away from its models).
     """
     env = os.environ if environ is None else environ
@@ -136,7 +137,9 @@ def file_problems(
         raw = _raw(file, env)
         if raw is None:
             return file, [str(exc)]
-        return file, [*_schema_problems(raw, file), *(_raw_model_files(raw, file) if files else [])] or [str(exc)]
+        schema = _schema_problems(raw, file)
+        found = _raw_model_problems(raw, file, outputs_of, types_of, reported=schema) if files else []
+        return file, [*schema, *found] or [str(exc)]
     return file, problems(loaded, outputs_of, types_of) if files else []
 
 
@@ -161,19 +164,44 @@ def _schema_problems(raw: Mapping[str, Any], file: Path) -> list[str]:
     return []
 
 
-def _raw_model_files(raw: Mapping[str, Any], file: Path) -> list[str]:
-    """Missing model files and names used twice, read from the raw YAML (the schema did not pass)."""
+def _raw_model_problems(
+    raw: Mapping[str, Any],
+    file: Path,
+    outputs_of: OutputsOf,
+    types_of: decisions.TypesOf | None,
+    *,
+    reported: Sequence[str],
+) -> list[str]:
+    """The files' problems of a config that did not load, read model by model from the raw YAML.
+
+    Names used twice (unless the schema's own check, in ``reported``, said so already), and for each
+    model: a model entry that is valid on its own gets every check of ``model_problems`` (missing
+    file, outputs it lacks, decisions it cannot take), so a typo in ``tolerance.outputs`` is reported
+    beside a bad value elsewhere; any other entry, whether its model file exists.
+    """
     base = file.resolve().parent
     found = []
     for kind in ("models", "benchsets"):
         named = [i.get("name") for i in raw.get(kind) or [] if isinstance(i, Mapping)]
+        twice = sorted({n for n in named if named.count(n) > 1}, key=str)
         found += [
-            f"{kind}: name {n!r} is used twice" for n in sorted({n for n in named if named.count(n) > 1}, key=str)
+            f"{kind}: name {n!r} is used twice"
+            for n in twice
+            if not any(f"{kind[:-1]} name {n!r} is used twice" in line for line in reported)
         ]
     for index, model in enumerate(raw.get("models") or []):
+        where = f"models[{index}]"
+        try:
+            valid = ModelConfig.model_validate(model)
+        except ValidationError:
+            valid = None
+        if valid is not None:
+            path = valid.path if valid.path.is_absolute() else base / valid.path
+            found += model_problems(valid.model_copy(update={"path": path}), where, outputs_of, types_of)
+            continue
         given = model.get("path") if isinstance(model, Mapping) else None
         if isinstance(given, str) and given:
-            where = Path(given) if Path(given).is_absolute() else base / given
-            if not where.exists():
-                found.append(f"models[{index}].path: model file {where} does not exist")
+            path = Path(given) if Path(given).is_absolute() else base / given
+            if not path.exists():
+                found.append(f"{where}.path: model file {path} does not exist")
     return found

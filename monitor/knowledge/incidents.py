@@ -74,8 +74,12 @@ def score(a: Mapping[str, Sequence[str]], b: Mapping[str, Sequence[str]]) -> flo
     """Similarity of two signatures in [0, 1]; below ``THRESHOLD`` when their environment changes share nothing.
 
     Another upgrade is another problem, however alike the rest looks: when either side changed
-    environment fields and the two share none, the score is capped under the threshold.
+    environment fields and the two share none, the score is capped under the threshold. A signature
+    with no failing output and no reason (an incident noted on a passing run) is no failure at all
+    and scores 0 against anything: its empty parts would otherwise "agree" with every failure's.
     """
+    if not _failed(a) or not _failed(b):
+        return 0.0
     total = 0.0
     envs = set(a.get("env_fields") or ()), set(b.get("env_fields") or ())
     for part, weight in _WEIGHTS.items():
@@ -89,6 +93,10 @@ def score(a: Mapping[str, Sequence[str]], b: Mapping[str, Sequence[str]]) -> flo
     if (envs[0] or envs[1]) and not envs[0] & envs[1]:
         total = min(total, THRESHOLD - 0.1)
     return round(total, 3)
+
+
+def _failed(part: Mapping[str, Sequence[str]]) -> bool:
+    return bool(part.get("outputs") or part.get("reasons"))
 
 
 def similar(

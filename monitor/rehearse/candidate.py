@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +18,10 @@ from monitor import __version__
 from monitor.errors import MonitorError
 
 PROBE_TIMEOUT_S = 120.0
+# ``monitor.cli`` too: the replay runs the candidate's command line, which needs onnxmon's own dependencies
+# there (typer, pydantic, ...), not only the two packages; a half-installed candidate is exit 3, not a no-go.
 _PROBE = (
-    "import json, sys, monitor, onnxruntime\n"
+    "import json, sys, monitor, monitor.cli, onnxruntime\n"
     "print(json.dumps({'python': sys.version.split()[0], 'onnxmon': monitor.__version__,"
     " 'onnxruntime': onnxruntime.__version__, 'providers': onnxruntime.get_available_providers()}))"
 )
@@ -61,16 +64,21 @@ def probe(python: str | Path, env: dict[str, str] | None = None) -> Candidate:
     if not path.is_file() or not os.access(path, os.X_OK):
         raise CandidateUnusable(f"--python {python}: not an executable file")
     try:
-        done = subprocess.run(
-            [str(path), "-c", _PROBE], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=env, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        done = _ask([str(path), "-c", _PROBE], env)
+    except subprocess.TimeoutExpired:
+        raise CandidateUnusable(f"--python {python}: no answer to the probe within {PROBE_TIMEOUT_S:g} s") from None
+    except OSError as exc:
         raise CandidateUnusable(f"--python {python}: cannot run it: {type(exc).__name__}: {exc}") from None
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
-        raise CandidateUnusable(f"--python {python}: cannot import onnxmon and onnxruntime there ({last})")
+        raise CandidateUnusable(
+            f"--python {python}: cannot import onnxmon (with its command line) and onnxruntime there ({last})"
+        )
     try:
         found = json.loads(done.stdout.strip().splitlines()[-1])
+        keys = ("python", "onnxmon", "onnxruntime", "providers")
+        if not isinstance(found, dict) or not all(k in found for k in keys) or not isinstance(found["providers"], list):
+            raise ValueError(f"not an object with {list(keys)}")
     except (ValueError, IndexError):
         raise CandidateUnusable(f"--python {python}: unexpected answer to the probe: {done.stdout[:200]!r}") from None
     if found["onnxmon"] != __version__:
@@ -85,3 +93,24 @@ def probe(python: str | Path, env: dict[str, str] | None = None) -> Candidate:
         onnxruntime_version=str(found["onnxruntime"]),
         providers=tuple(str(p) for p in found["providers"]),
     )
+
+
+def _ask(command: list[str], env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
+    """Run the probe in its own session; past ``PROBE_TIMEOUT_S`` the whole session is killed (a hung
+    wrapper script's children too, not only the script) and ``TimeoutExpired`` raised."""
+    with subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",  # an interpreter that prints bytes not UTF-8 is answered in one line, as any garbage
+        env=env,
+        start_new_session=True,
+    ) as process:
+        try:
+            out, err = process.communicate(timeout=PROBE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise
+    return subprocess.CompletedProcess(command, process.returncode, out, err)

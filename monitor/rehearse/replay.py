@@ -31,7 +31,7 @@ def replay(candidate: Candidate, plan: CheckPlan, config_file: str, *, diagnose_
     command = candidate.command("check", plan.name, "--no-store", "-o", "json", "-c", config_file)
     started = time.time()
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=limit, check=False)
+        done = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=limit, check=False)
     except subprocess.TimeoutExpired:
         return error_result(
             plan.name, "timeout", f"the candidate's check took over {limit:g} s; killed", started, time.time()

@@ -41,6 +41,7 @@ class ModelVerdict:
             "error_ratio": _finite(max((o.error_ratio for o in result.outputs if o.is_measured), default=None)),
             "decisions": _decisions(result),
             "likely_cause": None if self.go else likely_cause(result),
+            "why": None if self.go else why(result),
             "environment_changes": [c.to_dict() for c in self.changes()],
             "run_id": self.run_id,
         }
@@ -110,6 +111,8 @@ class Report:
             cause = data["likely_cause"]
             if cause:
                 lines.append(f"         likely cause: {cause['cause']} {cause['confidence']:.0%}; fix: {cause['fix']}")
+            elif data["why"]:  # an error, or a fail the candidate did not diagnose: what it said, not only a code
+                lines.append(f"         why: {data['why']}")
         verdict_line = "GO: every model matches production" if self.go else "NO-GO: see the models marked NO-GO"
         return "\n".join([*lines, "", verdict_line])
 
@@ -126,6 +129,12 @@ def likely_cause(result: CheckResult) -> dict[str, Any] | None:
         "confidence": float(first.get("confidence") or 0.0),
         "fix": str(first.get("fix") or ""),
     }
+
+
+def why(result: CheckResult) -> str | None:
+    """A no-go's first reason in words (``crash: the candidate's check exited 1 ...``), for the reader of the report."""
+    first = next(iter(result.all_reasons()), None)
+    return None if first is None else str(first)[:500]
 
 
 def _decisions(result: CheckResult) -> dict[str, Any]:

@@ -26,6 +26,11 @@ def make_engine(url: str, *, echo: bool = False, write_timeout_s: float = 10.0) 
     own error at its boundary, so callers (``onnxmon check`` spooling, other commands' one line) need
     no driver class names.
     """
+    if url.split("://", 1)[0].split("+", 1)[0] == "postgres":  # as Heroku and many tools print it
+        raise ConfigError(
+            f"store.url {mask_url(url)}: SQLAlchemy names PostgreSQL 'postgresql', not 'postgres': write the URL"
+            f" as postgresql+psycopg://… and install {_POSTGRES_EXTRA}"
+        )
     # A database that accepts connections but never answers must not hang a write forever.
     postgres = url.startswith("postgresql")
     connect_args: dict[str, Any] = {"connect_timeout": 10} if postgres else {"timeout": write_timeout_s}
@@ -34,9 +39,14 @@ def make_engine(url: str, *, echo: bool = False, write_timeout_s: float = 10.0) 
             url, echo=echo, json_serializer=convert.json_dumps, pool_pre_ping=True, connect_args=connect_args
         )
     except ModuleNotFoundError as exc:  # the URL's driver is not installed: say which extra brings it
-        extra = "install onnxmon's 'postgres' extra (psycopg 3): pip install -e '.[postgres]' from a clone"
+        extra = f"install {_POSTGRES_EXTRA}"
         if url.startswith("postgresql") and exc.name != "psycopg":  # another driver (psycopg2, pg8000, ...)
             extra = f"write the URL as postgresql+psycopg://… and {extra}"
+        elif not postgres:  # another database: its driver is not onnxmon's to name
+            extra = (
+                "onnxmon keeps its history in SQLite (sqlite:///FILE) or in PostgreSQL: postgresql+psycopg://…"
+                f" and install {_POSTGRES_EXTRA}"
+            )
         raise ConfigError(
             f"store.url {mask_url(url)}: its database driver is not installed (no module named {exc.name!r}); {extra}"
         ) from None
@@ -45,6 +55,9 @@ def make_engine(url: str, *, echo: bool = False, write_timeout_s: float = 10.0) 
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
+
+
+_POSTGRES_EXTRA = "onnxmon's 'postgres' extra, psycopg 3: pip install -e '.[postgres]' from a clone"
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
