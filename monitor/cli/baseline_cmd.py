@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -54,7 +53,7 @@ def register(app: typer.Typer) -> None:
         options = {
             "reference": reference,
             "promote": promote,
-            "promoted_by": login(),
+            "promoted_by": common.login(),
             "intermediate_samples": samples if intermediates else 0,
             "note": note,
         }
@@ -101,7 +100,7 @@ def register(app: typer.Typer) -> None:
             kind=kind,  # type: ignore[arg-type]
             intermediates=list(intermediates or []),
             promote=promote,
-            promoted_by=login(),
+            promoted_by=common.login(),
             note=note,
         )
         _record_or_undo(settings, baseline, before)
@@ -253,15 +252,7 @@ def _record_or_undo(
 
 def promoter() -> str:
     """Who promotes from this shell: the login name (``$USER``), as the store and history show it."""
-    return f"{login()} (cli)" if login() else "cli"
-
-
-def login() -> str:
-    """The login name of this shell (``$USER``); empty where there is none (a container's bare uid)."""
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no passwd entry for this uid and no $USER
-        return ""
+    return f"{common.login()} (cli)" if common.login() else "cli"
 
 
 class _Quiet:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -177,3 +178,11 @@ class PlainTable(Table):
                 longest = min(max(len(word) for word in cell.plain.split()), WHOLE_WORD)
                 column.min_width = max(column.min_width or 0, longest)
         super().add_row(*cells, style=style, end_section=end_section)
+
+
+def login() -> str:
+    """The login name of this shell (``$USER``); empty where there is none (a container's bare uid)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry for this uid and no $USER
+        return ""

@@ -8,8 +8,6 @@ fixed by cudnn_conv_algo_search=DEFAULT") by ``check``, ``diagnose``, the API an
 
 from __future__ import annotations
 
-import getpass
-
 import typer
 
 from monitor.cli import common, output, terminal
@@ -43,7 +41,13 @@ def register(app: typer.Typer) -> None:
             if signature is None:
                 raise MonitorError(f"no run {run_id} in the history")
             record = incidents.record_incident(
-                store, run_id, cause=cause, text=text, fix=fix, by=by or _login(), signature=signature
+                store,
+                run_id,
+                cause=cause,
+                text=text,
+                fix=fix,
+                by=by or common.login() or "unknown",
+                signature=signature,
             )
         out.emit(
             record.to_dict, lambda wide: f"incident {record.id} noted on run {run_id} of {record.model}: {record.cause}"
@@ -105,10 +109,3 @@ def register(app: typer.Typer) -> None:
             ]
 
         out.emit(lambda: data, text)
-
-
-def _login() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:
-        return "unknown"
