@@ -214,3 +214,61 @@ def test_a_steady_state_check_stats_each_kept_file_once(plan: CheckPlan) -> None
     assert any(p.startswith(str(plan.benchsets_dir)) and p.endswith(".npy") for p in counting.calls)
     assert max(counting.calls.values()) == 1, {p: n for p, n in counting.calls.items() if n > 1}
     assert numbers(steady) == numbers(run_check(plan))
+
+
+def test_a_kept_sample_is_not_reused_after_baseline_json_changes_what_its_files_must_hash_to(plan: CheckPlan) -> None:
+    """A sample's outputs are kept as one bundle; a new ``baseline.json`` (a new owner) builds it again.
+
+    The output files themselves are untouched, so only the owner rule can see the change: a bundle
+    answered on the files' stamps alone would pass a check whose baseline no longer vouches for them.
+    """
+    import json
+
+    kept = KeptModels()
+    run_check(plan, models=kept), run_check(plan, models=kept)
+    meta_path = next((plan.baselines_dir / plan.model.name).rglob("baseline.json"))
+    meta = json.loads(meta_path.read_text())
+    output = sorted(name for name in meta["files"] if name.startswith("outputs/"))[0]
+    meta["files"][output] = "0" * 64
+    meta_path.write_text(json.dumps(meta))
+    result = run_check(plan, models=kept)
+    assert result.verdict is Verdict.ERROR and result.reasons[0].code == "baseline_error", result.reasons
+    assert "sha256" in result.reasons[0].detail
+
+
+def test_a_sample_bundle_is_answered_while_its_files_and_owner_are_unchanged() -> None:
+    """``KeptFiles.bundle``: one build per owner and stamps; a moved stamp or a new owner builds again."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "a.npy"
+        np.save(path, np.arange(4, dtype=np.float32))
+        from monitor.files import tensors
+
+        sha = tensors.sha256_file(path)
+        files, builds = KeptFiles(), []
+        owner = object()
+
+        def build() -> dict[str, np.ndarray]:
+            builds.append(1)
+            return {"a": files.load_npy(path, expect_sha256=sha)}
+
+        for _ in range(3):
+            files.begin_check()
+            got = files.bundle(("k",), owner, build)
+            assert np.array_equal(got["a"], np.arange(4)) and len(builds) == 1
+        got["b"] = got["a"]  # the caller's dict is its own
+        files.begin_check()
+        assert set(files.bundle(("k",), owner, build)) == {"a"} and len(builds) == 1
+        files.begin_check()
+        files.bundle(("k",), object(), build)
+        assert len(builds) == 2, "another owner: built again"
+        os.utime(path, ns=(1, 1))
+        files.begin_check()
+        files.bundle(("k",), owner, build)
+        assert len(builds) == 3, "a moved stamp: built again"
+        unverified = KeptFiles()
+        for _ in range(2):
+            unverified.begin_check()
+            unverified.bundle(("k",), owner, lambda: {"a": unverified.load_npy(path)})
+        assert unverified.read == 1, "an array that is not kept (no checksum) is read at every check"

@@ -22,7 +22,7 @@ from monitor.check import run_check
 from monitor.config.plan import CheckPlan, plan_for
 from monitor.files.stamped import KeptFiles
 from monitor.results import Verdict
-from monitor.runtime import envsnap
+from monitor.runtime import cpu, envsnap
 from monitor.runtime.envwarm import WarmProbes
 from monitor.runtime.gpu import cuda_entries
 from monitor.runtime.kept import KeptModels
@@ -137,6 +137,26 @@ def test_warm_cpu_probe_keeps_the_cpu_model_and_reads_the_quota_at_every_check(t
     assert second["cpu.quota_cores"] == (0.5, True) and second["cpu.model"] == ("First CPU", True)
     probes.begin(), probes.begin()  # the 4th capture: everything probed again
     assert probes.cpu(proc, sys_root)["cpu.model"] == ("Other CPU", True)
+
+
+def test_warm_cpu_probe_finds_the_cgroup_limit_file_once_per_refresh_and_reads_it_every_check(tmp_path: Path) -> None:
+    proc = proc_tree(tmp_path / "proc", [])
+    (proc / "self" / "cgroup").write_text("0::/pod-a\n")
+    cgroup = tmp_path / "sys" / "fs" / "cgroup"
+    (cgroup / "pod-a").mkdir(parents=True)
+    (cgroup / "pod-b").mkdir()
+    (cgroup / "pod-a" / "cpu.max").write_text("100000 100000\n")
+    (cgroup / "pod-b" / "cpu.max").write_text("300000 100000\n")
+    probes = WarmProbes(refresh_every=3)
+    probes.begin()
+    assert probes.cpu(proc, tmp_path / "sys")["cpu.quota_cores"] == (1.0, True)
+    (proc / "self" / "cgroup").write_text("0::/pod-b\n")  # the process moved to another cgroup
+    (cgroup / "pod-a" / "cpu.max").write_text("max 100000\n")  # and the old one was resized
+    probes.begin()
+    assert probes.cpu(proc, tmp_path / "sys")["cpu.quota_cores"] == (None, True), "the kept file, read afresh"
+    probes.begin(), probes.begin()  # the refresh: where the limit lives is found again
+    assert probes.cpu(proc, tmp_path / "sys")["cpu.quota_cores"] == (3.0, True)
+    assert cpu.cpu_quota_cores(proc, tmp_path / "sys") == 3.0, "what a fresh probe reads"
 
 
 def test_a_warm_snapshot_has_the_fields_and_fingerprint_of_a_fresh_one() -> None:

@@ -62,6 +62,10 @@ class Baseline:
 
     def sample_outputs(self, index: int, *, files: TensorFiles = FRESH) -> dict[str, np.ndarray]:
         """The expected outputs of sample ``index``, verified (``files``: read afresh, or kept while unchanged)."""
+        build = functools.partial(self._sample_outputs, index, files)
+        return files.bundle(("outputs", str(self.directory), index), self, build)
+
+    def _sample_outputs(self, index: int, files: TensorFiles) -> dict[str, np.ndarray]:
         result = {}
         for name, spec in self.meta.outputs.items():
             rel = output_file(index, int(spec["index"]))

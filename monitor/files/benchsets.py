@@ -124,6 +124,10 @@ class Benchset:
         """
         if not 0 <= index < len(self.samples):
             raise BenchsetError(f"benchset {self.name!r} v{self.version} has samples 0..{len(self) - 1}, not {index}")
+        build = functools.partial(self._load_sample, index, verify, files)
+        return files.bundle(("sample", str(self.directory), index, verify), self, build)
+
+    def _load_sample(self, index: int, verify: bool, files: TensorFiles) -> dict[str, np.ndarray[Any, Any]]:
         sample = {}
         for entry in self.samples[index]:
             what = f"benchset {self.name!r} v{self.version}"

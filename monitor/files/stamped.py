@@ -18,7 +18,13 @@ the model file (``runtime/kept.py``) and for every tensor file:
   during a check is seen at the next one); a file read afresh is stat'ed again after the read, so
   what changed while it was read is never kept;
 - decoded arrays are kept only within ``budget_bytes`` (the rest is read and verified every check,
-  as in a fresh check), so the worker's memory stays bounded; kept arrays are read-only.
+  as in a fresh check), so the worker's memory stays bounded; kept arrays are read-only;
+- a *bundle* (one sample's inputs, one sample's baseline outputs: ``KeptFiles.bundle``) is what
+  one call built from several kept values; it is answered again while its owner (the kept
+  manifest or ``baseline.json`` it was built from, by identity) is the same and every file the
+  build consulted still shows the stamp it had, so a steady-state check pays one dict lookup and
+  one stamp comparison per file instead of a resolve and a load per file. A build that read
+  anything it could not keep (over budget, unverified, changed while read) is not kept.
 
 ``FreshFiles`` is a fresh check's reader: no memory between calls, every read verified.
 """
@@ -82,6 +88,14 @@ class TensorFiles(Protocol):
         """
         ...
 
+    def bundle(self, key: tuple[Any, ...], owner: object, build: Callable[[], dict[str, T]]) -> dict[str, T]:
+        """``build()`` (which reads through this object), or a copy of its kept answer.
+
+        Kept while ``owner`` (what the build's expectations came from) is the same object and every
+        file the build consulted is unchanged.
+        """
+        ...
+
 
 class FreshFiles:
     """Every call reads, resolves and verifies: what a fresh check does."""
@@ -101,12 +115,22 @@ class FreshFiles:
     def parsed(self, path: Path, parse: Callable[[], T], *, kind: str = "parsed") -> T:
         return parse()
 
+    def bundle(self, key: tuple[Any, ...], owner: object, build: Callable[[], dict[str, T]]) -> dict[str, T]:
+        return build()
+
 
 @dataclass
 class _Entry:
     stamp: Stamp
     value: Any
     size: int = 0
+
+
+@dataclass
+class _Bundle:
+    owner: object  # held, so that identity can never be a reused id
+    consulted: tuple[tuple[str, Stamp], ...]  # every file the build stat'ed, with the stamp it saw
+    value: dict[str, Any]
 
 
 class KeptFiles:
@@ -126,6 +150,9 @@ class KeptFiles:
         self.kept_bytes = 0
         self._entries: dict[tuple[Any, ...], _Entry] = {}
         self._seen: dict[str, Stamp | None] = {}  # this check's stamps, one os.stat per file per check
+        self._bundles: dict[tuple[Any, ...], _Bundle] = {}
+        self._consulted: list[tuple[str, Stamp | None]] | None = None  # while a bundle is built
+        self._unkept = False  # the bundle being built read something that was not kept
         self.read = 0  # files read (not answered from memory) since the check began: for the check's note
 
     def begin_check(self) -> None:
@@ -140,10 +167,12 @@ class KeptFiles:
         """``path``'s stamp as this check first saw it (one ``os.stat`` per file per check)."""
         key = str(path)
         try:
-            return self._seen[key]
+            seen = self._seen[key]
         except KeyError:
             seen = self._seen[key] = stamp([key], self._stat)
-            return seen
+        if self._consulted is not None:
+            self._consulted.append((key, seen))
+        return seen
 
     @property
     def full_check(self) -> bool:
@@ -152,7 +181,24 @@ class KeptFiles:
 
     def clear(self) -> None:
         self._entries.clear()
+        self._bundles.clear()
         self.kept_bytes = 0
+
+    def bundle(self, key: tuple[Any, ...], owner: object, build: Callable[[], dict[str, T]]) -> dict[str, T]:
+        hit = self._bundles.get(key)
+        if hit is not None and hit.owner is owner and all(self.now(path) == was for path, was in hit.consulted):
+            return dict(hit.value)
+        self._bundles.pop(key, None)  # a stale bundle must not pin the arrays it held
+        outer, self._consulted, self._unkept = self._consulted, [], False
+        try:
+            value = build()
+            consulted = self._consulted
+        finally:
+            self._consulted = outer
+        if not self._unkept and all(was is not None for _, was in consulted):
+            kept = tuple(dict.fromkeys((path, was) for path, was in consulted if was is not None))
+            self._bundles[key] = _Bundle(owner, kept, dict(value))
+        return value
 
     def resolve(self, root: Path, relative: str, resolver: Callable[[], Path]) -> Path:
         # The stamp of root/relative, links followed: a file or directory swapped for a link elsewhere
@@ -185,6 +231,8 @@ class KeptFiles:
             array.flags.writeable = False
             self._entries[key] = _Entry(before, array, array.nbytes)
             self.kept_bytes += array.nbytes
+        else:
+            self._unkept = True  # read again at every check: no bundle may stand in for it
         return array
 
     def parsed(self, path: Path, parse: Callable[[], T], *, kind: str = "parsed") -> T:

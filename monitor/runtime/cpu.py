@@ -54,8 +54,21 @@ def cpuinfo_entries(cpuinfo_text: str) -> Entries:
     return {"cpu.model": (model, True), "cpu.flags": ([f for f in wanted if f in present], True)}
 
 
+QuotaFiles = tuple[Path, ...]  # cgroup v2: (cpu.max,); v1: (cpu.cfs_quota_us, cpu.cfs_period_us); (): none
+
+
 def cpu_quota_cores(proc_root: Path, sys_root: Path) -> float | None:
     """The cgroup CPU limit in cores (v2 ``cpu.max``, else v1 CFS quota); ``None`` when unlimited or unknown."""
+    return quota_from(quota_files(proc_root, sys_root))
+
+
+def quota_files(proc_root: Path, sys_root: Path) -> QuotaFiles:
+    """Which files hold this process's CPU limit: found through ``/proc/self/cgroup`` and two probes.
+
+    Split from reading them so that a warm worker finds them once (``envwarm.WarmProbes``) and reads
+    only the limit itself at each check: the limit can be resized in place, the cgroup of a running
+    pod does not move.
+    """
     cgroup = sys_root / "fs" / "cgroup"
     own = ""
     try:
@@ -66,14 +79,31 @@ def cpu_quota_cores(proc_root: Path, sys_root: Path) -> float | None:
         pass
     for cpu_max in (cgroup / own / "cpu.max", cgroup / "cpu.max"):
         if cpu_max.is_file():
-            quota, _, period = cpu_max.read_text().strip().partition(" ")
-            return None if quota == "max" else round(int(quota) / int(period or 100000), 3)
+            return (cpu_max,)
     for v1 in (cgroup / "cpu", cgroup / "cpu,cpuacct"):
         if (v1 / "cpu.cfs_quota_us").is_file():
-            quota_us = int((v1 / "cpu.cfs_quota_us").read_text())
-            period_us = int((v1 / "cpu.cfs_period_us").read_text())
-            return None if quota_us < 0 else round(quota_us / period_us, 3)
+            return (v1 / "cpu.cfs_quota_us", v1 / "cpu.cfs_period_us")
+    return ()
+
+
+def quota_from(files: QuotaFiles) -> float | None:
+    """The limit in cores that ``files`` (``quota_files``) hold now; ``None`` when unlimited or none."""
+    if len(files) == 1:
+        quota, _, period = _read_small(files[0]).strip().partition(" ")
+        return None if quota == "max" else round(int(quota) / int(period or 100000), 3)
+    if len(files) == 2:
+        quota_us, period_us = int(_read_small(files[0])), int(_read_small(files[1]))
+        return None if quota_us < 0 else round(quota_us / period_us, 3)
     return None
+
+
+def _read_small(path: Path) -> str:
+    """A cgroup control file's text: one ``open`` and one ``read`` (a third of ``Path.read_text``'s cost)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 4096).decode("ascii", errors="replace")
+    finally:
+        os.close(fd)
 
 
 def cpu_entries(proc_root: Path, sys_root: Path) -> Entries:
@@ -90,14 +120,15 @@ def cpu_fixed_entries(proc_root: Path) -> Entries:
     return entries
 
 
-def cpu_limit_entries(proc_root: Path, sys_root: Path) -> Entries:
+def cpu_limit_entries(proc_root: Path, sys_root: Path, files: QuotaFiles | None = None) -> Entries:
     """What can change under a running process: the usable cores (affinity) and the cgroup quota
-    (an in-place resize of the pod's CPU limit)."""
+    (an in-place resize of the pod's CPU limit), read from ``files`` when the caller found them."""
     entries: Entries = {}
     if hasattr(os, "sched_getaffinity"):
         entries["cpu.usable_cores"] = (len(os.sched_getaffinity(0)), True)
     try:
-        entries["cpu.quota_cores"] = (cpu_quota_cores(proc_root, sys_root), True)
+        found = quota_files(proc_root, sys_root) if files is None else files
+        entries["cpu.quota_cores"] = (quota_from(found), True)
     except Exception as exc:
         entries["cpu.quota_error"] = (describe(exc), False)
     return entries

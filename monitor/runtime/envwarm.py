@@ -39,7 +39,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from monitor.files.stamped import Stamp, stamp
-from monitor.runtime.cpu import cpu_fixed_entries, cpu_limit_entries
+from monitor.runtime.cpu import QuotaFiles, cpu_fixed_entries, cpu_limit_entries, quota_files
 from monitor.runtime.gpu import Entries, NvmlLike, default_nvml, library_entries, mapped_libraries, nvml_entries
 
 
@@ -50,6 +50,7 @@ class WarmProbes:
         self.refresh_every = max(1, refresh_every)
         self.captures = 0
         self._cpu_fixed: Entries | None = None
+        self._quota_files: QuotaFiles | None = None
         self._cuda: tuple[tuple[bool, Stamp | None, tuple[tuple[str, str], ...]], Entries] | None = None
         self._nvml_api: NvmlLike | None = None
         self._nvml_unavailable: Entries | None = None
@@ -58,13 +59,16 @@ class WarmProbes:
         """A capture starts: at the first and every ``refresh_every``-th, forget everything kept."""
         if self.captures % self.refresh_every == 0:
             self._cpu_fixed, self._cuda, self._nvml_api, self._nvml_unavailable = None, None, None, None
+            self._quota_files = None
         self.captures += 1
 
     def cpu(self, proc_root: Path, sys_root: Path) -> Entries:
-        """``cpu.cpu_entries``: the fixed part kept, the limits read."""
+        """``cpu.cpu_entries``: the fixed part and where the cgroup limit lives kept, the limits read."""
         if self._cpu_fixed is None:
             self._cpu_fixed = cpu_fixed_entries(proc_root)
-        return {**self._cpu_fixed, **cpu_limit_entries(proc_root, sys_root)}
+        if self._quota_files is None:
+            self._quota_files = quota_files(proc_root, sys_root)
+        return {**self._cpu_fixed, **cpu_limit_entries(proc_root, sys_root, self._quota_files)}
 
     def session_built(self) -> None:
         """A session was (re)built in this worker: the next capture reads ``/proc/self/maps`` again."""
