@@ -44,9 +44,15 @@ def _answer(report: LocalizationReport) -> dict[str, Any]:
     return {k: v for k, v in report.to_dict().items() if k not in ("seconds", "runs")}
 
 
-def _against(subject: Path, reference: Path, feeds: dict[str, np.ndarray], mode: Mode) -> LocalizationReport:
+def _against(
+    subject: Path, reference: Path, feeds: dict[str, np.ndarray], mode: Mode, **request: Any
+) -> LocalizationReport:
     return localize(
-        subject, feeds, LocalizeRequest(reference_model=reference, mode=mode), providers=CPU, session=PRODUCTION
+        subject,
+        feeds,
+        LocalizeRequest(reference_model=reference, mode=mode, **request),
+        providers=CPU,
+        session=PRODUCTION,
     )  # type: ignore[arg-type]
 
 
@@ -110,3 +116,30 @@ def test_a_rewritten_external_data_file_is_measured_afresh(
     os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 1_000_000))
     again = _against(subject, split, feeds, "all")
     assert again.runs == fresh.runs and _answer(again) == _answer(fresh)
+
+
+def test_a_fresh_floor_is_measured_only_for_chunks_that_differ_from_the_subject(
+    models: tuple[Path, Path, dict[str, np.ndarray]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Upstream of the perturbed weight both sides agree to the bit: no second reference run there.
+
+    The same localization with the reference's floor measured at every fetch (the old rule) gives
+    the same answer with more runs; the floors it measured where the subject differs are the same.
+    """
+    subject, reference, feeds = models
+    lazy = _against(subject, reference, feeds, "all", chunk_size=16)  # chunks wholly upstream of the change
+    lazy_floors = dict(next(iter(noisefloor._kept.values())))
+    noisefloor.forget()
+    original = noisefloor.KeptNoise.__init__
+
+    def every_fetch(self: noisefloor.KeptNoise, source: Any, key: Any) -> None:
+        original(self, source, key)
+        self.every_fetch = True
+
+    monkeypatch.setattr(noisefloor.KeptNoise, "__init__", every_fetch)
+    every = _against(subject, reference, feeds, "all", chunk_size=16)
+    every_floors = next(iter(noisefloor._kept.values()))
+    assert _answer(lazy) == _answer(every)
+    assert lazy.runs < every.runs, (lazy.runs, every.runs)
+    assert lazy_floors and set(lazy_floors) < set(every_floors), "floors only where the subject differs"
+    assert all(every_floors[name] == value for name, value in lazy_floors.items())

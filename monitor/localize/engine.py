@@ -316,7 +316,7 @@ def capture_intermediates(
             )
             if runner is None:
                 continue
-            source = Repeated(runner)
+            source = Repeated(runner, every_fetch=True)  # two exposed passes must agree to the bit
             wanted = [n for n in names if n in runner.producible]
             captured: dict[str, np.ndarray] = {}
             for start in range(0, len(wanted), chunk_size):

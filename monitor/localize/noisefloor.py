@@ -1,12 +1,13 @@
-"""A running reference's noise floor, measured once per reference and kept while its files are unchanged.
+"""A running reference's noise floor, measured only where it matters, and kept while its files are unchanged.
 
 A reference that runs (``unoptimized``, ``model``: CPU, graph optimizations disabled) used to be
 run twice on every fetch, so that each tensor's spread between the two runs (its noise floor, and
 the evidence of a nondeterministic reference) was known: half of a localization's inference went
-to measuring a floor that is the same every time for the same reference and input. ``KeptNoise``
-measures it as ``Repeated`` does (the same tensors exposed, two runs of one session) the first
-time, keeps each tensor's spread under the reference's *key*, and on a later fetch whose tensors
-all have a kept spread runs the reference once and uses the kept floor.
+to measuring a floor that is the same every time for the same reference and input, and that
+decides nothing for a tensor equal to the subject's to the bit. ``KeptNoise`` measures it as
+``Repeated`` does (a second run of the same exposure, only for a chunk with a tensor that differs
+from the subject), keeps each tensor's spread under the reference's *key*, and on a later fetch
+uses the kept floor instead of running the reference again.
 
 The key is what the floor depends on: the stat stamps (``files/stamped.py``: size, mtime, ctime,
 inode, device) of the reference model file and of its external data files, the input's bytes
@@ -29,7 +30,6 @@ import numpy as np
 
 from monitor.config.settings import ProviderSpec, SessionConfig
 from monitor.files import stamped
-from monitor.localize.rule import spread
 from monitor.localize.search import Repeated, TensorSource
 
 KEPT_REFERENCES = 32
@@ -66,33 +66,34 @@ def forget() -> None:
 
 
 class KeptNoise(Repeated):
-    """A reference source run twice per fetch until its floor is kept, once per fetch afterwards.
+    """A reference source whose floor is measured where it matters and kept for the next localization.
 
-    ``noise`` holds each fetched tensor's spread, measured now or kept from an earlier
-    localization of the same reference on the same input (``key``); ``key=None`` keeps nothing
-    and behaves as ``search.Repeated``.
+    As ``search.Repeated``: one run per fetch, a second run of the same chunk only when a tensor
+    of it differs from the subject and has no floor yet. A floor kept from an earlier
+    localization of the same reference on the same input (``key``) answers without that second
+    run. ``key=None`` keeps nothing and behaves as ``search.Repeated``.
     """
 
     def __init__(self, source: TensorSource, key: Key | None) -> None:
         super().__init__(source)
         self._key = key
-        self.kept_fetches = 0  # fetches answered with a kept floor (one run instead of two)
+        self.kept_fetches = 0  # fetches whose floors all came from an earlier localization
 
     def fetch(self, names: Iterable[str]) -> dict[str, np.ndarray]:
-        wanted = list(names)
+        first = super().fetch(names)
         kept = _kept.get(self._key) if self._key is not None else None
-        first = self._source.fetch(wanted)
-        if kept is not None and all(name in kept for name in first):
+        if kept is not None:
             _kept.move_to_end(self._key)  # type: ignore[arg-type]  # kept is not None only with a key
-            self.noise.update({name: kept[name] for name in first})
-            self.kept_fetches += 1
-            return first
-        second = self._source.fetch(wanted)
-        measured = {name: spread(value, second[name]) for name, value in first.items() if name in second}
-        self.noise.update(measured)
+            self.noise.update({name: kept[name] for name in first if name in kept})
+            if first and all(name in kept for name in first):
+                self.kept_fetches += 1
+        return first
+
+    def _record(self, first: Mapping[str, np.ndarray], second: Mapping[str, np.ndarray]) -> None:
+        before = set(self.noise)
+        super()._record(first, second)
         if self._key is not None:
-            _kept.setdefault(self._key, {}).update(measured)
+            _kept.setdefault(self._key, {}).update({name: self.noise[name] for name in set(self.noise) - before})
             _kept.move_to_end(self._key)
             while len(_kept) > KEPT_REFERENCES:
                 _kept.popitem(last=False)
-        return first

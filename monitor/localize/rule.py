@@ -121,6 +121,20 @@ class Rule:
         return f"the check's tolerance per tensor: |a-b| <= {t.atol:g} + {t.rtol:g}*|b|{extra}"
 
 
+def needs_floor(rule: Rule, actual: np.ndarray, reference: np.ndarray) -> bool:
+    """Whether ``rule.measure`` of this pair could depend on a noise floor: only when the two differ.
+
+    A shape or dtype change, and a bitwise-equal pair, are judged the same whatever the floor (see
+    ``Rule.measure``); the same float cast applies first.
+    """
+    got, want = np.asarray(actual), np.asarray(reference)
+    if rule.cast_floats and got.dtype.kind == "f" and want.dtype.kind == "f" and got.dtype != want.dtype:
+        got, want = got.astype(np.float64), want.astype(np.float64)
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return False
+    return not _bitwise_equal(got, want)
+
+
 def tensor_error(
     actual: np.ndarray, reference: np.ndarray, *, rel_threshold: float, abs_floor: float
 ) -> TensorError | None:

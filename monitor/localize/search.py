@@ -3,8 +3,9 @@
 Both searches measure tensors through two sources with a ``fetch(names)`` method (an
 ``ExposingRunner`` or ``StoredTensors``): the *subject* and the *reference*. Only per-tensor
 statistics are kept; the arrays of a chunk are dropped before the next one, so peak memory
-is bounded by ``chunk_size`` tensors, not by the model. A ``Repeated`` source runs its side twice
-and keeps the per-tensor spread: the noise floor, and the evidence of a nondeterministic side.
+is bounded by ``chunk_size`` tensors, not by the model. A ``Repeated`` source runs a chunk of its
+side a second time when a tensor of it differs from the other side, and keeps the per-tensor
+spread: the noise floor, and the evidence of a nondeterministic side.
 
 Tensors are paired by name; an ORT-generated prefix (``InsertedPrecisionFreeCast_``) is stripped,
 and against a *different* model a QDQ subject's ``T_DequantizeLinear_Output`` is paired with the
@@ -42,7 +43,7 @@ import numpy as np
 from monitor.localize.graph import GraphNode
 from monitor.localize.optimized import GENERATED_PREFIXES, Origin
 from monitor.localize.report import NodeDivergence
-from monitor.localize.rule import Rule, TensorError, spread
+from monitor.localize.rule import Rule, TensorError, needs_floor, spread
 
 CONFIRM_BEFORE = 3
 GROWTH_SAMPLES = 16
@@ -80,13 +81,25 @@ class Budget:
 
 
 class Repeated:
-    """A source fetched twice per call; ``noise`` keeps each tensor's spread between the two runs."""
+    """A source whose run-to-run spread (its noise floor, in ``noise``) is measured where it can matter.
 
-    def __init__(self, source: TensorSource) -> None:
+    ``fetch`` runs the chunk once. The floor of a tensor only decides anything when the tensor
+    differs from the other side (a bitwise-equal tensor is unchanged whatever the floor:
+    ``rule.needs_floor``), so ``Search`` calls ``settle`` with the tensors of that chunk that
+    differ, and only then is the same chunk run a second time (the same exposure, so the same
+    graph) and every tensor's spread recorded. Upstream of a change, where both sides agree to
+    the bit, the second run is never paid. ``noise`` therefore holds the floors of the chunks
+    that needed one; a tensor missing from it never needed one. ``every_fetch`` runs every chunk
+    twice at once instead (a capture, which must know that two exposed passes agree).
+    """
+
+    def __init__(self, source: TensorSource, *, every_fetch: bool = False) -> None:
         self._source = source
         self.producible = source.producible
         self.skipped = source.skipped
         self.noise: dict[str, float] = {}
+        self.every_fetch = every_fetch  # a capture's faithfulness check: every chunk run twice, at once
+        self._last: tuple[list[str], dict[str, np.ndarray]] | None = None  # the fetch to settle
 
     @property
     def runs(self) -> int:
@@ -99,11 +112,33 @@ class Repeated:
     def fetch(self, names: Iterable[str]) -> dict[str, np.ndarray]:
         wanted = list(names)
         first = self._source.fetch(wanted)
-        second = self._source.fetch(wanted)
+        if self.every_fetch:
+            self._record(first, self._source.fetch(wanted))
+        else:
+            self._last = (wanted, first)
+        return first
+
+    def settle(self, differing: Iterable[str]) -> None:
+        """Measure the last fetch's floors when a tensor in ``differing`` (it differs from the other
+        side) has none yet; then forget that fetch (its arrays are not kept past its chunk)."""
+        last, self._last = self._last, None
+        if last is None:
+            return
+        wanted, first = last
+        if any(name in first and name not in self.noise for name in differing):
+            self._record(first, self._source.fetch(wanted))
+
+    def _record(self, first: Mapping[str, np.ndarray], second: Mapping[str, np.ndarray]) -> None:
         for name, value in first.items():
             if name in second:
                 self.noise[name] = spread(value, second[name])
-        return first
+
+
+def settle(source: TensorSource, differing: Iterable[str]) -> None:
+    """``source.settle(differing)`` for a source that measures floors (``Repeated``); else nothing."""
+    settle_floor = getattr(source, "settle", None)
+    if settle_floor is not None:
+        settle_floor(list(differing))
 
 
 @dataclass
@@ -178,6 +213,11 @@ class Search:
             if probing and self._first_out is not None:
                 chunk = [name for name in chunk if self._position(name) <= self._first_out]
             want = self.reference.fetch(self.alias[name] for name in chunk)
+            pairs = [(name, got.get(name), want.get(self.alias[name])) for name in chunk]
+            differing = [n for n, a, b in pairs if a is not None and b is not None and needs_floor(self.rule, a, b)]
+            del pairs
+            settle(self.subject, differing)  # a side that measures its floor runs again only for these
+            settle(self.reference, (self.alias[name] for name in differing))
             for name in chunk:
                 if probing and self._first_out is not None and self._position(name) > self._first_out:
                     break
