@@ -12,8 +12,10 @@ ONNX Runtime, Python, OS      ~2 us each  once per worker (``envsnap.PROCESS_CON
                                           ``capture(kept=...)``): an upgrade is a restart
 ``/proc/cpuinfo`` (model,     ~120 us     once per worker: a process does not move to
 ISA flags), arch, cores                   another CPU model
-affinity, cgroup CPU quota    ~150 us     every check: a pod's CPU limit can be resized in
-                                          place, and the quota sets thread counts
+affinity, cgroup CPU quota    ~20 us      every check: a pod's CPU limit can be resized in
+                                          place, and the quota sets thread counts; where the
+                                          limit lives (``/proc/self/cgroup`` and the probes for
+                                          v2/v1 files, ~170 us) once per refresh
 env vars, host, load          ~50 us      every check (cheap; the process may set its own)
 CUDA libraries mapped         ~1.1 ms     ``/proc/self/maps`` read (scanned only for CUDA-family
 (``/proc/self/maps``,                     lines) and versions probed at the first check after
