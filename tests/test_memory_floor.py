@@ -117,3 +117,45 @@ def test_a_child_aborted_in_native_code_under_a_tight_cap_names_the_cap() -> Non
     assert "own footprint" not in roomy.detail and "memory_limit_mb" in roomy.detail, roomy.detail
     bare = isolate.run(isolate_targets.abort, timeout_s=60)
     assert bare.detail == "child killed by SIGABRT", bare.detail
+
+
+SESSION_UNDER_A_CAP = textwrap.dedent(
+    """
+    import resource, sys
+    from pathlib import Path
+    from monitor.config.settings import ProviderSpec
+    from monitor.errors import ModelError
+    from monitor.runtime import footprint
+    from monitor.runtime.session import Session
+
+    footprint.note()
+    cap = footprint.address_space() + int(sys.argv[2]) * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    try:
+        Session(Path(sys.argv[1]), [ProviderSpec(name="CPUExecutionProvider")])
+        print("built")
+    except ModelError as exc:
+        print(exc)
+    """
+)
+
+
+@pytest.mark.parametrize("margin_mb", [1, 4])
+def test_a_session_refused_memory_under_the_cap_names_the_cap_and_the_footprint(tmp_path: Path, margin_mb: int) -> None:
+    """ONNX Runtime refusing memory while it builds the session (its thread pool's stacks, or
+    ``std::bad_alloc``) is a ``ModelError``, not a ``MemoryError``: it says what the cap has to do
+    with it too. Which of the two a tight cap meets first depends on what the process mapped
+    before, so the daemon-level test above could see either; this one meets the session's."""
+    from tests import modelzoo
+
+    model = modelzoo.save(modelzoo.deep_mlp(layers=4), tmp_path / "m.onnx")
+    done = subprocess.run(
+        [sys.executable, "-c", SESSION_UNDER_A_CAP, str(model), str(margin_mb)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    line = done.stdout.strip().splitlines()[-1]
+    assert "cannot be loaded by ONNX Runtime" in line, (line, done.stderr[-2000:])
+    assert "below the check process's own footprint" in line and "memory_limit_mb" in line, line

@@ -38,11 +38,16 @@ def out_of_address_space(exc: BaseException) -> bool:
 
     Not only ``MemoryError``: a thread's stack is an mmap too, so under a tight cap ``Thread.start``
     raises ``RuntimeError: can't start new thread`` before any array is allocated (seen in CI, where
-    the check's watchdog thread was the first thing to need memory), and an mmap of a file is ``ENOMEM``.
+    the check's watchdog thread was the first thing to need memory), an mmap of a file is ``ENOMEM``,
+    and ONNX Runtime building a session raises its own exception saying ``std::bad_alloc`` or that
+    ``pthread_create failed`` with ``Cannot allocate memory`` (its thread pool's stacks).
     """
     if isinstance(exc, MemoryError):
         return True
     if isinstance(exc, RuntimeError) and "can't start new thread" in str(exc):
+        return True
+    text = str(exc)  # ONNX Runtime's C++ refused an allocation or a thread: its own exception types say so
+    if "std::bad_alloc" in text or ("pthread_create failed" in text and "Cannot allocate memory" in text):
         return True
     return isinstance(exc, OSError) and exc.errno == errno.ENOMEM
 

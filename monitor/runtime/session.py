@@ -30,7 +30,7 @@ import onnxruntime as ort
 from monitor.config.settings import ProviderSpec, SessionConfig
 from monitor.errors import ModelError
 from monitor.files.signature import InputSpec, check_inputs_fit
-from monitor.runtime import nontensor
+from monitor.runtime import footprint, nontensor
 from monitor.runtime.watchdog import Deadline
 
 __all__ = ["Deadline", "RunTimeout", "Session", "SessionInfo", "TensorSpec", "provider_arguments", "session_options"]
@@ -166,7 +166,7 @@ class Session:
                     str(self.model_path), sess_options=options, providers=names, provider_options=provider_options
                 )
         except Exception as exc:  # ORT raises several pybind types (InvalidProtobuf, Fail, ...)
-            reason = _first_line(exc)
+            reason = _first_line(exc) + footprint.cap_note(exc)  # a session refused memory under the cap says so
             raise ModelError(f"model file {self.model_path} cannot be loaded by ONNX Runtime: {reason}") from None
         load_seconds = time.perf_counter() - started
         effective = tuple(self._session.get_providers())
