@@ -189,13 +189,13 @@ class KeptFiles:
         if hit is not None and hit.owner is owner and all(self.now(path) == was for path, was in hit.consulted):
             return dict(hit.value)
         self._bundles.pop(key, None)  # a stale bundle must not pin the arrays it held
-        outer, self._consulted, self._unkept = self._consulted, [], False
+        self._consulted, self._unkept = [], False  # builds do not nest: each reads plain files
         try:
             value = build()
-            consulted = self._consulted
+            consulted, unkept = self._consulted, self._unkept
         finally:
-            self._consulted = outer
-        if not self._unkept and all(was is not None for _, was in consulted):
+            self._consulted = None
+        if not unkept and all(was is not None for _, was in consulted):
             kept = tuple(dict.fromkeys((path, was) for path, was in consulted if was is not None))
             self._bundles[key] = _Bundle(owner, kept, dict(value))
         return value

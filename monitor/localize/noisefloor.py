@@ -77,7 +77,6 @@ class KeptNoise(Repeated):
     def __init__(self, source: TensorSource, key: Key | None) -> None:
         super().__init__(source)
         self._key = key
-        self.kept_fetches = 0  # fetches whose floors all came from an earlier localization
 
     def fetch(self, names: Iterable[str]) -> dict[str, np.ndarray]:
         first = super().fetch(names)
@@ -85,15 +84,12 @@ class KeptNoise(Repeated):
         if kept is not None:
             _kept.move_to_end(self._key)  # type: ignore[arg-type]  # kept is not None only with a key
             self.noise.update({name: kept[name] for name in first if name in kept})
-            if first and all(name in kept for name in first):
-                self.kept_fetches += 1
         return first
 
     def _record(self, first: Mapping[str, np.ndarray], second: Mapping[str, np.ndarray]) -> None:
-        before = set(self.noise)
         super()._record(first, second)
         if self._key is not None:
-            _kept.setdefault(self._key, {}).update({name: self.noise[name] for name in set(self.noise) - before})
+            _kept.setdefault(self._key, {}).update({name: self.noise[name] for name in first if name in second})
             _kept.move_to_end(self._key)
             while len(_kept) > KEPT_REFERENCES:
                 _kept.popitem(last=False)
