@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -515,6 +516,27 @@ def test_inputs_that_do_not_fit_say_exactly_how(change: dict[str, Any], message:
 
 def test_inputs_that_fit_pass_silently() -> None:
     check_inputs_fit(OK, SIGNATURE, where="benchset 'x'")
+
+
+def test_a_session_remembers_only_layouts_that_fit(tmp_path: Path) -> None:
+    """``Session.check_inputs`` skips the full check for a layout (names, dtypes, shapes) that fitted
+    before; one that did not fit is refused every time, with the same message, fitted one or not."""
+    from monitor.config.schema import ProviderSpec
+    from monitor.runtime.session import Session
+
+    modelzoo.save(modelzoo.classifier(), tmp_path / "classifier.onnx")
+    session = Session(tmp_path / "classifier.onnx", [ProviderSpec(name="CPUExecutionProvider")])
+    fits = {"x": np.zeros((2, 16), np.float32)}
+    wrong_shape = {"x": np.zeros((2, 15), np.float32)}
+    wrong_dtype = {"x": np.zeros((2, 16), np.float64).astype(np.int32)}
+    for _ in range(2):
+        session.check_inputs(fits)
+        for bad, message in ((wrong_shape, "has shape (2,15)"), (wrong_dtype, "has dtype int32")):
+            with pytest.raises(ModelError, match=re.escape(message)):
+                session.check_inputs(bad)
+    with pytest.raises(ModelError, match="lacks input"):
+        session.check_inputs({"y": fits["x"]})
+    assert session.run(fits)["prob"].shape == (2, 10)
 
 
 # --- CLI -----------------------------------------------------------------------------------

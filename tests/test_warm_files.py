@@ -272,3 +272,51 @@ def test_a_sample_bundle_is_answered_while_its_files_and_owner_are_unchanged() -
             unverified.begin_check()
             unverified.bundle(("k",), owner, lambda: {"a": unverified.load_npy(path)})
         assert unverified.read == 1, "an array that is not kept (no checksum) is read at every check"
+
+
+def test_a_new_benchset_version_is_seen_by_the_next_warm_check(plan: CheckPlan) -> None:
+    """A set's list of versions is kept on its directory's stamp: a version added is listed at once."""
+    import shutil
+
+    kept = KeptModels()
+    run_check(plan, models=kept), run_check(plan, models=kept)
+    steady = run_check(plan, models=kept)
+    assert "benchset_note" not in steady.details
+    set_dir = plan.benchsets_dir / plan.benchset.name
+    shutil.copytree(set_dir / "v1", set_dir / "v2")
+    manifest = set_dir / "v2" / "manifest.yaml"
+    manifest.write_text(manifest.read_text().replace("version: 1\n", "version: 2\n", 1))
+    newer = run_check(plan, models=kept)
+    assert "newer version v2" in newer.details.get("benchset_note", ""), newer.details.keys()
+    assert numbers(newer) == numbers(run_check(plan))
+    shutil.rmtree(set_dir / "v2")
+    assert "benchset_note" not in run_check(plan, models=kept).details
+
+
+def test_nothing_parsed_from_a_file_changed_within_a_clock_tick_is_kept(tmp_path: Path) -> None:
+    """A change in the same clock tick as the last one leaves mtime and ctime as they were, so a value
+    parsed from a file that changed that recently is parsed again at the next check."""
+    import time
+
+    path = tmp_path / "manifest.yaml"
+    path.write_text("a")
+    calls: list[int] = []
+
+    def parse() -> str:
+        calls.append(1)
+        return path.read_text()
+
+    recent = time.time_ns() + 10**10  # frozen, and never more than a clock tick in the past
+
+    def just_changed(p: Path) -> os.stat_result:  # a file whose stamp never moves but changed "just now"
+        st = os.stat(p)
+        return os.stat_result(list(st), {"st_mtime_ns": recent, "st_ctime_ns": recent})
+
+    for stat, parses in ((just_changed, 2), (os.stat, 1)):
+        calls.clear()
+        files = KeptFiles(stat=stat)
+        time.sleep(0.05)  # the real file last changed well over a clock tick ago
+        for _ in range(2):
+            files.begin_check()
+            assert files.parsed(path, parse) == "a"
+        assert len(calls) == parses, stat

@@ -41,7 +41,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from monitor.config.plan import CheckPlan, plan_for
@@ -190,7 +189,9 @@ class WarmPool:
     ) -> isolate.Outcome:
         began = time.monotonic()
         try:
-            worker.conn.send((job, plan))
+            # The worker keeps the plan it was started for (its key: a changed plan starts another
+            # worker), so only the first check sends it; pickling and unpickling a plan costs ~0.2 ms.
+            worker.conn.send((job, plan if worker.checks == 0 else None))
         except (OSError, ValueError):  # died while idle (the OOM killer, a signal): a crash, as a fresh child's
             return self._lost(worker, "crash", time.monotonic() - began, memory_limit_bytes)
         message = isolate.receive(worker.process, worker.conn, began + timeout_s)
@@ -317,6 +318,7 @@ def serve(
     isolate.prepare_child(owner, memory_limit_bytes)
     models = KeptModels(rehash_every=rehash_every)
     checks = 0
+    kept_plan: CheckPlan | None = None
     while True:
         try:
             message = conn.recv()
@@ -324,9 +326,12 @@ def serve(
             return  # the daemon closed its end
         if message is None:
             return
-        job, plan = message
+        job, sent = message
+        kept_plan = sent if sent is not None else kept_plan  # None: the plan of the worker's first check
         try:
-            payload = dict(job(plan, models=models))
+            if kept_plan is None:
+                raise RuntimeError("asked to check with no plan: the first check must send one")
+            payload = dict(job(kept_plan, models=models))
             checks += 1
             warm = payload.get("result", {}).get("details", {}).get("warm")
             if isinstance(warm, dict):
@@ -339,13 +344,19 @@ def serve(
             return
 
 
-def memory(status: Path = Path("/proc/self/status")) -> dict[str, int]:
-    """This process's address space and resident set, in bytes (what RLIMIT_AS caps, and what is in RAM)."""
-    figures = {}
-    with contextlib.suppress(OSError):
-        for line in status.read_text().splitlines():
-            field_name, _, value = line.partition(":")
-            if field_name in ("VmSize", "VmRSS"):
-                key = "address_space_bytes" if field_name == "VmSize" else "rss_bytes"
-                figures[key] = int(value.split()[0]) * 1024
-    return figures
+def memory(statm: str = "/proc/self/statm") -> dict[str, int]:
+    """This process's address space and resident set, in bytes (what RLIMIT_AS caps, and what is in RAM).
+
+    From ``statm``'s first two fields (pages; ``VmSize`` and ``VmRSS`` of ``status``): one short read,
+    ~10 us, where parsing ``status`` took ~70 us after every check.
+    """
+    try:
+        fd = os.open(statm, os.O_RDONLY)
+        try:
+            fields = os.read(fd, 256).split()
+        finally:
+            os.close(fd)
+        page = os.sysconf("SC_PAGE_SIZE")
+        return {"address_space_bytes": int(fields[0]) * page, "rss_bytes": int(fields[1]) * page}
+    except (OSError, ValueError, IndexError):
+        return {}

@@ -160,7 +160,8 @@ def ensure(cfg: BenchsetConfig, root: Path) -> Benchset:
 def open_benchset(root: Path, name: str, version: int | None = None, *, files: TensorFiles = FRESH) -> Benchset:
     """Version ``version`` of set ``name`` (the newest by default), read from its manifest (``files``: or kept)."""
     set_dir = _set_dir(root, name)
-    versions = _versions(set_dir)
+    # kept on the directory's stamp: a check opens the set twice (its baseline's version, the newest)
+    versions = files.parsed(set_dir, functools.partial(_versions, set_dir), kind="versions")
     if not versions:
         known = [b.name for b in list_benchsets(root)]
         raise BenchsetError(f"no benchset {name!r} in {root}; benchsets are {known}")

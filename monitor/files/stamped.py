@@ -12,7 +12,10 @@ the model file (``runtime/kept.py``) and for every tensor file:
 - every ``rehash_every`` checks everything kept is dropped and read and hashed in full, for what a
   stamp cannot see (a file system with coarse timestamps, a write that restored mtime and ctime);
 - a parsed manifest is kept while the manifest file's stamp is unchanged (what it promises is
-  still checked against every tensor file it names, each by its own stamp);
+  still checked against every tensor file it names, each by its own stamp); so is a benchmark set's
+  list of versions, on its directory's stamp (adding, removing or renaming a version directory
+  changes the directory's mtime); nothing parsed from a file changed in the last ``SETTLE_NS`` is
+  kept (a second change in the same clock tick would not move the stamp);
 - within one check a file is stat'ed once (``KeptFiles.now``): the stamp seen first is the one every
   kept value of that file is checked against for the rest of the check (a file that changes
   during a check is seen at the next one); a file read afresh is stat'ed again after the read, so
@@ -32,6 +35,7 @@ the model file (``runtime/kept.py``) and for every tensor file:
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +51,20 @@ StampEntry = tuple[str, int, int, int, int, int]
 Stamp = tuple[StampEntry, ...]
 DEFAULT_BUDGET_BYTES = 256 * 1024 * 1024  # decoded arrays a warm worker keeps, at most
 DEFAULT_REHASH_EVERY = 100
+SETTLE_NS = 20_000_000  # a parsed value is kept only from files unchanged this long (see ``_settled``)
 T = TypeVar("T")
+
+
+def _settled(seen: Stamp) -> bool:
+    """Whether every file of ``seen`` last changed more than ``SETTLE_NS`` ago.
+
+    Linux stamps a change with the kernel's coarse clock (one tick, up to 10 ms): a second change
+    within the same tick as the first (a version directory created just after the listing that was
+    parsed) leaves mtime and ctime as they were. A value parsed from a file that changed that recently
+    is not kept, so the next check parses again (git's "racily clean" rule).
+    """
+    recent = time.time_ns() - SETTLE_NS
+    return all(max(entry[2], entry[3]) < recent for entry in seen)
 
 
 def stamp(paths: Sequence[Path | str], stat: Stat = os.stat) -> Stamp | None:
@@ -242,7 +259,7 @@ class KeptFiles:
         if hit is not None and now is not None and hit.stamp == now:
             return hit.value  # type: ignore[no-any-return]
         value = parse()
-        if now is not None and now == stamp([path], self._stat):
+        if now is not None and _settled(now) and now == stamp([path], self._stat):
             self._entries[key] = _Entry(now, value)
         return value
 
