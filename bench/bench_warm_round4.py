@@ -9,7 +9,8 @@ the same samples, each after the same idle ``--gap`` (the daemon's checks come a
 
 - before: a ``WarmPool`` whose parent sends the plan with every check, and whose workers parse
   ``/proc/self/status`` for their memory figures, check every sample's inputs against the signature
-  in full, and list a benchmark set's versions afresh at both of a check's opens (what 29c13d5 did);
+  in full, list a benchmark set's versions afresh at both of a check's opens and build the lint cache's
+  directory path at every check (what 29c13d5 did);
 - after:  the pool and workers as they are now.
 
 Printed per model: medians of bare, of each side's whole check as the daemon waits for it (pipe
@@ -40,6 +41,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import bench_warm  # noqa: E402
 
 from monitor.daemon import child, isolate, warm  # noqa: E402
+from monitor.exportcheck import lint_warnings  # noqa: E402
 from monitor.files import stamped  # noqa: E402
 from monitor.files.signature import check_inputs_fit  # noqa: E402
 from monitor.results import CheckResult  # noqa: E402
@@ -64,9 +66,17 @@ def check_inputs_before(self: session.Session, feeds: Any, *, where: str = "inpu
     check_inputs_fit(feeds, self._signature, where=where)
 
 
+def cache_dir_before(environ: Any = None) -> Path:
+    """Before: the lint cache directory built afresh at every check."""
+    env = os.environ if environ is None else environ
+    state = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "onnxmon" / "lint"
+
+
 def serve_before(conn: Any, owner: int, memory_limit_bytes: int | None, rehash_every: int) -> None:
     """A worker as before: its own process, so patching its modules touches no other worker."""
     warm.memory = memory_before  # type: ignore[assignment]
+    lint_warnings.cache_dir = cache_dir_before
     session.Session.check_inputs = check_inputs_before  # type: ignore[method-assign]
     kept_parsed = stamped.KeptFiles.parsed
 
