@@ -41,12 +41,13 @@ def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     was ~40 % of a warm check's cached-lint lookup.
     """
     env = os.environ if environ is None else environ
-    return _cache_dir(env.get("XDG_STATE_HOME") or None, env.get("HOME"))
+    return _cache_dir(env.get("XDG_STATE_HOME") or None, os.environ.get("HOME"))
 
 
 @functools.lru_cache(maxsize=16)
 def _cache_dir(state: str | None, home: str | None) -> Path:
-    # ``home``: part of the key only (Path.home() reads $HOME, else the password database)
+    # ``home``: part of the key only, this process's $HOME, which is what Path.home() reads (else the
+    # password database), whatever mapping the caller passed for XDG_STATE_HOME
     return Path(state or str(Path.home() / ".local" / "state")) / "onnxmon" / "lint"
 
 
