@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from monitor import jsonsafe
+from monitor import capture, jsonsafe
 from monitor.check import run_check
 from monitor.config.plan import CheckPlan, plan_for
 from monitor.files.stamped import KeptFiles
@@ -320,3 +320,17 @@ def test_nothing_parsed_from_a_file_changed_within_a_clock_tick_is_kept(tmp_path
             files.begin_check()
             assert files.parsed(path, parse) == "a"
         assert len(calls) == parses, stat
+
+
+def test_a_steady_state_comparison_is_reused_only_against_the_same_kept_baseline_arrays(plan: CheckPlan) -> None:
+    """``compare/memo.py`` at the check: the last check's stats while the outputs keep their bits and the
+    baseline its kept arrays; a promoted baseline (same numbers, new files) or a full re-read compares anew."""
+    kept = KeptModels(rehash_every=5)
+    fresh = numbers(run_check(plan))
+    results = [run_check(plan, models=kept) for _ in range(3)]
+    assert [note(r)["comparison_reused"] for r in results] == [False, True, True]
+    capture.capture_baseline(plan, promote=True)
+    results += [run_check(plan, models=kept) for _ in range(3)]  # check 6 is the full re-read of rehash_every=5
+    assert [note(r)["comparison_reused"] for r in results[3:]] == [False, True, False]
+    assert {numbers(r) for r in results} == {fresh}
+    assert "comparison_reused" not in (run_check(plan).details.get("warm") or {}), "a fresh check says nothing"

@@ -22,6 +22,7 @@ import numpy as np
 from monitor.check.reasons import attribute, describe_model_change, external_data_changes
 from monitor.check.reasons import env_changes as environment_changes
 from monitor.check.replay import Clock, Replay, replay_benchset, with_repeat_spread
+from monitor.compare import memo
 from monitor.compare.outputs import Comparison
 from monitor.config.plan import CheckPlan
 from monitor.errors import MonitorError
@@ -62,11 +63,14 @@ def check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCapture
         name = plan.model.name
         detail = f"no active baseline for {name!r}: run `onnxmon baseline capture {name}`"
         return error_result(name, "no_baseline", detail, started, clock())
-    measured = measure(plan, opened, deadline=started + plan.timeout_s, clock=clock, capture_env=capture_env)
+    last = _memo_of(models)
+    measured = measure(plan, opened, deadline=started + plan.timeout_s, clock=clock, capture_env=capture_env, last=last)
     reasons = reasons_of(plan, opened)
     env_changes = environment_changes(opened.baseline.meta.environment, measured.snapshot)
     verdict = Verdict.worst([o.verdict for o in measured.outputs] + ([Verdict.FAIL] if reasons else []))
-    reasons, details = details_of(plan, opened, reasons, env_changes, models.note())
+    kept = models.note()
+    kept = {**kept, "comparison_reused": last.reused} if kept is not None else None
+    reasons, details = details_of(plan, opened, reasons, env_changes, kept)
     return assemble(plan, opened, measured, verdict, reasons, env_changes, details, started, clock())
 
 
@@ -83,16 +87,34 @@ def open_inputs(plan: CheckPlan, models: ModelSource) -> Opened | None:
     return Opened(identity, baseline, bench, session, reused, files)
 
 
-def measure(plan: CheckPlan, opened: Opened, *, deadline: float, clock: Clock, capture_env: EnvCapture) -> Measured:
-    """Replay the set, comparing each sample's outputs with the baseline's as they come; then the snapshot."""
+def measure(
+    plan: CheckPlan,
+    opened: Opened,
+    *,
+    deadline: float,
+    clock: Clock,
+    capture_env: EnvCapture,
+    last: memo.Memo | None = None,
+) -> Measured:
+    """Replay the set, comparing each sample's outputs with the baseline's as they come; then the snapshot.
+
+    With ``last`` (a warm worker's memo), a check whose every output is bitwise the last one's, against the
+    same kept baseline arrays, is answered with the last comparison's stats (``compare/memo.py``).
+    """
     baseline, session, files = opened.baseline, opened.session, opened.files
-    comparison = Comparison(
+    built = (
         list(baseline.meta.outputs),
         session.output_names,
         plan.tolerances(session.output_names),
-        samples=baseline.meta.sample_count,
-        elements=baseline.element_counts(files=files),
-        decisions=plan.model.decisions,  # counted per sample beside the metrics (compare/decisions.py)
+        baseline.meta.sample_count,
+        baseline.element_counts(files=files),
+        plan.model.decisions,  # counted per sample beside the metrics (compare/decisions.py)
+    )
+    expected, produced, tolerances, samples, elements, decisions = built
+    comparison = memo.Remembered(
+        Comparison(expected, produced, tolerances, samples=samples, elements=elements, decisions=decisions),
+        memo.key_of(*built),
+        last or memo.Memo(),
     )
 
     def feed(index: int, produced: Mapping[str, np.ndarray]) -> None:
@@ -192,6 +214,14 @@ def assemble(
         attribution=attribute(verdict, reasons, env_changes),
         details=details,
     )
+
+
+def _memo_of(models: ModelSource) -> memo.Memo:
+    """The comparison memo ``models`` keeps between its checks (a fresh source's dies with it)."""
+    kept = models.kept.get("comparison")
+    if not isinstance(kept, memo.Memo):
+        kept = models.kept["comparison"] = memo.Memo()
+    return kept
 
 
 def _current_benchset_version(plan: CheckPlan, files: benchsets.TensorFiles) -> int | None:

@@ -17,6 +17,8 @@ The benchmark set's and the baseline's tensor files follow the same rule (``file
 version is seen at once), their arrays are kept decoded and verified while their stamps are
 unchanged, and everything is read and hashed again every ``rehash_every`` checks. The parts of the
 environment snapshot that cannot change in a running process are kept too (``KeptModels.capture_env``).
+``kept`` is what the layers above keep between a source's checks: the last comparison
+(``compare/memo.py``), matched against the outputs by their bits; a ``FreshModels``' dies with it.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class ModelSource(Protocol):
     """
 
     files: TensorFiles
+    kept: dict[str, object]  # what the layers above keep between this source's checks (compare/memo.py)
 
     def capture_env(self) -> envsnap.EnvSnapshot: ...
 
@@ -60,6 +63,7 @@ class FreshModels:
 
     def __init__(self) -> None:
         self.files: TensorFiles = FreshFiles()
+        self.kept: dict[str, object] = {}
 
     def capture_env(self) -> envsnap.EnvSnapshot:
         return envsnap.capture()
@@ -96,6 +100,7 @@ class KeptModels:
         self.rehash_every = max(1, rehash_every)
         self.kept_files = files or KeptFiles(rehash_every=self.rehash_every, budget_bytes=budget_bytes)
         self.files: TensorFiles = self.kept_files
+        self.kept: dict[str, object] = {}
         self._static_env: dict[str, Entries] = {}
         self._probes = envwarm.WarmProbes(refresh_every=self.rehash_every)
         self._file: _Kept | None = None
