@@ -73,8 +73,8 @@ def env_entries_before(environ: Mapping[str, str]) -> Entries:
 
 
 def numbers(payload: Mapping[str, Any]) -> Any:
-    result = payload["result"]
-    return result["verdict"], [r["code"] for r in result["reasons"]], [o["metrics"] for o in result["outputs"]]
+    result = child.result_of(payload)
+    return str(result.verdict), [r.code for r in result.reasons], [o.metrics.to_dict() for o in result.outputs]
 
 
 def main() -> int:

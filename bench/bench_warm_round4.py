@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import bench_warm  # noqa: E402
 
-from monitor.daemon import child, isolate, warm  # noqa: E402
+from monitor.daemon import child, isolate, warm, warm_worker  # noqa: E402
 from monitor.exportcheck import lint_warnings  # noqa: E402
 from monitor.files import stamped  # noqa: E402
 from monitor.files.signature import check_inputs_fit  # noqa: E402
@@ -75,7 +75,7 @@ def cache_dir_before(environ: Any = None) -> Path:
 
 def serve_before(conn: Any, owner: int, memory_limit_bytes: int | None, rehash_every: int) -> None:
     """A worker as before: its own process, so patching its modules touches no other worker."""
-    warm.memory = memory_before  # type: ignore[assignment]
+    warm_worker.memory = memory_before  # type: ignore[assignment]
     lint_warnings.cache_dir = cache_dir_before
     session.Session.check_inputs = check_inputs_before  # type: ignore[method-assign]
     kept_parsed = stamped.KeptFiles.parsed
@@ -84,7 +84,7 @@ def serve_before(conn: Any, owner: int, memory_limit_bytes: int | None, rehash_e
         return parse() if kind == "versions" else kept_parsed(self, path, parse, kind=kind)
 
     stamped.KeptFiles.parsed = parsed  # type: ignore[method-assign]
-    warm.serve(conn, owner, memory_limit_bytes, rehash_every)
+    warm_worker.serve(conn, owner, memory_limit_bytes, rehash_every)
 
 
 class PoolBefore(warm.WarmPool):

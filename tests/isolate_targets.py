@@ -68,7 +68,7 @@ _held: list[bytearray] = []
 
 
 def warm_answer(plan: Plan, models: Any = None) -> dict[str, Any]:
-    from monitor.daemon.warm import memory
+    from monitor.daemon.warm_worker import memory
 
     return {"value": plan.argument, "pid": os.getpid(), "pgid": os.getpgid(0), **memory()}
 

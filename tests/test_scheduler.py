@@ -108,12 +108,12 @@ def test_auto_capture_records_a_first_baseline_and_never_replaces_an_existing_on
     settings = ws.settings()
     plan = plan_for(settings, "clf")
     first = child.check_job(plan)
-    assert first["result"]["verdict"] == "error" and first["result"]["reasons"][0]["code"] == "no_baseline"
+    assert first["result"].verdict is Verdict.ERROR and first["result"].reasons[0].code == "no_baseline"
     captured = first["captured_baseline"]
     assert captured["source"] == "captured" and captured["active"] is True
     assert run_check(plan_for(settings, "clf")).verdict is Verdict.PASS
     second = child.check_job(plan)
-    assert second["result"]["verdict"] == "pass"
+    assert second["result"].verdict is Verdict.PASS
     assert "captured_baseline" not in second
 
 
@@ -123,4 +123,4 @@ def test_auto_capture_is_off_by_default(tmp_path: Path) -> None:
     payload = child.check_job(plan_for(ws.settings(), "clf"))
     assert "captured_baseline" not in payload
     capture.capture_baseline(plan_for(ws.settings(), "clf"))
-    assert child.check_job(plan_for(ws.settings(), "clf"))["result"]["verdict"] == "pass"
+    assert child.check_job(plan_for(ws.settings(), "clf"))["result"].verdict is Verdict.PASS

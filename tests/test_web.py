@@ -98,7 +98,7 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
         daemon.dispatch(run_check(plan_for(settings, "clf")))
         daemon.dispatch(run_check(plan_for(settings, "mlp")))
         ws.replace_model("mlp", modelzoo.perturb_initializer(mlp, "w2", 1.0, index=5))
-        drifted = CheckResult.from_dict(child.check_job(plan_for(settings, "mlp"))["result"])
+        drifted = child.result_of(child.check_job(plan_for(settings, "mlp")))
         drifted = dataclasses.replace(drifted, environment=changed.environment)
         daemon.dispatch(drifted)
         assert drifted.verdict is Verdict.FAIL and "first_changed" in drifted.details["localization"]

@@ -35,22 +35,26 @@ API request during a scheduled run) runs in a fresh child, as before.
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing.connection
 import os
+import select
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from multiprocessing.reduction import ForkingPickler
+from typing import Any, Literal
 
 from monitor.config.plan import CheckPlan, plan_for
 from monitor.config.settings import Settings
 from monitor.daemon import isolate
+from monitor.daemon.warm_worker import serve
 from monitor.errors import MonitorError
-from monitor.runtime.kept import KeptModels
+from monitor.results import CheckResult
 
 Clock = Callable[[], float]
-Job = Callable[..., Mapping[str, Any]]  # job(plan, models=KeptModels) -> JSON-like mapping
+Job = Callable[..., Mapping[str, Any]]  # job(plan, models=runtime.kept.KeptModels) -> {"result": CheckResult, ...}
 RECYCLE_AT = 0.75  # of the memory cap: a worker whose address space passed it is recycled
 EVICT_IDLE_S = 600.0  # a worker idle this long may make room for another model's (see the docstring)
 _UNSURE_AFTER = frozenset({"timeout", "run_error", "internal_error", "crash"})
@@ -67,6 +71,19 @@ class _Worker:
     checks: int = 0
     last_used: float = 0.0
     retired: bool = False
+    watch: Any = None  # select.poll over the pipe and the process's sentinel (readable once it exited);
+    # polled only by the thread holding ``busy`` (the check's)
+
+    def __post_init__(self) -> None:
+        self.watch = select.poll()
+        self.watch.register(self.conn.fileno(), select.POLLIN)
+        self.watch.register(self.process.sentinel, select.POLLIN)
+
+    def alive(self) -> bool:
+        """Whether the process still runs: one ``select`` of its sentinel (``is_alive`` builds a selector).
+
+        Not ``watch``: a poll object is not polled from two threads at once (a check waiting on it)."""
+        return not select.select([self.process.sentinel], [], [], 0)[0]
 
 
 class WarmPool:
@@ -86,6 +103,7 @@ class WarmPool:
         self._clock = clock
         self._guard = threading.Lock()
         self._workers: dict[str, _Worker] = {}
+        self._requests: dict[Job, bytes] = {}
         self._closed = False
 
     def run(
@@ -102,7 +120,7 @@ class WarmPool:
             if self._closed:
                 return None
             worker = self._workers.get(plan.name)
-            if worker is not None and (worker.key != key or worker.retired or not worker.process.is_alive()):
+            if worker is not None and (worker.key != key or worker.retired or not worker.alive()):
                 if not worker.busy.acquire(blocking=False):
                     return None  # still busy with the old plan: this check goes fresh
                 del self._workers[plan.name]
@@ -191,12 +209,16 @@ class WarmPool:
         try:
             # The worker keeps the plan it was started for (its key: a changed plan starts another
             # worker), so only the first check sends it; pickling and unpickling a plan costs ~0.2 ms.
-            worker.conn.send((job, plan if worker.checks == 0 else None))
+            # Later requests are the same bytes every time: pickled once per job.
+            if worker.checks == 0:
+                worker.conn.send((job, plan))
+            else:
+                worker.conn.send_bytes(self._request(job))
         except (OSError, ValueError):  # died while idle (the OOM killer, a signal): a crash, as a fresh child's
             return self._lost(worker, "crash", time.monotonic() - began, memory_limit_bytes)
-        message = isolate.receive(worker.process, worker.conn, began + timeout_s)
+        message = _receive(worker, began + timeout_s)
         elapsed = time.monotonic() - began
-        if message == "timeout" or message == "cancelled":  # (no cancel is passed: a check is never cut early)
+        if message == "timeout":
             self._discard(worker)
             return isolate.Outcome("timeout", None, isolate.timeout_detail(timeout_s), timeout_s)
         if message is None:
@@ -211,6 +233,13 @@ class WarmPool:
         if worker.retired or _unsure(payload) or _near_cap(memory, memory_limit_bytes):
             self._discard(worker)
         return isolate.Outcome("ok", payload, "", elapsed)
+
+    def _request(self, job: Job) -> bytes:
+        """``(job, None)`` as ``Connection.send`` pickles it: the worker's ``recv`` reads it as one."""
+        request = self._requests.get(job)
+        if request is None:
+            request = self._requests[job] = bytes(ForkingPickler.dumps((job, None)))
+        return request
 
     def _lost(
         self, worker: _Worker, kind: isolate.Kind, elapsed: float, memory_limit_bytes: int | None = None
@@ -298,65 +327,36 @@ def _stop(worker: _Worker) -> None:
         worker.process.close()
 
 
+def _receive(worker: _Worker, deadline: float) -> tuple[str, Any] | Literal["timeout"] | None:
+    """The worker's answer by ``deadline`` (monotonic), ``"timeout"`` past it, None when it died mute.
+
+    ``isolate.receive``'s contract for one warm worker, waiting on its pipe and its sentinel at once
+    (one ``poll`` per wake-up; a death is seen when it happens, not at the next ``POLL_S``).
+    """
+    conn, sentinel = worker.conn, worker.process.sentinel
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return "timeout"
+        ready = {fd for fd, _ in worker.watch.poll(math.ceil(min(left, isolate.POLL_S) * 1000))}
+        if conn.fileno() in ready:
+            try:
+                message: tuple[str, Any] = conn.recv()
+            except (EOFError, OSError):
+                return None
+            return message
+        if sentinel in ready:
+            # It may have answered and exited between two polls: drain before concluding it died mute.
+            if conn.poll(0):
+                continue
+            return None
+
+
 def _unsure(payload: Mapping[str, Any]) -> bool:
-    reasons = payload.get("result", {}).get("reasons", ())
-    return any(isinstance(r, Mapping) and r.get("code") in _UNSURE_AFTER for r in reasons)
+    result = payload.get("result")
+    return isinstance(result, CheckResult) and any(r.code in _UNSURE_AFTER for r in result.reasons)
 
 
 def _near_cap(memory: Mapping[str, Any], memory_limit_bytes: int | None) -> bool:
     used = memory.get("address_space_bytes")
     return bool(memory_limit_bytes) and isinstance(used, int) and used > RECYCLE_AT * (memory_limit_bytes or 0)
-
-
-# --- the worker's side ----------------------------------------------------------------------------
-
-
-def serve(
-    conn: multiprocessing.connection.Connection, owner: int, memory_limit_bytes: int | None, rehash_every: int
-) -> None:
-    """The worker's loop: isolate itself as every check child does, then answer checks until told to stop."""
-    isolate.prepare_child(owner, memory_limit_bytes)
-    models = KeptModels(rehash_every=rehash_every)
-    checks = 0
-    kept_plan: CheckPlan | None = None
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return  # the daemon closed its end
-        if message is None:
-            return
-        job, sent = message
-        kept_plan = sent if sent is not None else kept_plan  # None: the plan of the worker's first check
-        try:
-            if kept_plan is None:
-                raise RuntimeError("asked to check with no plan: the first check must send one")
-            payload = dict(job(kept_plan, models=models))
-            checks += 1
-            warm = payload.get("result", {}).get("details", {}).get("warm")
-            if isinstance(warm, dict):
-                warm.update(worker_pid=os.getpid(), worker_checks=checks)
-            payload["worker"] = memory()
-            conn.send(("ok", payload))
-        except BaseException as exc:  # report, then die: the parent records a crash and starts afresh
-            with contextlib.suppress(Exception):
-                conn.send(("raised", f"{type(exc).__name__}: {exc}"[:1000]))
-            return
-
-
-def memory(statm: str = "/proc/self/statm") -> dict[str, int]:
-    """This process's address space and resident set, in bytes (what RLIMIT_AS caps, and what is in RAM).
-
-    From ``statm``'s first two fields (pages; ``VmSize`` and ``VmRSS`` of ``status``): one short read,
-    ~10 us, where parsing ``status`` took ~70 us after every check.
-    """
-    try:
-        fd = os.open(statm, os.O_RDONLY)
-        try:
-            fields = os.read(fd, 256).split()
-        finally:
-            os.close(fd)
-        page = os.sysconf("SC_PAGE_SIZE")
-        return {"address_space_bytes": int(fields[0]) * page, "rss_bytes": int(fields[1]) * page}
-    except (OSError, ValueError, IndexError):
-        return {}
