@@ -9,6 +9,8 @@ Ground truth: a plain ``Comparison`` fed the same samples from the start.
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -215,3 +217,20 @@ def unchanged(before: Sequence[Sample], now: Sequence[Sample]) -> bool:
         for (a, x), (b, y) in zip(before, now, strict=True)
         for name in NAMES
     )
+
+
+def test_a_record_never_pins_the_baseline_arrays_its_owner_let_go() -> None:
+    """A full re-read or a promotion drops the kept arrays: the memo must not hold them in memory."""
+    rng = np.random.default_rng(6)
+    baseline = baseline_set(rng, 3)
+    first = produce(baseline, 1e-3, rng)
+    kept = memo.Memo()
+    remembered(list(zip(first, baseline, strict=True)), kept)
+    watched = weakref.ref(baseline[0]["probs"])
+    del baseline
+    gc.collect()
+    assert watched() is None, "the record held a baseline array its owner dropped"
+    assert kept.record is not None
+    reread = baseline_set(np.random.default_rng(6), 3)
+    remembered(list(zip(first, reread, strict=True)), kept)
+    assert kept.reused is False

@@ -15,8 +15,10 @@ switches to the real comparison, with nothing lost: the samples before it, bitwi
 last check's, are fed from the held arrays, then the rest as they come, so the result is the one a
 comparison fed from the start gives. What is held between checks is one benchmark set's compared
 outputs, within ``budget_bytes`` (over it nothing is held and the next check compares in full: a
-check's memory stays bounded by one sample beyond that). Object arrays (strings, maps: their bytes
-are pointers, not values) are never matched.
+check's memory stays bounded by one sample beyond that), and weak references to the baseline's
+arrays: a record never keeps alive a baseline its owner let go (a full re-read, a promotion, arrays
+read afresh because they were over the kept budget), and a dead one matches nothing. Object arrays
+(strings, maps: their bytes are pointers, not values) are never matched.
 
 ``Memo`` is the slot a ``ModelSource`` keeps between its checks (``runtime/kept.py``); a fresh
 check passes a new one, so it always compares in full.
@@ -24,6 +26,7 @@ check passes a new one, so it always compares in full.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,7 +50,9 @@ class _Record:
 
     key: tuple[Any, ...]
     produced: tuple[Arrays, ...]  # per sample, the compared outputs in ``names`` order (read-only)
-    expected: tuple[tuple[object, ...], ...]  # per sample, the baseline's arrays compared against (by identity)
+    # per sample, the baseline's arrays compared against, by identity: weak references, so a record
+    # never pins a baseline its owner let go (a full re-read, a promotion, arrays over the kept budget)
+    expected: tuple[tuple[weakref.ref[Any], ...], ...]
     actual_samples: int | None
     result: tuple[OutputStats, ...]
 
@@ -136,10 +141,11 @@ class Remembered:
             self._replay(self._fed)
         result = self.comparison.finish(actual_samples)
         self.memo.reused = False
-        held = self._held
-        self.memo.record = (
-            _Record(self.key, tuple(held), tuple(self._expected), actual_samples, result) if held is not None else None
-        )
+        held, expected = self._held, _weak(self._expected)
+        if held is None or expected is None:
+            self.memo.record = None
+        else:
+            self.memo.record = _Record(self.key, tuple(held), expected, actual_samples, result)
         return result
 
     def _arrays(self, actual: Mapping[str, object]) -> Arrays | None:
@@ -158,7 +164,8 @@ class Remembered:
         assert previous is not None
         for index in range(count):
             actual = dict(zip(self.names, previous.produced[index], strict=True))
-            self.comparison.feed(actual, dict(zip(self.baseline_names, previous.expected[index], strict=True)))
+            baseline = [ref() for ref in previous.expected[index]]  # alive: this check matched them
+            self.comparison.feed(actual, dict(zip(self.baseline_names, baseline, strict=True)))
         if self._held is not None:
             self._held = list(previous.produced[:count])
             self._held_bytes = sum(a.nbytes for sample in self._held for a in sample)
@@ -177,9 +184,17 @@ class Remembered:
         self._held_bytes += size
 
 
-def _identical(baseline: tuple[object, ...], previous: tuple[object, ...]) -> bool:
+def _identical(baseline: tuple[object, ...], previous: tuple[weakref.ref[Any], ...]) -> bool:
     """The same baseline objects (a warm worker's kept, read-only arrays), none of them absent."""
-    return all(now is before and now is not _ABSENT for now, before in zip(baseline, previous, strict=True))
+    return all(now is before() and now is not _ABSENT for now, before in zip(baseline, previous, strict=True))
+
+
+def _weak(expected: list[tuple[object, ...]]) -> tuple[tuple[weakref.ref[Any], ...], ...] | None:
+    """Weak references to a check's baseline arrays; None when one cannot have any (nothing is kept then)."""
+    try:
+        return tuple(tuple(weakref.ref(array) for array in sample) for sample in expected)
+    except TypeError:
+        return None
 
 
 def _same(arrays: Arrays, previous: Arrays) -> bool:
