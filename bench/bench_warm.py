@@ -229,6 +229,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -296,6 +297,68 @@ def bare_loop(plan: CheckPlan) -> Callable[[], None]:
     return bare
 
 
+@dataclass
+class SideBySide:
+    """Two (or more) ways of checking one model, alternating with a bare loop after the same idle gap."""
+
+    total: dict[str, list[float]]  # per side and "bare": each call's seconds, as the caller waits for it
+    inside: dict[str, list[float]]  # per side: each result's recorded duration (finished_at - started_at)
+    results: list[dict[str, CheckResult]]  # per round: each side's result
+
+    def same(self, one: str, other: str) -> bool:
+        """Whether every round's verdict, reasons and metrics are identical between two sides."""
+        return all(numbers(got[one]) == numbers(got[other]) for got in self.results)
+
+    def medians_ms(self) -> tuple[dict[str, float], dict[str, float]]:
+        """Medians of ``total`` and ``inside``, in milliseconds."""
+        return (
+            {k: statistics.median(v) * 1000 for k, v in self.total.items()},
+            {k: statistics.median(v) * 1000 for k, v in self.inside.items()},
+        )
+
+
+def side_by_side(
+    sides: dict[str, Callable[[], CheckResult]], bare: Callable[[], None], *, rounds: int, gap: float, warmup: int = 3
+) -> SideBySide:
+    """``rounds`` rounds of every side then ``bare``, each call after ``gap`` idle seconds (the daemon's
+    checks come after an idle gap); ``warmup`` untimed rounds first (sessions built, files read)."""
+    for _ in range(warmup):
+        for check in sides.values():
+            check()
+        bare()
+    measured = SideBySide({"bare": [], **{side: [] for side in sides}}, {side: [] for side in sides}, [])
+    for _ in range(rounds):
+        got: dict[str, CheckResult] = {}
+        for side, call in [*sides.items(), ("bare", bare)]:
+            time.sleep(gap)
+            began = time.perf_counter()
+            answer = call()
+            measured.total[side].append(time.perf_counter() - began)
+            if isinstance(answer, CheckResult):
+                got[side] = answer
+                measured.inside[side].append(answer.finished_at - answer.started_at)
+        measured.results.append(got)
+    return measured
+
+
+def round_arguments(doc: str) -> tuple[argparse.Namespace, list[realmodels.CorpusModel]]:
+    """The options of a two-sides bench (``bench_warm_round4.py``, ``bench_warm_round5.py``) and its models."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    default = "sk-logreg-nozipmap,surfaces-validity,torch-cnn-dynamo,romanizer-encoder,vietcombank-captcha"
+    parser.add_argument("--models", default=default)
+    parser.add_argument("--checks", type=int, default=60)
+    parser.add_argument("--samples", type=int, default=16)
+    parser.add_argument("--gap", type=float, default=0.2, help="idle seconds before every timed call")
+    args = parser.parse_args()
+    wanted = args.models.split(",")
+    return args, [m for m in realmodels.corpus_models() if m.name in wanted]
+
+
+def run_isolated_result(plan: CheckPlan, pool: warm.WarmPool) -> CheckResult:
+    """One check as the daemon runs it with ``pool``: its result."""
+    return child.run_isolated(plan, pool=pool)[0]
+
+
 def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
@@ -343,7 +406,7 @@ def main() -> int:
                 times["replay"].append(float(result.timings.get("replay_s", 0.0)))
             med = {k: statistics.median(v) * 1000 for k, v in times.items()}
             verdict = str(warm_result[-1].verdict)
-            same = all(_numbers(w) == _numbers(f) for w, f in zip(warm_result, fresh_result, strict=True))
+            same = all(numbers(w) == numbers(f) for w, f in zip(warm_result, fresh_result, strict=True))
             verdict += ", same numbers as fresh" if same else ", NUMBERS DIFFER FROM FRESH"
             mismatches += 0 if same else 1
             rows.append((model.name, med["warm"] / med["bare"], med["fresh"] / med["bare"]))
@@ -374,7 +437,7 @@ def _goal(bare_ms: float, warm_ms: float) -> str:
     return "no goal (1-10 ms)"
 
 
-def _numbers(result: CheckResult) -> str:
+def numbers(result: CheckResult) -> str:
     """What must not depend on the worker mode: the verdict, reasons, and every output's metrics.
 
     As onnxmon's JSON, so that a NaN metric equals itself.

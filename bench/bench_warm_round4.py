@@ -21,15 +21,12 @@ every output's metrics are identical between the sides.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import os
 import shutil
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,13 +37,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import bench_warm  # noqa: E402
 
-from monitor.daemon import child, isolate, warm, warm_worker  # noqa: E402
+from monitor.daemon import isolate, warm, warm_worker  # noqa: E402
 from monitor.exportcheck import lint_warnings  # noqa: E402
 from monitor.files import stamped  # noqa: E402
 from monitor.files.signature import check_inputs_fit  # noqa: E402
-from monitor.results import CheckResult  # noqa: E402
 from monitor.runtime import session  # noqa: E402
-from tests import realmodels  # noqa: E402
 
 
 def memory_before(status: Path = Path("/proc/self/status")) -> dict[str, int]:
@@ -108,20 +103,8 @@ class PoolBefore(warm.WarmPool):
         return warm._Worker(name, key, process, mine, last_used=self._clock())
 
 
-def numbers(result: CheckResult) -> Any:
-    return str(result.verdict), [r.code for r in result.reasons], [o.metrics.to_dict() for o in result.outputs]
-
-
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default = "sk-logreg-nozipmap,surfaces-validity,torch-cnn-dynamo,romanizer-encoder,vietcombank-captcha"
-    parser.add_argument("--models", default=default)
-    parser.add_argument("--checks", type=int, default=60)
-    parser.add_argument("--samples", type=int, default=16)
-    parser.add_argument("--gap", type=float, default=0.2, help="idle seconds before every timed call")
-    args = parser.parse_args()
-    wanted = args.models.split(",")
-    chosen = [m for m in realmodels.corpus_models() if m.name in wanted]
+    args, chosen = bench_warm.round_arguments(__doc__ or "")
     scratch = Path(tempfile.mkdtemp(prefix="onnxmon-bench-round4-"))
     pools = {"before": PoolBefore(limit=len(chosen) + 1), "after": warm.WarmPool(limit=len(chosen) + 1)}
     differ = 0
@@ -134,25 +117,12 @@ def main() -> int:
         for model in chosen:
             plan = bench_warm.workspace(model, scratch / model.name, args.samples)
             bare = bench_warm.bare_loop(plan)
-            checks = {side: functools.partial(child.run_isolated, plan, pool=pool) for side, pool in pools.items()}
-            for _ in range(3):  # the first checks build the sessions and read every file
-                checks["before"](), checks["after"](), bare()
-            total: dict[str, list[float]] = {"bare": [], "before": [], "after": []}
-            inside: dict[str, list[float]] = {"before": [], "after": []}
-            same = True
-            for _ in range(args.checks):
-                got = {}
-                for side in ("before", "after", "bare"):
-                    time.sleep(args.gap)
-                    began = time.perf_counter()
-                    answer = bare() if side == "bare" else checks[side]()[0]
-                    total[side].append(time.perf_counter() - began)
-                    if isinstance(answer, CheckResult):
-                        got[side] = answer
-                        inside[side].append(answer.finished_at - answer.started_at)
-                same = same and numbers(got["before"]) == numbers(got["after"])
-            t = {k: statistics.median(v) * 1000 for k, v in total.items()}
-            r = {k: statistics.median(v) * 1000 for k, v in inside.items()}
+            sides = {
+                side: functools.partial(bench_warm.run_isolated_result, plan, pool) for side, pool in pools.items()
+            }
+            measured = bench_warm.side_by_side(sides, bare, rounds=args.checks, gap=args.gap)
+            t, r = measured.medians_ms()
+            same = measured.same("before", "after")
             differ += 0 if same else 1
             print(
                 f"{model.name:<22}{t['bare']:>9.2f}{t['before']:>14.2f}{t['after']:>8.2f}"

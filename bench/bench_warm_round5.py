@@ -23,10 +23,8 @@ identical between the sides.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -45,7 +43,6 @@ from monitor.config.plan import CheckPlan  # noqa: E402
 from monitor.daemon import child, isolate, warm, warm_worker  # noqa: E402
 from monitor.results import CheckResult  # noqa: E402
 from monitor.runtime.kept import ModelSource  # noqa: E402
-from tests import realmodels  # noqa: E402
 
 
 def check_job_before(plan: CheckPlan, models: ModelSource) -> dict[str, Any]:
@@ -97,20 +94,12 @@ def after_check(plan: CheckPlan, pool: warm.WarmPool) -> CheckResult:
     return child.run_isolated(plan, pool=pool)[0]
 
 
-def numbers(result: CheckResult) -> Any:
-    return str(result.verdict), [r.code for r in result.reasons], [o.metrics.to_dict() for o in result.outputs]
+def reused_comparison(result: CheckResult) -> bool:
+    return bool((result.details.get("warm") or {}).get("comparison_reused"))
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default = "sk-logreg-nozipmap,surfaces-validity,torch-cnn-dynamo,romanizer-encoder,vietcombank-captcha"
-    parser.add_argument("--models", default=default)
-    parser.add_argument("--checks", type=int, default=60)
-    parser.add_argument("--samples", type=int, default=16)
-    parser.add_argument("--gap", type=float, default=0.2, help="idle seconds before every timed call")
-    args = parser.parse_args()
-    wanted = args.models.split(",")
-    chosen = [m for m in realmodels.corpus_models() if m.name in wanted]
+    args, chosen = bench_warm.round_arguments(__doc__ or "")
     scratch = Path(tempfile.mkdtemp(prefix="onnxmon-bench-round5-"))
     before_pool, after_pool = PoolBefore(limit=len(chosen) + 1), warm.WarmPool(limit=len(chosen) + 1)
     differ = 0
@@ -127,25 +116,10 @@ def main() -> int:
                 "before": lambda p=plan: before_check(p, before_pool),
                 "after": lambda p=plan: after_check(p, after_pool),
             }
-            for _ in range(3):  # the first checks build the sessions and read every file
-                sides["before"](), sides["after"](), bare()
-            total: dict[str, list[float]] = {"bare": [], "before": [], "after": []}
-            inside: dict[str, list[float]] = {"before": [], "after": []}
-            same, reused = True, 0
-            for _ in range(args.checks):
-                got = {}
-                for side in ("before", "after", "bare"):
-                    time.sleep(args.gap)
-                    began = time.perf_counter()
-                    answer = bare() if side == "bare" else sides[side]()
-                    total[side].append(time.perf_counter() - began)
-                    if isinstance(answer, CheckResult):
-                        got[side] = answer
-                        inside[side].append(answer.finished_at - answer.started_at)
-                same = same and numbers(got["before"]) == numbers(got["after"])
-                reused += 1 if (got["after"].details.get("warm") or {}).get("comparison_reused") else 0
-            t = {k: statistics.median(v) * 1000 for k, v in total.items()}
-            r = {k: statistics.median(v) * 1000 for k, v in inside.items()}
+            measured = bench_warm.side_by_side(sides, bare, rounds=args.checks, gap=args.gap)
+            t, r = measured.medians_ms()
+            same = measured.same("before", "after")
+            reused = sum(1 for got in measured.results if reused_comparison(got["after"]))
             differ += 0 if same else 1
             print(
                 f"{model.name:<22}{t['bare']:>9.2f}{t['before']:>14.2f}{t['after']:>8.2f}"

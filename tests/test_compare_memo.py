@@ -77,10 +77,20 @@ def produce(
     ]
 
 
-def test_a_check_whose_outputs_are_bitwise_the_last_ones_is_answered_from_the_record() -> None:
-    rng = np.random.default_rng(0)
-    baseline = baseline_set(rng, 5)
+def recorded(
+    seed: int, count: int, budget_bytes: int = memo.DEFAULT_BUDGET_BYTES
+) -> tuple[list[dict[str, np.ndarray]], list[dict[str, np.ndarray]], memo.Memo]:
+    """A baseline of ``count`` samples, outputs near it, and a memo after one check of them."""
+    rng = np.random.default_rng(seed)
+    baseline = baseline_set(rng, count)
     first = produce(baseline, 1e-3, rng)
+    kept = memo.Memo(budget_bytes=budget_bytes)
+    remembered(list(zip(first, baseline, strict=True)), kept)
+    return baseline, first, kept
+
+
+def test_a_check_whose_outputs_are_bitwise_the_last_ones_is_answered_from_the_record() -> None:
+    baseline, first, _ = recorded(0, 5)
     kept = memo.Memo()
     answers = []
     for _ in range(3):
@@ -93,11 +103,7 @@ def test_a_check_whose_outputs_are_bitwise_the_last_ones_is_answered_from_the_re
 
 @pytest.mark.parametrize("where", [0, 2, 4])
 def test_one_ulp_moved_in_one_sample_is_compared_in_full_with_the_samples_before_it_from_the_record(where: int) -> None:
-    rng = np.random.default_rng(1)
-    baseline = baseline_set(rng, 5)
-    first = produce(baseline, 1e-3, rng)
-    kept = memo.Memo()
-    remembered(list(zip(first, baseline, strict=True)), kept)
+    baseline, first, kept = recorded(1, 5)
     moved = [{k: v.copy() for k, v in sample.items()} for sample in first]
     moved[where]["probs"][1, 2] = np.nextafter(moved[where]["probs"][1, 2], np.float32(2))
     check = list(zip(moved, baseline, strict=True))
@@ -110,23 +116,15 @@ def test_one_ulp_moved_in_one_sample_is_compared_in_full_with_the_samples_before
 
 
 def test_a_baseline_read_again_is_not_matched_even_with_the_same_bits() -> None:
-    rng = np.random.default_rng(2)
-    baseline = baseline_set(rng, 3)
-    first = produce(baseline, 1e-3, rng)
-    kept = memo.Memo()
-    remembered(list(zip(first, baseline, strict=True)), kept)
+    baseline, first, kept = recorded(2, 3)
     reread = [{k: v.copy() for k, v in sample.items()} for sample in baseline]  # equal values, other objects
     remembered(list(zip(first, reread, strict=True)), kept)
     assert kept.reused is False
 
 
 def test_another_sample_count_or_actual_count_is_compared_in_full() -> None:
-    rng = np.random.default_rng(3)
-    baseline = baseline_set(rng, 4)
-    first = produce(baseline, 1e-3, rng)
-    kept = memo.Memo()
+    baseline, first, kept = recorded(3, 4)
     full = list(zip(first, baseline, strict=True))
-    remembered(full, kept)
     assert bits(remembered(full, kept, actual_samples=5)) == bits(plain(full, actual_samples=5))
     assert kept.reused is False
     remembered(full, kept)
@@ -137,12 +135,8 @@ def test_another_sample_count_or_actual_count_is_compared_in_full() -> None:
 
 
 def test_outputs_over_the_byte_budget_are_not_held_and_the_next_check_compares_in_full() -> None:
-    rng = np.random.default_rng(4)
-    baseline = baseline_set(rng, 3)
-    first = produce(baseline, 1e-3, rng)
-    kept = memo.Memo(budget_bytes=100)  # one sample's outputs are 3*4*4 + 3*8 = 72 bytes
+    baseline, first, kept = recorded(4, 3, budget_bytes=100)  # one sample's outputs: 3*4*4 + 3*8 = 72 bytes
     check = list(zip(first, baseline, strict=True))
-    remembered(check, kept)
     assert kept.record is None
     assert bits(remembered(check, kept)) == bits(plain(check)) and kept.answered == 0
 
@@ -162,11 +156,7 @@ def test_object_arrays_are_never_matched_by_their_bytes() -> None:
 
 
 def test_held_outputs_are_read_only() -> None:
-    rng = np.random.default_rng(5)
-    baseline = baseline_set(rng, 2)
-    first = produce(baseline, 1e-3, rng)
-    kept = memo.Memo()
-    remembered(list(zip(first, baseline, strict=True)), kept)
+    _, _, kept = recorded(5, 2)
     assert kept.record is not None
     with pytest.raises(ValueError, match="read-only"):
         kept.record.produced[0][0][0, 0] = 7.0
@@ -221,11 +211,7 @@ def unchanged(before: Sequence[Sample], now: Sequence[Sample]) -> bool:
 
 def test_a_record_never_pins_the_baseline_arrays_its_owner_let_go() -> None:
     """A full re-read or a promotion drops the kept arrays: the memo must not hold them in memory."""
-    rng = np.random.default_rng(6)
-    baseline = baseline_set(rng, 3)
-    first = produce(baseline, 1e-3, rng)
-    kept = memo.Memo()
-    remembered(list(zip(first, baseline, strict=True)), kept)
+    baseline, first, kept = recorded(6, 3)
     watched = weakref.ref(baseline[0]["probs"])
     del baseline
     gc.collect()
