@@ -162,7 +162,7 @@ def test_held_outputs_are_read_only() -> None:
         kept.record.produced[0][0][0, 0] = 7.0
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=max(60, settings.default.max_examples // 4), deadline=None)
 @given(
     seed=st.integers(0, 2**32 - 1),
     steps=st.lists(
