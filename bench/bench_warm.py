@@ -408,6 +408,8 @@ def main() -> int:
             verdict = str(warm_result[-1].verdict)
             same = all(numbers(w) == numbers(f) for w, f in zip(warm_result, fresh_result, strict=True))
             verdict += ", same numbers as fresh" if same else ", NUMBERS DIFFER FROM FRESH"
+            reused = sum(1 for w in warm_result[1:] if (w.details.get("warm") or {}).get("comparison_reused"))
+            verdict += f", comparison reused {reused}/{len(warm_result) - 1}"
             mismatches += 0 if same else 1
             rows.append((model.name, med["warm"] / med["bare"], med["fresh"] / med["bare"]))
             goal = _goal(med["bare"], med["warm"])
