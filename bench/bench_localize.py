@@ -13,8 +13,9 @@
    vs ``polygraphy run --onnx-outputs mark all --onnxrt``, and of a plain inference run.
 3. Where our time goes (``--profile``): session creation, inference, comparison.
 
-Polygraphy is a bench-only dependency (``pip install polygraphy``); without it, only our
-numbers are printed. Run: ``.venv/bin/python bench/bench_localize.py``.
+Polygraphy is a bench-only dependency (``pip install polygraphy sympy onnx-graphsurgeon``: its
+``debug reduce`` needs both, and onnxruntime 1.32 no longer brings sympy); without it, only our
+numbers are printed, and a reduce that fails prints no ratio. Run: ``.venv/bin/python bench/bench_localize.py``.
 """
 
 from __future__ import annotations
@@ -239,7 +240,11 @@ def main() -> None:
         reduced_path = workdir / "reduced.onnx"
         found = [n.name for n in onnx.load(str(reduced_path)).graph.node] if reduced_path.is_file() else None
         print(f"polygraphy debug reduce --mode bisect: {elapsed:7.2f} s  exit {result.returncode}  reduced to {found}")
-        for key, seconds in ours.items():
+        if result.returncode != 0 or not found:
+            # A reduce that stopped early (sympy or onnx_graphsurgeon missing: onnxruntime >= 1.32 no
+            # longer brings sympy) would make every ratio below look like a win: none is printed.
+            print("  no ratio: polygraphy did not reduce the model (pip install sympy onnx-graphsurgeon)")
+        for key, seconds in ours.items() if result.returncode == 0 and found else ():
             print(f"  ours vs {key} / polygraphy = {seconds / elapsed:.3f}  (goal <= 0.1)")
 
     ours_code = MEASURE_OURS.format(
