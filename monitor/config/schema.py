@@ -362,9 +362,8 @@ class DaemonConfig(StrictModel):
         le=1024,
         description="Most warm workers kept at once. A full pool makes room only by stopping a worker idle for 10"
         " minutes; otherwise the model's check runs in a fresh child (no start and kill per check when more"
-        " models than workers are checked every interval). Each worker holds a session, up to 256 MiB of"
-        " the benchmark set and baseline, and up to 32 MiB of its last check's outputs (a check whose outputs"
-        " keep their bits is answered with the last comparison's numbers) in memory.",
+        " models than workers are checked every interval). Each worker holds a session, up to 256 MiB of the"
+        " benchmark set and baseline, and up to 32 MiB of its last check's outputs, in memory.",
     )
     provider_cache_dir: Path | None = Field(
         default=None,
