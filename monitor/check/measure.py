@@ -23,7 +23,6 @@ from monitor.check.reasons import attribute, describe_model_change, external_dat
 from monitor.check.reasons import env_changes as environment_changes
 from monitor.check.replay import Clock, Replay, replay_benchset, with_repeat_spread
 from monitor.compare import memo
-from monitor.compare.outputs import Comparison
 from monitor.config.plan import CheckPlan
 from monitor.errors import MonitorError
 from monitor.files import baselines, benchsets, modelfile
@@ -102,19 +101,14 @@ def measure(
     same kept baseline arrays, is answered with the last comparison's stats (``compare/memo.py``).
     """
     baseline, session, files = opened.baseline, opened.session, opened.files
-    built = (
+    comparison = memo.remembered(
         list(baseline.meta.outputs),
         session.output_names,
         plan.tolerances(session.output_names),
-        baseline.meta.sample_count,
-        baseline.element_counts(files=files),
-        plan.model.decisions,  # counted per sample beside the metrics (compare/decisions.py)
-    )
-    expected, produced, tolerances, samples, elements, decisions = built
-    comparison = memo.Remembered(
-        Comparison(expected, produced, tolerances, samples=samples, elements=elements, decisions=decisions),
-        memo.key_of(*built),
-        last or memo.Memo(),
+        samples=baseline.meta.sample_count,
+        elements=baseline.element_counts(files=files),
+        decisions=plan.model.decisions,  # counted per sample beside the metrics (compare/decisions.py)
+        memo=last or memo.Memo(),
     )
 
     def feed(index: int, produced: Mapping[str, np.ndarray]) -> None:

@@ -86,6 +86,21 @@ def key_of(
     )
 
 
+def remembered(
+    expected: Sequence[str],
+    produced: Sequence[str],
+    tolerances: Mapping[str, AppliedTolerance],
+    *,
+    samples: int,
+    elements: Mapping[str, int],
+    decisions: Mapping[str, DecisionRule] | None,
+    memo: Memo,
+) -> Remembered:
+    """A ``Comparison`` of these arguments, answered from ``memo`` while the check matches its record."""
+    comparison = Comparison(expected, produced, tolerances, samples=samples, elements=elements, decisions=decisions)
+    return Remembered(comparison, key_of(expected, produced, tolerances, samples, elements, decisions), memo)
+
+
 class Remembered:
     """A ``Comparison`` fed as usual, answered from ``memo`` while every sample matches its record.
 
@@ -98,47 +113,39 @@ class Remembered:
         self.names = [name for name in comparison.expected if name in comparison.accumulators]
         self.baseline_names = list(comparison.expected)
         record = memo.record
+        # The record still being matched; None from the first difference on (the comparison is fed).
         self._previous = record if record is not None and record.key == key else None
-        self._fed = 0
-        self._live = self._previous is None  # the comparison is being fed (no record to match)
         self._held: list[Arrays] | None = []  # this check's arrays from the first difference on
         self._held_bytes = 0
-        self._expected: list[tuple[object, ...]] = []
+        self._expected: list[tuple[object, ...]] = []  # per sample fed, its baseline's arrays
 
     def feed(self, actual: Mapping[str, object], expected: Mapping[str, object]) -> None:
         """One sample, as ``Comparison.feed``."""
-        index, self._fed = self._fed, self._fed + 1
-        previous = self._previous
+        index, previous = len(self._expected), self._previous
         arrays = self._arrays(actual)
         baseline = tuple(expected.get(name, _ABSENT) for name in self.baseline_names)
-        if not self._live and previous is not None:
+        self._expected.append(baseline)
+        if previous is not None:
             if (
                 arrays is not None
                 and index < len(previous.produced)
                 and _identical(baseline, previous.expected[index])
                 and _same(arrays, previous.produced[index])
             ):
-                self._expected.append(baseline)
                 return
-            self._live = True  # the first difference: the samples before it are the record's
-            self._replay(index)
+            self._replay(index)  # the first difference: the samples before it are the record's
         self.comparison.feed(actual, expected)
-        self._hold(arrays, baseline)
+        self._hold(arrays)
 
     def finish(self, actual_samples: int | None = None) -> tuple[OutputStats, ...]:
         """The stats, as ``Comparison.finish``: the record's when every sample matched it."""
         previous = self._previous
-        if (
-            not self._live
-            and previous is not None
-            and self._fed == len(previous.produced)
-            and actual_samples == previous.actual_samples
-        ):
-            self.memo.answered += 1
-            self.memo.reused = True
-            return previous.result
-        if not self._live and previous is not None:  # fewer samples, or another count: compare in full
-            self._replay(self._fed)
+        if previous is not None:
+            if len(self._expected) == len(previous.produced) and actual_samples == previous.actual_samples:
+                self.memo.answered += 1
+                self.memo.reused = True
+                return previous.result
+            self._replay(len(self._expected))  # fewer samples, or another count: compare in full
         result = self.comparison.finish(actual_samples)
         self.memo.reused = False
         held, expected = self._held, _weak(self._expected)
@@ -159,8 +166,9 @@ class Remembered:
         return tuple(arrays)
 
     def _replay(self, count: int) -> None:
-        """Feed the first ``count`` samples from the record (this check's are bitwise the same), and hold them."""
-        previous = self._previous
+        """Feed the first ``count`` samples from the record (this check's are bitwise the same), hold them,
+        and stop matching: from here on the comparison is fed."""
+        previous, self._previous = self._previous, None
         assert previous is not None
         for index in range(count):
             actual = dict(zip(self.names, previous.produced[index], strict=True))
@@ -170,8 +178,7 @@ class Remembered:
             self._held = list(previous.produced[:count])
             self._held_bytes = sum(a.nbytes for sample in self._held for a in sample)
 
-    def _hold(self, arrays: Arrays | None, baseline: tuple[object, ...]) -> None:
-        self._expected.append(baseline)
+    def _hold(self, arrays: Arrays | None) -> None:
         if self._held is None:
             return
         size = sum(a.nbytes for a in arrays) if arrays is not None else 0

@@ -71,8 +71,9 @@ class _Worker:
     checks: int = 0
     last_used: float = 0.0
     retired: bool = False
-    watch: Any = None  # select.poll over the pipe and the process's sentinel (readable once it exited);
-    # polled only by the thread holding ``busy`` (the check's)
+    # select.poll over the pipe and the process's sentinel (readable once it exited); polled only by
+    # the thread holding ``busy`` (the check's)
+    watch: Any = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.watch = select.poll()
