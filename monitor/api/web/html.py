@@ -8,23 +8,19 @@ under the strict ``CONTENT_SECURITY_POLICY`` the routes send.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from html import escape
-from typing import Any
-from urllib.parse import quote, urlencode
 
-CONTENT_SECURITY_POLICY = (
-    "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; base-uri 'none';"
-    " frame-ancestors 'none'"
-)
+from monitor.api.web.formats import CONTENT_SECURITY_POLICY, VERDICT_CLASSES, ago, duration, num, url, utc
+
+__all__ = ["CONTENT_SECURITY_POLICY", "ago", "duration", "num", "url", "utc"]
+
 # A tiny inline icon, so the browser never asks for /favicon.ico (a 404 is a console error).
 _FAVICON = (
     "data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E"
     "%3Ccircle cx='8' cy='8' r='7' fill='%232563eb'/%3E%3C/svg%3E"
 )
-VERDICT_CLASSES = {"pass": "ok", "fail": "bad", "error": "warn"}
 
 
 def esc(value: object) -> str:
@@ -32,63 +28,9 @@ def esc(value: object) -> str:
     return escape(str(value), quote=True)
 
 
-def url(*parts: str, **query: str) -> str:
-    """A site path from segments (each percent-encoded) and an optional query string."""
-    path = "/" + "/".join(quote(p, safe="") for p in parts)
-    return f"{path}?{urlencode(query)}" if query else path
-
-
 def link(href: str, text: object, *, title: str | None = None) -> str:
     hint = f' title="{esc(title)}"' if title else ""
     return f'<a href="{esc(href)}"{hint}>{esc(text)}</a>'
-
-
-def num(value: Any, digits: int = 3) -> str:
-    """A number for people: ``∞``, ``−∞``, ``NaN``, ``—`` for none; ``digits`` significant digits otherwise."""
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, str):
-        try:
-            value = float(value)  # the JSON encodings "Infinity", "-Infinity", "NaN" (and older "inf" ...)
-        except ValueError:
-            return str(value)
-    if isinstance(value, int):
-        return f"{value:,}"
-    number = float(value)
-    if math.isnan(number):
-        return "NaN"
-    if math.isinf(number):
-        return "∞" if number > 0 else "−∞"
-    if number == 0:
-        return "0"
-    return f"{number:.{digits}g}".replace("-", "−")
-
-
-def duration(seconds: float) -> str:
-    """``90`` → ``1.5 min``: the largest unit that keeps the number readable."""
-    for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
-        if seconds >= size:
-            return f"{num(seconds / size)} {unit}"
-    return f"{num(seconds)} s"
-
-
-def utc(when: datetime) -> datetime:
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
-
-
-def ago(when: datetime | None, now: datetime) -> str:
-    """``3 min ago``-style text; ``never`` for none."""
-    if when is None:
-        return "never"
-    seconds = (now - utc(when)).total_seconds()
-    if seconds < 0:
-        return "just now"
-    for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
-        if seconds >= size:
-            return f"{seconds / size:.0f} {unit} ago" if seconds < 10 * size else f"{seconds // size:.0f} {unit} ago"
-    return f"{seconds:.0f} s ago"
 
 
 def when(moment: datetime | None, now: datetime) -> str:

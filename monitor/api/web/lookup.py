@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from monitor.api.web.html import esc, page
+from monitor.api.web import templating
 from monitor.api.web.svg import Point
 from monitor.errors import MonitorError
 from monitor.files import baseline_meta, baselines
@@ -61,8 +61,5 @@ def points(runs: Sequence[RunRecord]) -> list[Point]:
 
 def error_page(status: int, title: str, message: str) -> str:
     """A plain page for an unknown model, run or environment (never a traceback)."""
-    body = (
-        f'<div class="empty"><h1>{esc(status)} · {esc(title)}</h1><p>{esc(message)}</p>'
-        '<p><a href="/">Back to all models</a></p></div>'
-    )
-    return page(title, body, crumbs=[("Models", "/"), (title, None)])
+    crumbs = [("Models", "/"), (title, None)]
+    return templating.render("error.html", title=title, status=status, message=message, crumbs=crumbs)
