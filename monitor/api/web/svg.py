@@ -1,9 +1,10 @@
-"""Small inline SVG charts for the status page: a sparkline and a run-history chart, both on a log scale.
+"""The geometry of the status page's two charts: a sparkline and a run-history chart, both on a log scale.
 
 The plotted value is a run's error ÷ tolerance (``error_ratio``, the largest over its outputs):
 1 is the tolerance line. Zero is drawn at the bottom edge, +∞ at the top edge with a triangle,
 and a run without a value (an error, or NaN) as a hollow marker on the bottom edge, so no run
-silently disappears from the picture. Pure text out, no plotting library, no script.
+silently disappears from the picture. Numbers and labels out (``Spark``, ``Chart``); the SVG
+itself is ``templates/charts.html``. No plotting library, no script.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from monitor.api.web.html import esc, num, url
+from monitor.api.web.formats import num
 
 COLORS = {"pass": "#16a34a", "fail": "#dc2626", "error": "#d97706"}
 MARKER_COLORS = {"environment_changed": "#7c3aed", "baseline_promoted": "#0d9488", "model_changed": "#ea580c"}
 MARKER_LETTERS = {"environment_changed": "E", "baseline_promoted": "B", "model_changed": "M"}
+_GREY = "#6b7280"
 _FLOOR_EXP, _CEIL_EXP = -12, 12
 
 
@@ -38,6 +40,65 @@ class Marker:
     at: datetime
     kind: str
     label: str
+
+
+@dataclass(frozen=True)
+class Dot:
+    """A drawn point: where, how big, which colour; ``shape`` is dot, hollow (no value) or inf (a triangle)."""
+
+    x: float
+    y: float
+    color: str
+    r: float = 4
+    shape: str = "dot"
+    tip: str = ""
+    run_id: int = 0
+
+
+@dataclass(frozen=True)
+class Spark:
+    width: int
+    height: int
+    title: str
+    one_y: float
+    line: str
+    dots: list[Dot]
+
+
+@dataclass(frozen=True)
+class Label:
+    """A text at ``at`` (a row for the y axis, a column for the time axis)."""
+
+    at: float
+    text: str
+    anchor: str = "end"
+
+
+@dataclass(frozen=True)
+class EventLine:
+    x: float
+    label_x: float
+    color: str
+    letter: str
+    tip: str
+
+
+@dataclass(frozen=True)
+class Chart:
+    width: int
+    height: int
+    left: int
+    top: int
+    plot_w: int
+    plot_h: int
+    decades: list[Label]
+    inf_y: float | None  # the +∞ band's label row, when a value is +∞
+    inf_line_y: float
+    one_y: float
+    ticks: list[Label]
+    events: list[EventLine]
+    line: str
+    dots: list[Dot]
 
 
 def _usable(value: float | None) -> bool:
@@ -79,43 +140,31 @@ def _decade_label(exponent: int) -> str:
     return f"{10.0**exponent:g}" if -3 <= exponent <= 3 else f"1e{exponent}"
 
 
-def sparkline(points: Sequence[Point], *, width: int = 150, height: int = 34) -> str:
+def sparkline(points: Sequence[Point], *, width: int = 150, height: int = 34) -> Spark | None:
     """The last runs' error ÷ tolerance, oldest left; a dashed line marks 1; the last point is coloured."""
     if not points:
-        return '<span class="muted">no runs</span>'
+        return None
     pad = 4
     scale = _LogScale([p.ratio for p in points], pad, height - 2 * pad, inf_band=6)
     step = (width - 2 * pad) / max(len(points) - 1, 1)
     xs = [pad + i * step if len(points) > 1 else width / 2 for i in range(len(points))]
-    parts = [
-        f'<svg class="spark" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"'
-        f' viewBox="0 0 {width} {height}" role="img">',
-        f"<title>{esc(_spark_title(points))}</title>",
-        f'<line x1="0" x2="{width}" y1="{scale.y(1.0):.1f}" y2="{scale.y(1.0):.1f}" stroke="#dc2626"'
-        ' stroke-opacity=".45" stroke-dasharray="3 2"/>',
-    ]
     line = " ".join(f"{x:.1f},{scale.y(p.ratio):.1f}" for x, p in zip(xs, points, strict=True) if p.ratio is not None)
-    if line:
-        parts.append(f'<polyline points="{line}" fill="none" stroke="#64748b" stroke-width="1.3"/>')
-    for x, p in zip(xs, points, strict=True):
-        if p.verdict != "pass" or p is points[-1]:
-            parts.append(
-                f'<circle cx="{x:.1f}" cy="{scale.y(p.ratio):.1f}" r="{2.8 if p is points[-1] else 2}"'
-                f' fill="{COLORS.get(p.verdict, "#6b7280")}"/>'
-            )
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def _spark_title(points: Sequence[Point]) -> str:
+    dots = [
+        Dot(x, scale.y(p.ratio), COLORS.get(p.verdict, _GREY), r=2.8 if p is points[-1] else 2)
+        for x, p in zip(xs, points, strict=True)
+        if p.verdict != "pass" or p is points[-1]
+    ]
     last = points[-1]
-    return f"last {len(points)} runs: error ÷ tolerance; latest {num(last.ratio)} ({last.verdict})"
+    title = f"last {len(points)} runs: error ÷ tolerance; latest {num(last.ratio)} ({last.verdict})"
+    return Spark(width, height, title, scale.y(1.0), line, dots)
 
 
-def history_chart(points: Sequence[Point], markers: Sequence[Marker], *, width: int = 1100, height: int = 300) -> str:
+def history_chart(
+    points: Sequence[Point], markers: Sequence[Marker], *, width: int = 1100, height: int = 300
+) -> Chart | None:
     """Every run's error ÷ tolerance over time (log scale) with event lines; each point links to its run."""
     if not points:
-        return '<p class="muted">no runs yet</p>'
+        return None
     left, right, top, bottom = 58, 18, 26, 40
     plot_w, plot_h = width - left - right, height - top - bottom
     scale = _LogScale([p.ratio for p in points], top, plot_h, inf_band=22)
@@ -128,81 +177,46 @@ def history_chart(points: Sequence[Point], markers: Sequence[Marker], *, width: 
     def x_of(moment: datetime) -> float:
         return left + plot_w * (moment.timestamp() - start) / span
 
-    parts = [
-        f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"'
-        f' viewBox="0 0 {width} {height}" font-family="system-ui, sans-serif" font-size="11" role="img">',
-        "<title>error ÷ tolerance per run (log scale)</title>",
-        f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="#fff" stroke="#d1d5db"/>',
-    ]
     every = max(1, math.ceil((scale.high - scale.low) / 8))
-    for exponent in range(scale.low, scale.high + 1, every):
-        y = scale.y(10.0**exponent)
-        parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#f1f5f9"/>')
-        parts.append(
-            f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" fill="#6b7280">{_decade_label(exponent)}</text>'
-        )
-    if scale.has_inf:
-        parts.append(
-            f'<line x1="{left}" x2="{left + plot_w}" y1="{scale.top - 6:.1f}" y2="{scale.top - 6:.1f}" stroke="#e5e7eb"'
-            ' stroke-dasharray="2 3"/>'
-            f'<text x="{left - 6}" y="{scale.inf_y + 5:.1f}" text-anchor="end" fill="#6b7280">∞</text>'
-        )
-    one = scale.y(1.0)
-    parts.append(
-        f'<line x1="{left}" x2="{left + plot_w}" y1="{one:.1f}" y2="{one:.1f}" stroke="#dc2626"'
-        ' stroke-dasharray="5 3"><title>1 = the absolute tolerance</title></line>'
-        f'<text x="{left + plot_w - 4}" y="{one - 4:.1f}" text-anchor="end" fill="#dc2626">tolerance</text>'
-    )
-    parts += _time_ticks(start, span, left, plot_w, top + plot_h)
+    decades = [Label(scale.y(10.0**e), _decade_label(e)) for e in range(scale.low, scale.high + 1, every)]
+    events = []
     label_x = math.inf
     for marker in sorted(markers, key=lambda m: m.at, reverse=True):  # right to left, so labels can step aside
         x = x_of(marker.at)
         label_x = min(x, label_x - 16)
-        parts.append(_marker(marker, x, max(label_x, left), top, plot_h))
-    line = " ".join(f"{x_of(p.at):.1f},{scale.y(p.ratio):.1f}" for p in points if p.ratio is not None)
-    if line:
-        parts.append(f'<polyline points="{line}" fill="none" stroke="#94a3b8" stroke-width="1.2"/>')
-    for p in points:
-        parts.append(_point(p, x_of(p.at), scale.y(p.ratio)))
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def _time_ticks(start: float, span: float, left: float, plot_w: float, baseline_y: float) -> list[str]:
-    fmt = "%H:%M:%S" if span < 3600 else "%m-%d %H:%M" if span < 7 * 86400 else "%Y-%m-%d"
-    parts = []
-    for i in range(5):
-        moment = start + span * i / 4
-        x = left + plot_w * i / 4
-        anchor = "start" if i == 0 else "end" if i == 4 else "middle"
-        label = datetime.fromtimestamp(moment, UTC).strftime(fmt)
-        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{baseline_y}" y2="{baseline_y + 4}" stroke="#9ca3af"/>')
-        parts.append(
-            f'<text x="{x:.1f}" y="{baseline_y + 16}" text-anchor="{anchor}" fill="#6b7280">{esc(label)}</text>'
-        )
-    return parts
-
-
-def _marker(marker: Marker, x: float, label_x: float, top: float, plot_h: float) -> str:
-    color = MARKER_COLORS.get(marker.kind, "#6b7280")
-    letter = MARKER_LETTERS.get(marker.kind, "•")
-    tip = esc(marker.label)
-    return (
-        f"<g><title>{tip}</title>"
-        f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + plot_h}" stroke="{color}" stroke-width="1.5"'
-        ' stroke-dasharray="2 2"/>'
-        f'<rect x="{label_x - 7:.1f}" y="{top - 18}" width="14" height="14" rx="3" fill="{color}"/>'
-        f'<text x="{label_x:.1f}" y="{top - 7}" text-anchor="middle" fill="#fff" font-weight="700">{letter}</text></g>'
+        color = MARKER_COLORS.get(marker.kind, _GREY)
+        events.append(EventLine(x, max(label_x, left), color, MARKER_LETTERS.get(marker.kind, "•"), marker.label))
+    return Chart(
+        width=width,
+        height=height,
+        left=left,
+        top=top,
+        plot_w=plot_w,
+        plot_h=plot_h,
+        decades=decades,
+        inf_y=scale.inf_y if scale.has_inf else None,
+        inf_line_y=scale.top - 6,
+        one_y=scale.y(1.0),
+        ticks=_time_ticks(start, span, left, plot_w),
+        events=events,
+        line=" ".join(f"{x_of(p.at):.1f},{scale.y(p.ratio):.1f}" for p in points if p.ratio is not None),
+        dots=[_dot(p, x_of(p.at), scale.y(p.ratio)) for p in points],
     )
 
 
-def _point(p: Point, x: float, y: float) -> str:
-    color = COLORS.get(p.verdict, "#6b7280")
-    tip = esc(f"run #{p.run_id} · {p.verdict} · {p.at:%Y-%m-%d %H:%M:%S} UTC · error ÷ tolerance {num(p.ratio)}")
-    if p.ratio is None or math.isnan(p.ratio):
-        shape = f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="#fff" stroke="{color}" stroke-width="2"/>'
-    elif math.isinf(p.ratio):
-        shape = f'<path d="M{x - 5:.1f},{y + 7:.1f} L{x:.1f},{y:.1f} L{x + 5:.1f},{y + 7:.1f} Z" fill="{color}"/>'
-    else:
-        shape = f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{color}" stroke="#fff" stroke-width="1"/>'
-    return f'<a href="{esc(url("runs", str(p.run_id)))}"><title>{tip}</title>{shape}</a>'
+def _time_ticks(start: float, span: float, left: float, plot_w: float) -> list[Label]:
+    fmt = "%H:%M:%S" if span < 3600 else "%m-%d %H:%M" if span < 7 * 86400 else "%Y-%m-%d"
+    return [
+        Label(
+            left + plot_w * i / 4,
+            datetime.fromtimestamp(start + span * i / 4, UTC).strftime(fmt),
+            "start" if i == 0 else "end" if i == 4 else "middle",
+        )
+        for i in range(5)
+    ]
+
+
+def _dot(p: Point, x: float, y: float) -> Dot:
+    tip = f"run #{p.run_id} · {p.verdict} · {p.at:%Y-%m-%d %H:%M:%S} UTC · error ÷ tolerance {num(p.ratio)}"
+    shape = "hollow" if p.ratio is None or math.isnan(p.ratio) else "inf" if math.isinf(p.ratio) else "dot"
+    return Dot(x, y, COLORS.get(p.verdict, _GREY), shape=shape, tip=tip, run_id=p.run_id)
