@@ -4,16 +4,17 @@ The bar chart is inline SVG (no script): one bar per experiment, its length the 
 log scale (1.0, the tolerance line, drawn across), green when the knob brought every output back
 within tolerance. Below it, the incidents similar to this run and a plain POST form to note one
 (the API token goes in a password field: a form cannot send an ``Authorization`` header).
-Everything shown is escaped: knob values and incident text are data.
+Values here, markup in ``templates/diagnosis.html``, which escapes everything shown: knob values
+and incident text are data.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from monitor.api.web.html import badge, esc, num, section, table
 from monitor.results import CAUSE_CODES
 
 BAR_W = 360
@@ -21,67 +22,118 @@ ROW_H = 18
 LEFT = 230
 
 
-def render(run_id: int, document: Mapping[str, Any] | None, similar: Sequence[Mapping[str, Any]]) -> str:
-    """The section (always there on a non-passing run, for the incident form), or "" for no document and no form."""
-    parts = []
+@dataclass(frozen=True)
+class Hypothesis:
+    cause: str
+    confidence: str
+    evidence: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class Experiment:
+    knob: str
+    value: str
+    error_ratio: Any
+    seconds: Any
+    within: bool | None  # None: not measured (``note`` says why)
+    note: str
+
+
+@dataclass(frozen=True)
+class Bar:
+    y: int
+    label: str
+    ratio: float | None  # None: not measured
+    width: float
+    color: str
+
+
+@dataclass(frozen=True)
+class BarChart:
+    width: int
+    height: int
+    left: int
+    bar_h: int
+    line_x: float  # the tolerance line, at 1
+    bars: list[Bar]
+
+
+@dataclass(frozen=True)
+class Similar:
+    id: str
+    on: str
+    cause: str
+    fix: str
+    text: str
+    score: Any
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    run_id: int
+    hypotheses: list[Hypothesis]
+    experiments: list[Experiment]
+    chart: BarChart | None
+    notes: list[str]
+    error: str  # the diagnosis failed: why
+    similar: list[Similar]
+    causes: list[str]  # the form's choices
+
+
+def view(run_id: int, document: Mapping[str, Any] | None, similar: Sequence[Mapping[str, Any]]) -> Diagnosis:
+    """The section's values (always there on a non-passing run, for the incident form)."""
+    hypotheses: list[Hypothesis] = []
+    experiments: list[Mapping[str, Any]] = []
+    notes: list[str] = []
+    error = ""
     if isinstance(document, Mapping) and document.get("hypotheses"):
-        parts.append(_hypotheses(document["hypotheses"]))
+        hypotheses = [
+            Hypothesis(
+                str(h.get("cause", "")),
+                f"{float(h.get('confidence') or 0):.0%}",
+                "; ".join(str(e) for e in (h.get("evidence") or [])[:3]),
+                str(h.get("fix", "")),
+            )
+            for h in document["hypotheses"]
+        ]
         experiments = [e for e in document.get("experiments") or [] if isinstance(e, Mapping)]
-        if experiments:
-            parts.append(bar_chart(experiments))
-            parts.append(_experiments(experiments))
         notes = [str(n) for n in document.get("notes") or []]
-        if notes:
-            parts.append('<ul class="sub">' + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
     elif isinstance(document, Mapping) and document.get("error"):
-        parts.append(f'<p class="sub">the diagnosis failed: {esc(document["error"])}</p>')
-    else:
-        parts.append(
-            f'<p class="sub">not diagnosed: <span class="mono">onnxmon diagnose MODEL --run {run_id}</span></p>'
-        )
-    parts.append(_similar(similar))
-    parts.append(form(run_id))
-    return section("Diagnosis", "".join(parts), anchor="incidents")
-
-
-def _hypotheses(hypotheses: Sequence[Mapping[str, Any]]) -> str:
-    rows = (
-        [
-            badge(h.get("cause", ""), "info" if i == 0 else "none"),
-            esc(f"{float(h.get('confidence') or 0):.0%}"),
-            esc("; ".join(str(e) for e in (h.get("evidence") or [])[:3])),
-            esc(h.get("fix", "")),
-        ]
-        for i, h in enumerate(hypotheses)
+        error = str(document["error"])
+    return Diagnosis(
+        run_id=run_id,
+        hypotheses=hypotheses,
+        experiments=[
+            Experiment(
+                str(e.get("knob", "")),
+                str(e.get("value", "")),
+                e.get("error_ratio"),
+                e.get("seconds"),
+                e.get("within_tolerance") if isinstance(e.get("within_tolerance"), bool) else None,
+                str(e.get("note") or "—"),
+            )
+            for e in experiments
+        ],
+        chart=bar_chart(experiments) if experiments else None,
+        notes=notes,
+        error=error,
+        similar=[
+            Similar(
+                str(i.get("id")),
+                str(i.get("at", ""))[:10],
+                str(i.get("cause", "")),
+                str(i.get("fix") or "—"),
+                str(i.get("text", "")),
+                i.get("score"),
+            )
+            for i in similar
+        ],
+        causes=sorted(CAUSE_CODES),
     )
-    return table(["Likely cause", "Confidence", "Evidence", "Try"], rows)
 
 
-def _experiments(experiments: Sequence[Mapping[str, Any]]) -> str:
-    rows = (
-        [
-            f'<span class="mono">{esc(e.get("knob", ""))}</span>',
-            esc(e.get("value", "")),
-            esc(num(e.get("error_ratio"))),
-            _result(e),
-            esc(num(e.get("seconds"))),
-        ]
-        for e in experiments
-    )
-    inner = table(["Knob", "Value", "error ÷ tol", "Result", "s"], rows)
-    return f"<details><summary>Experiments</summary>{inner}</details>"
-
-
-def _result(experiment: Mapping[str, Any]) -> str:
-    within = experiment.get("within_tolerance")
-    if within is True:
-        return badge("within", "ok")
-    if within is False:
-        return badge("over", "bad")
-    return esc(experiment.get("note") or "—")
-
-
-def bar_chart(experiments: Sequence[Mapping[str, Any]]) -> str:
+def bar_chart(experiments: Sequence[Mapping[str, Any]]) -> BarChart:
     """Error ratio per knob, log scale from 1e-3 to the largest ratio, the tolerance line at 1."""
     ratios = [_ratio(e.get("error_ratio")) for e in experiments]
     finite = [r for r in ratios if r is not None and math.isfinite(r) and r > 0]
@@ -92,53 +144,13 @@ def bar_chart(experiments: Sequence[Mapping[str, Any]]) -> str:
         clipped = min(max(value, 10**low), top)
         return LEFT + BAR_W * (math.log10(clipped) - low) / (high - low)
 
-    height = ROW_H * len(experiments) + 24
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{LEFT + BAR_W + 70}" height="{height}" role="img"'
-             ' aria-label="error ratio per knob">']  # fmt: skip
+    bars = []
     for i, (experiment, ratio) in enumerate(zip(experiments, ratios, strict=True)):
-        y = 4 + i * ROW_H
         label = f"{experiment.get('knob', '')}={experiment.get('value', '')}"[:34]
-        parts.append(f'<text x="{LEFT - 6}" y="{y + 12}" text-anchor="end" font-size="11">{esc(label)}</text>')
-        if ratio is None:
-            parts.append(f'<text x="{LEFT + 4}" y="{y + 12}" font-size="11" fill="#888">not measured</text>')
-            continue
         color = "#2e7d32" if experiment.get("within_tolerance") else "#c62828"
-        width = max(1.0, x(ratio) - LEFT) if ratio > 0 else 1.0
-        parts.append(f'<rect x="{LEFT}" y="{y + 2}" width="{width:.1f}" height="{ROW_H - 5}" fill="{color}">'
-                     f"<title>{esc(label)}: {esc(num(ratio))}</title></rect>")  # fmt: skip
-        parts.append(f'<text x="{LEFT + width + 4:.1f}" y="{y + 12}" font-size="10">{esc(num(ratio))}</text>')
-    line = x(1.0)
-    parts.append(
-        f'<line x1="{line:.1f}" x2="{line:.1f}" y1="0" y2="{height - 16}" stroke="#333" stroke-dasharray="3 2"/>'
-    )
-    parts.append(f'<text x="{line:.1f}" y="{height - 4}" font-size="10" text-anchor="middle">tolerance (1)</text>')
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def _similar(similar: Sequence[Mapping[str, Any]]) -> str:
-    if not similar:
-        return ""
-    rows = (
-        [esc(i.get("id")), esc(str(i.get("at", ""))[:10]), badge(i.get("cause", ""), "info"), esc(i.get("fix") or "—"),
-         esc(i.get("text", "")), esc(num(i.get("score")))]
-        for i in similar
-    )  # fmt: skip
-    return "<h3>Similar incidents</h3>" + table(["Incident", "On", "Cause", "Fixed by", "Notes", "Score"], rows)
-
-
-def form(run_id: int) -> str:
-    """The no-JavaScript form that notes an incident on this run (POST /runs/{id}/incidents)."""
-    options = "".join(f'<option value="{esc(c)}">{esc(c)}</option>' for c in sorted(CAUSE_CODES))
-    return (
-        f'<h3>Note an incident</h3><form method="post" action="/runs/{run_id}/incidents" class="incident">'
-        f'<label>cause <select name="cause" required>{options}</select></label> '
-        '<label>what was found <input name="text" required maxlength="10000"></label> '
-        '<label>fix <input name="fix" maxlength="10000"></label> '
-        '<label>by <input name="by" maxlength="200"></label> '
-        '<label>API token <input name="token" type="password" required autocomplete="off"></label> '
-        '<button type="submit">Note</button></form>'
-    )
+        width = max(1.0, x(ratio) - LEFT) if ratio is not None and ratio > 0 else 1.0
+        bars.append(Bar(4 + i * ROW_H, label, ratio, width, color))
+    return BarChart(LEFT + BAR_W + 70, ROW_H * len(experiments) + 24, LEFT, ROW_H - 5, x(1.0), bars)
 
 
 def _ratio(value: Any) -> float | None:
