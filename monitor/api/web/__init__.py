@@ -10,9 +10,11 @@
 * ``/environments/diff?a=&b=``       two environments (fingerprints or baseline ids) side by side
 
 Pages are plain HTML with inline CSS and SVG, no script and nothing fetched from elsewhere
-(a strict Content-Security-Policy says so to the browser), so they work air-gapped. Anything
-unknown is a small 404 page; path parameters are validated here rather than by FastAPI so that
-even a malformed id gets an HTML answer, not a JSON 422.
+(a strict Content-Security-Policy says so to the browser), so they work air-gapped. Each page's
+module computes plain values and a Jinja2 template under ``templates/`` renders them, escaping
+every value (``templating.py``). Anything unknown is a small 404 page; path parameters are
+validated here rather than by FastAPI so that even a malformed id gets an HTML answer, not a
+JSON 422.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from fastapi.responses import HTMLResponse, Response
 from monitor import jsonsafe
 from monitor.api.web import env_page, model_page, overview, run_page
 from monitor.api.web.env_page import NotFound
-from monitor.api.web.html import CONTENT_SECURITY_POLICY
+from monitor.api.web.formats import CONTENT_SECURITY_POLICY
 from monitor.api.web.lookup import error_page
 
 if TYPE_CHECKING:
