@@ -1,21 +1,20 @@
-"""Benchmark: a diagnosis's wall time against the time its experiments spent inside their children, before/after.
+"""Benchmark: a diagnosis's wall time against the time its experiments spent inside their children.
 
-For each scenario of ``tests/diagnose_scenarios.py`` (real corpus models, one real cause each), three
-fresh worker processes of this script, side by side in one run, in turn: ``before``, the path as it was
-(a child per experiment, and every child imports the main script again before it runs: CPython 3.11's
-forkserver never preloads ``__main__``); ``preload`` (``daemon/forkmain.py``: the forkserver imported it
-once; still a child per experiment); ``now`` (preloaded, and the knobs that ``knobs.may_share_a_child``
-replayed one after another in one child). Each worker starts its forkserver first and reports that start
-apart (a daemon's is started once, at its first check; ``onnxmon diagnose`` pays it once per command),
-builds the scenario, runs the check, then the diagnosis with the daemon's isolation
-(``daemon.diagnosis.isolated``). Printed per scenario and mode: the diagnosis's wall time, the sum of
-its experiments' time inside their children (baseline and benchmark-set load, session build, replay,
-comparison: what ``measure`` times), their ratio (the goal: ≤ 1.5×), the number of experiments, whether
-the top cause is the scenario's truth, and whether the ranking (causes in order) and every experiment's
-ratio equal the first mode's (``before`` unless ``--modes`` says otherwise). The main script here
-imports what the bench needs (the check, the diagnosis, the store, the scenarios: ~2 s at load 7);
-``onnxmon``'s imports the whole CLI. Say the load with the numbers (``uptime``). Run: ``.venv/bin/python
-bench/bench_diagnose.py`` (``--scenarios 0,1`` for some).
+The goal: a diagnosis's wall time ≤ 1.5× the time its experiments spend inside their isolated children
+(baseline and benchmark-set load, session build, replay, comparison: what ``measure`` times), on each
+scenario of ``tests/diagnose_scenarios.py`` (real corpus models, one real cause each).
+
+Each scenario is diagnosed in a fresh worker process of this script, per mode: ``shared`` (the daemon's
+path: the knobs that ``knobs.may_share_a_child`` replayed one after another in one child) and, with
+``--modes apart,shared``, ``apart`` (a child per experiment) side by side. Each worker starts its
+forkserver first and reports that start apart (a daemon's is started once, at its first check;
+``onnxmon diagnose`` pays it once per command), builds the scenario, runs the check, then the diagnosis
+with the daemon's isolation (``daemon.diagnosis.isolated``). Printed per scenario and mode: the
+diagnosis's wall time, the time inside the children, their ratio, the number of experiments, whether the
+top cause is the scenario's truth, and whether the ranking (causes in order) and every experiment's ratio
+equal the first mode's. Say the load with the numbers (``uptime``).
+
+Run: ``.venv/bin/python bench/bench_diagnose.py`` (``--scenarios 0,1`` for some, ``--modes apart,shared``).
 """
 
 from __future__ import annotations
@@ -36,22 +35,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from monitor.check import run_check  # noqa: E402
-from monitor.daemon import forkmain, isolate  # noqa: E402
+from monitor.daemon import isolate  # noqa: E402
 from monitor.daemon.diagnosis import isolated  # noqa: E402
 from monitor.diagnose.engine import diagnose  # noqa: E402
 from tests import isolate_targets  # noqa: E402
 from tests.diagnose_scenarios import SCENARIOS  # noqa: E402
 from tests.workspace import Workspace  # noqa: E402
 
-MODES = ("before", "preload", "now")
+MODES = ("apart", "shared")
 
 
 def worker(index: int, mode: str) -> dict[str, Any]:
-    """One scenario diagnosed in this process, with the forkserver of ``mode``; plain data for the parent."""
+    """One scenario diagnosed in this process, its experiments sharing children or not (``mode``); plain data."""
     logging.disable(logging.WARNING)  # the quantizer's pre-processing advice
-    if mode == "before":  # the forkserver as it was: it does not import the main script, each child does
-        isolate._PRELOAD = [m for m in isolate._PRELOAD if m != "monitor.daemon.forkmain"]
-        forkmain.main_path = lambda: None
     began = time.perf_counter()
     isolate.run(isolate_targets.answer, 1, timeout_s=300)
     forkserver_s = time.perf_counter() - began
@@ -65,7 +61,7 @@ def worker(index: int, mode: str) -> dict[str, Any]:
         result = run_check(plan)
         check_s = time.perf_counter() - began
         began = time.perf_counter()
-        diagnosis = diagnose(plan, result, isolate=isolated, share=mode == "now")
+        diagnosis = diagnose(plan, result, isolate=isolated, share=mode == "shared")
         wall_s = time.perf_counter() - began
     finally:
         os.chdir(cwd)
@@ -95,7 +91,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--worker", nargs=2, metavar=("INDEX", "MODE"), help=argparse.SUPPRESS)
     parser.add_argument("--scenarios", default=",".join(str(i) for i in range(len(SCENARIOS))))
-    parser.add_argument("--modes", default=",".join(MODES), help="some of before,preload,now (before is slow)")
+    parser.add_argument("--modes", default="shared", help="some of apart,shared")
     options = parser.parse_args()
     if options.worker:
         print(json.dumps(worker(int(options.worker[0]), options.worker[1])))

@@ -5,9 +5,9 @@
    file, using our threshold (as a user would write it), and, side by side in the same run, ours:
    against the baseline's stored intermediates (the same setting as Polygraphy's: the reference
    values are on disk; ``bisect`` and ``all``), and against the reference *model*, which we run:
-   before (its noise floor measured, the reference run twice per fetch: ``noisefloor.forget()``
-   before the call) and after (the floor kept from an earlier localization of the same reference
-   file and input: one run per fetch), interleaved, medians of ``REPEATS``; the two must give the
+   with its noise floor measured (the reference run twice per fetch: ``noisefloor.forget()``
+   before the call) and with the floor kept from an earlier localization of the same reference
+   file and input (one run per fetch), interleaved, medians of ``REPEATS``; the two must give the
    same first divergent node and ranking.
 2. Peak memory (RSS high-water of a child process) of our ``all`` mode with ``chunk_size=16``
    vs ``polygraphy run --onnx-outputs mark all --onnxrt``, and of a plain inference run.
@@ -187,7 +187,7 @@ def main() -> None:
             f"  inferences {report.runs:3d}  first divergent node {_first(report)} ({report.comparison})"
         )
         ours[f"baseline {mode}"] = statistics.median(times)
-    for mode in ("bisect", "all"):  # against the reference model, which runs: its floor fresh (before) vs kept
+    for mode in ("bisect", "all"):  # against the reference model, which runs: its floor measured vs kept
         request = LocalizeRequest(reference_model=reference, mode=mode)
         noisefloor.forget()
         started = time.perf_counter()
@@ -195,7 +195,7 @@ def main() -> None:
         first_call = time.perf_counter() - started
         fresh_times, kept_times = [], []
         for _ in range(REPEATS):  # interleaved: the machine's load falls on both alike
-            noisefloor.forget()  # as before: the reference's floor measured again (two runs per fetch)
+            noisefloor.forget()  # the reference's floor measured again (two runs per fetch)
             started = time.perf_counter()
             fresh = localize(subject, feeds, request, providers=CPU, session=SessionConfig())
             fresh_times.append(time.perf_counter() - started)

@@ -11,11 +11,6 @@ largest sample count's to the smallest's, side by side in one run. The goal is a
 for both: memory bounded by one sample, not by the benchmark set. It is measured here, never
 asserted in tests.
 
-Measured on the 2-core development machine (peak RSS, 16 -> 256 samples)::
-
-    before (all samples in memory):  capture 178 -> 1202 MiB (6.75x)   check 234 -> 2218 MiB (9.46x)
-    after (one sample at a time):    capture 116 ->  119 MiB (1.03x)   check 113 ->  118 MiB (1.04x)
-
 To measure another checkout of onnxmon with the same script, put it first on the path:
 ``PYTHONPATH=/path/to/checkout .venv/bin/python bench/bench_memory.py`` (each child prints
 which ``monitor`` it imported).

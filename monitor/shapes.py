@@ -1,10 +1,10 @@
 """One mapping between frozen dataclasses and plain dicts, driven by the dataclass's own definition.
 
 A run has several shapes: the dict a check child sends its parent, the spool's JSON entry, the
-store's rows, the API's JSON. Each used to be written out field by field, so a field added to
-``CheckResult`` had to be added to every list by hand (and was silently dropped where it was not).
-Here the fields and their types come from ``dataclasses.fields`` and ``typing.get_type_hints``, so
-the dataclass is the one definition and every shape follows it:
+store's rows, the API's JSON. Written out field by field, a field added to ``CheckResult`` would
+have to be added to every list by hand (and be silently dropped where it was not). Here the fields
+and their types come from ``dataclasses.fields`` and ``typing.get_type_hints``, so the dataclass is
+the one definition and every shape follows it:
 
 - ``to_dict(value)``: a dict per dataclass, keys in field order. Enums become their ``value``,
   nested dataclasses dicts, tuples and lists lists, mappings dicts (values mapped by their declared

@@ -256,7 +256,7 @@ def classify(actual: Any, expected: Any) -> tuple[str, bool]:
     return ("within" if bool(np.all(close | same_nonfinite)) else "drift"), changed
 
 
-# --- what onnxmon said, kept for the README's model x scenario table ------------------------------
+# --- what onnxmon said, kept for docs/realmodels.md's model x scenario table ------------------------------
 
 
 def codes(result: CheckResult) -> set[str]:

@@ -22,7 +22,7 @@ Runtime and numpy (``realmodels.ground_truth``), not with onnxmon's comparison:
   ``model_changed`` naming the file, whatever else could or could not be measured.
 
 With ``ONNXMON_SCENARIO_LOG`` set, every case appends what onnxmon said to that file;
-``scripts/scenario-table`` runs this module that way and writes the README's table.
+``scripts/scenario-table`` runs this module that way and writes the table in docs/realmodels.md.
 Without the fetched cache the fetched models skip; with ``realmodels`` in ``ONNXMON_REQUIRE``
 (as in CI) they fail instead.
 """

@@ -119,6 +119,6 @@ def test_go_or_no_go_is_exactly_plain_orts_drift_beyond_tolerance(
 
 def test_the_rehearsal_summary(rehearsed: dict[str, dict[str, Any]], capsys: pytest.CaptureFixture[str]) -> None:
     no_go = {name: v["likely_cause"]["cause"] for name, v in rehearsed.items() if not v["go"]}
-    with capsys.disabled():  # the figures for the README and the note (pytest -s shows them)
+    with capsys.disabled():  # the figures for docs/realmodels.md (pytest -s shows them)
         print(f"\nrehearse on the corpus: {len(rehearsed) - len(no_go)} go, {len(no_go)} no-go {sorted(no_go.items())}")
     assert len(rehearsed) == len(MODELS)

@@ -7,8 +7,8 @@ benchmark set's shapes, so they are computed once per combination and kept as a 
 that cannot be written (a read-only home) only costs the lint again next time.
 
 A process keeps the reports it read by the cache file's stat stamp (``files/stamped.py``): a warm
-check worker lints the same model at every check, and re-reading and decoding the unchanged
-file was part of each check's fixed cost. A rewritten cache file (another inode) is read again.
+check worker lints the same model at every check and reads an unchanged cache file once. A
+rewritten cache file (another inode) is read again.
 
 The hazards never change the verdict: they go to ``details["lint"]``, and ``onnxmon check``
 prints the errors and warnings under the model's row.
@@ -37,8 +37,7 @@ _read: dict[Path, tuple[Stamp, Any]] = {}  # cache file -> (its stamp, its decod
 def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     """``$XDG_STATE_HOME/onnxmon/lint``, by default ``~/.local/state/onnxmon/lint``.
 
-    Kept per value of the two variables it depends on: building it (``Path.home()`` and three joins)
-    was ~40 % of a warm check's cached-lint lookup.
+    Built once per value of the two variables it depends on.
     """
     env = os.environ if environ is None else environ
     return _cache_dir(env.get("XDG_STATE_HOME") or None, os.environ.get("HOME"))

@@ -1,9 +1,8 @@
 """A running reference's noise floor, measured only where it matters, and kept while its files are unchanged.
 
-A reference that runs (``unoptimized``, ``model``: CPU, graph optimizations disabled) used to be
-run twice on every fetch, so that each tensor's spread between the two runs (its noise floor, and
-the evidence of a nondeterministic reference) was known: half of a localization's inference went
-to measuring a floor that is the same every time for the same reference and input, and that
+A reference that runs (``unoptimized``, ``model``: CPU, graph optimizations disabled) has a noise
+floor: each tensor's spread between two runs of the same exposure (and the evidence of a
+nondeterministic reference). It is the same every time for the same reference and input, and
 decides nothing for a tensor equal to the subject's to the bit. ``KeptNoise`` measures it as
 ``Repeated`` does (a second run of the same exposure, only for a chunk with a tensor that differs
 from the subject), keeps each tensor's spread under the reference's *key*, and on a later fetch

@@ -1,9 +1,8 @@
 """One localization's options, frozen and validated once: what ``onnxmon localize`` asks for.
 
 The options of a localization (which sample, against what, which search, which graph, which
-rule, how many tensors per run, the budget) used to travel as a dozen loose keyword arguments
-from the command line through the isolated child to the library, validated in three places with
-three wordings. A ``LocalizeRequest`` is built once, where the options come from (the CLI, the
+rule, how many tensors per run, the budget) travel together, validated in one place with one
+wording. A ``LocalizeRequest`` is built once, where the options come from (the CLI, the
 daemon's ``localize_on_fail``, a diagnosis, a library caller), refuses a bad value at
 construction with a ``RequestError`` naming the field, and is passed unchanged down to
 ``configured.localize_model``, ``engine.localize`` and ``selfruns.localize_self``. It is frozen

@@ -2,7 +2,7 @@
 
 ``history_runs_query`` is the statement behind ``onnxmon history`` and the status page; it
 walks the ``runs(model_id, started_at)`` index backwards and stops after ``limit`` rows, so its
-cost does not grow with the size of the table (see bench/bench_history.py).
+cost does not grow with the size of the table.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""``model_invalid``: a model ONNX Runtime refuses to load, said as a lint error (issue 30, partial).
+"""``model_invalid``: a model ONNX Runtime refuses to load, said as a lint error.
 
-``lint`` said "no export hazards found" on models no session can be built from. Three findings, each
+Without it ``lint`` would say "no export hazards found" on models no session can be built from. Three findings, each
 an ``error`` on the model (the runtime's own refusal, found statically):
 
 - a tensor whose stored data is short of its dims (``files.tensor_storage``: ORT's "raw_data size
