@@ -4,9 +4,10 @@ Each scrape reads the store (each model's last run, the stored diagnoses of thos
 pass, every model's recent window: a fixed number of statements whatever the number of models),
 the current config and the active baselines on disk, so the gauges survive a restart and never
 drift from the history. Nothing of a scrape is kept for the next one but the tolerances a config
-resolves to (``_tolerance``, held with that config). A store that
-fails costs these gauges, not the scrape: ``onnxmon_store_up`` turns 0 and the counters of
-``monitor.sinks.prometheus.counters.Metrics`` are still served. ``install`` wires both halves into a registry.
+resolves to (``_tolerance``, held with that config). A store that fails costs these gauges, not
+the scrape: ``onnxmon_store_up`` turns 0 and the counters of
+``monitor.sinks.prometheus.counters.Metrics`` are still served. ``install`` wires both halves into a
+registry; ``/metrics`` is the client's own rendering of it.
 """
 
 from __future__ import annotations
@@ -306,15 +307,6 @@ class _Families:
         self.atol = gauge("onnxmon_output_tolerance_atol", "Applied atol.", output)
         self.rtol = gauge("onnxmon_output_tolerance_rtol", "Applied rtol.", output)
         self.max_mismatch = gauge("onnxmon_output_tolerance_max_mismatch_ratio", "Applied max_mismatch_ratio.", output)
-
-    def globals(self) -> tuple[GaugeMetricFamily, ...]:
-        """The families without a model label, first in the exposition."""
-        return (self.store_up, self.runtime_info)
-
-    def per_model(self) -> list[GaugeMetricFamily]:
-        """The families with a model label, in exposition order."""
-        first = self.globals()
-        return [family for family in self.all() if all(family is not g for g in first)]
 
     def per_output_values(self) -> tuple[GaugeMetricFamily, ...]:
         return (

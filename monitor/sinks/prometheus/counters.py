@@ -6,8 +6,8 @@ Two halves, both living in one injected ``CollectorRegistry`` (never the global 
   checks, environment changes, promotions, missed/skipped runs, config reloads, build info).
   ``declare(settings)`` creates every labelled child when the config loads, so every series
   exists from the first scrape at 0; ``observe(result)`` moves them after each check.
-* ``StoreCollector`` (``monitor/sinks/prometheus/collector.py``) answers each scrape from the store's
-  latest run per model (one query), the current config and the files on disk, so the last-run
+* ``StoreCollector`` (``monitor/sinks/prometheus/collector.py``) answers each scrape from the store
+  (a fixed number of queries), the current config and the files on disk, so the last-run
   gauges survive a restart and never drift from the history. A store that fails at scrape time
   costs those gauges, not the scrape: ``onnxmon_store_up`` turns 0 and the counters are served.
 
