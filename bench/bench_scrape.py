@@ -15,8 +15,8 @@ folder) the same way, alternating with this tree over ``--rounds`` rounds, print
 the medians (this tree / REV's), and compares the two trees' first bodies: the same families,
 HELP, TYPE, series and values, but for the one series that is the process's start time.
 ``bench/bench_daemon.py`` measures the scrape over HTTP from a real ``onnxmon serve``.
-Each kind is also timed in the child's CPU seconds, which sharing the cores does not inflate.
-Goal: median <= 50 ms at 200 models, idle and with runs landing (exit 1 when missed).
+Each kind is also timed in the child's CPU seconds, which cores shared with other work inflate far less.
+Goal: median <= 50 ms up to 200 models, <= 150 ms at 1,000, idle and with runs landing (exit 1 when missed).
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-GOAL_S = 0.050
+GOALS_S = {200: 0.050, 1000: 0.150}  # up to that many models: the median scrape
 PROCESS_START = "onnxmon_config_last_reload_success_timestamp_seconds"  # differs between any two processes
 KINDS = ("idle", "run landed")
-CPU = ("idle, CPU", "landed, CPU")  # the child's CPU time per scrape: what contention for the cores does not inflate
+CPU = ("idle, CPU", "landed, CPU")  # the child's CPU time per scrape: contention inflates it far less
 
 
 def main() -> int:
@@ -140,8 +140,9 @@ def _compare(trees: dict[str, Path], root: Path, args: argparse.Namespace) -> in
         for line in differ[:20]:
             print(f"    {line}")
     worst = max(medians["this tree"][kind] for kind in KINDS)
-    print(f"goal: this tree's median <= {GOAL_S * 1000:.0f} ms: {'met' if worst <= GOAL_S else 'MISSED'}")
-    return 0 if worst <= GOAL_S else 1
+    goal = next((limit for models, limit in GOALS_S.items() if args.models <= models), max(GOALS_S.values()))
+    print(f"goal: this tree's median <= {goal * 1000:.0f} ms: {'met' if worst <= goal else 'MISSED'}")
+    return 0 if worst <= goal else 1
 
 
 def _differences(mine: str, theirs: str) -> list[str]:
