@@ -20,7 +20,7 @@ the first wave queues every model at once and measures throughput) and looks at 
 Interval triggers are aligned to the epoch, so every model fires at the same instant each
 interval; the idle window is taken between the end of a wave and the next fire time.
 Goal: scrape median <= 50 ms up to 200 models, <= 150 ms at 1,000 (exit 1 when missed); the
-scrape is served from cached pieces (``monitor/sinks/prometheus/exposition.py``).
+scrape is prometheus_client's rendering of the registry, read anew (``bench/bench_scrape.py`` in-process).
 """
 
 from __future__ import annotations

@@ -1,103 +1,193 @@
-"""The ``/metrics`` body, cached against uncached, side by side in one process over one real store.
+"""The ``/metrics`` scrape at ``--models`` models: its median time, and side by side with another tree's.
 
-Run:  .venv/bin/python bench/bench_scrape.py [--models 200] [--scrapes 15]
+Run:  .venv/bin/python bench/bench_scrape.py [--models 200] [--scrapes 15] [--rounds 3] [--against REV]
 
 It builds ``--models`` copies of one tiny classifier (tests/modelzoo.py) with a shared benchmark
 set, captures a baseline and runs one real check per model into a SQLite store, with the
 registry, store and sinks wired as the daemon wires them (``tests.test_metrics.RealDaemon``).
-Then it times ``exposition.render`` (what ``/metrics`` serves) and ``generate_latest`` (the
-uncached rendering) interleaved: idle, and with one run landing (store row + counters) before
-every scrape, and checks that both bodies are the same bytes each time.
-``bench/bench_daemon.py`` measures the same scrape over HTTP from a real ``onnxmon serve``.
-Goals: <= 50 ms median at 200 models, <= 150 ms at 1,000, idle and with runs landing.
+Then a child process per tree opens a copy of that store, wires a ``RealDaemon`` over it and
+times ``GET /metrics`` on the daemon's own app (``create_app`` under a test client: what a
+scraper gets, without the socket), idle and with one run landing (store row + counters) before
+every scrape.
+
+``--against REV`` measures the tree of git revision ``REV`` (``git archive``, into a temporary
+folder) the same way, alternating with this tree over ``--rounds`` rounds, prints the ratio of
+the medians (this tree / REV's), and compares the two trees' first bodies: the same families,
+HELP, TYPE, series and values, but for the one series that is the process's start time.
+``bench/bench_daemon.py`` measures the scrape over HTTP from a real ``onnxmon serve``.
+Each kind is also timed in the child's CPU seconds, which cores shared with other work inflate far less.
+Goal: median <= 50 ms up to 200 models, <= 150 ms at 1,000, idle and with runs landing (exit 1 when missed).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import json
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from prometheus_client import generate_latest  # noqa: E402
-
-from monitor import capture  # noqa: E402
-from monitor.check import run_check  # noqa: E402
-from monitor.config.plan import plan_for  # noqa: E402
-from monitor.runtime import envsnap  # noqa: E402
-from monitor.sinks.prometheus import exposition  # noqa: E402
-from monitor.store import Store  # noqa: E402
-from tests import modelzoo  # noqa: E402
-from tests.test_metrics import RealDaemon  # noqa: E402
-from tests.workspace import Workspace  # noqa: E402
+GOALS_S = {200: 0.050, 1000: 0.150}  # up to that many models: the median scrape
+PROCESS_START = "onnxmon_config_last_reload_success_timestamp_seconds"  # differs between any two processes
+KINDS = ("idle", "run landed")
+CPU = ("idle, CPU", "landed, CPU")  # the child's CPU time per scrape: contention inflates it far less
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=int, default=200)
     parser.add_argument("--scrapes", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--against", metavar="REV", help="a git revision to measure side by side with this tree")
+    parser.add_argument("--child", nargs=3, metavar=("TREE", "WORKSPACE", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        tree, workspace, out = (Path(p) for p in args.child)
+        return _child(tree, workspace, out, args.scrapes)
     with tempfile.TemporaryDirectory(prefix="onnxmon-bench-scrape-") as tmp:
         root = Path(tmp)
-        ws = Workspace(root)
-        names = [f"m{index:04d}" for index in range(args.models)]
-        model = modelzoo.classifier()
+        trees = {"this tree": ROOT}
+        if args.against:
+            trees[args.against] = _export(args.against, root / "against")
+        _prepare(root / "workspace", args.models)
+        return _compare(trees, root, args)
+
+
+def _export(revision: str, into: Path) -> Path:
+    """The files of ``revision`` (``git archive``), nothing else."""
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def _prepare(root: Path, models: int) -> None:
+    """The workspace, baselines and store every child reads (built with this tree's code)."""
+    sys.path.insert(0, str(ROOT))
+    from monitor import capture
+    from monitor.check import run_check
+    from monitor.config.plan import plan_for
+    from monitor.runtime import envsnap
+    from monitor.store import Store
+    from tests import modelzoo
+    from tests.test_metrics import RealDaemon
+    from tests.workspace import Workspace
+
+    began = time.monotonic()
+    ws = Workspace(root)
+    names = [f"m{index:04d}" for index in range(models)]
+    model = modelzoo.classifier()
+    for name in names:
+        modelzoo.save(model, root / "models" / f"{name}.onnx")
+        ws.models[name] = {"name": name, "path": f"models/{name}.onnx", "benchset": "shared"}
+    generate = {"model": f"models/{names[0]}.onnx", "count": 2, "seed": 0, "dims": {"batch": 2}}
+    ws.benchsets["shared"] = {"name": "shared", "generate": generate}
+    settings = ws.settings()
+    snapshot = envsnap.capture()
+    (root / "environment.json").write_text(json.dumps(snapshot.to_dict()), encoding="utf-8")
+    with Store(f"sqlite:///{root / 'history.db'}") as store:
+        store.upgrade()
+        daemon = RealDaemon(settings, store, startup_env=snapshot.to_dict())
         for name in names:
-            modelzoo.save(model, root / "models" / f"{name}.onnx")
-            ws.models[name] = {"name": name, "path": f"models/{name}.onnx", "benchset": "shared"}
-        generate = {"model": f"models/{names[0]}.onnx", "count": 2, "seed": 0, "dims": {"batch": 2}}
-        ws.benchsets["shared"] = {"name": "shared", "generate": generate}
-        settings = ws.settings()
-        snapshot = envsnap.capture()
-        began = time.monotonic()
-        with Store(f"sqlite:///{root / 'history.db'}") as store:
-            store.upgrade()
-            daemon = RealDaemon(settings, store, startup_env=snapshot.to_dict())
-            results = []
-            for name in names:
-                capture.capture_baseline(plan_for(settings, name), capture_env=lambda: snapshot)
-                results.append(daemon.dispatch(run_check(plan_for(settings, name), capture_env=lambda: snapshot)))
-            print(f"{args.models} models, one check each, in {time.monotonic() - began:.1f} s", flush=True)
-            return _measure(daemon, results, args.models, args.scrapes)
+            capture.capture_baseline(plan_for(settings, name), capture_env=lambda: snapshot)
+            daemon.dispatch(run_check(plan_for(settings, name), capture_env=lambda: snapshot))
+    print(f"{models} models, one check each, in {time.monotonic() - began:.1f} s", flush=True)
 
 
-def _measure(daemon: RealDaemon, results: list, models: int, scrapes: int) -> int:  # type: ignore[type-arg]
-    timings: dict[str, list[float]] = {"cached idle": [], "uncached idle": [], "cached, run landed": [],
-                                       "uncached, run landed": []}  # fmt: skip
-    exposition.render(daemon.registry, "")  # the first scrape fills the pieces
-    body = b""
-    for index in range(2 * scrapes):
-        landed = index >= scrapes
-        if landed:  # a run lands between two scrapes, as during a wave of checks
-            result = results[(index * 37) % len(results)]
-            later = result.finished_at + 100 + index
-            daemon.dispatch(dataclasses.replace(result, started_at=later - 1, finished_at=later))
-        began = time.perf_counter()
-        body, _ = exposition.render(daemon.registry, "")
-        cached = time.perf_counter() - began
-        began = time.perf_counter()
-        fresh = generate_latest(daemon.registry)
-        uncached = time.perf_counter() - began
-        if body != fresh:
-            raise SystemExit("the cached body differs from generate_latest's")
-        suffix = "run landed" if landed else "idle"
-        timings[f"cached, {suffix}" if landed else "cached idle"].append(cached)
-        timings[f"uncached, {suffix}" if landed else "uncached idle"].append(uncached)
-    print(f"{models} models, body {len(body) / 1024:.0f} KiB, median of {scrapes} interleaved scrapes each")
-    for label, values in timings.items():
-        print(f"  {label:<22} {statistics.median(values) * 1000:8.1f} ms")
-    goal = 0.050 if models <= 200 else 0.150
-    worst = max(statistics.median(timings["cached idle"]), statistics.median(timings["cached, run landed"]))
-    for idle, busy in (("uncached idle", "cached idle"), ("uncached, run landed", "cached, run landed")):
-        print(f"  ratio {busy} / {idle}: {statistics.median(timings[busy]) / statistics.median(timings[idle]):.3f}")
-    print(f"goal: cached median <= {goal * 1000:.0f} ms: {'met' if worst <= goal else 'MISSED'}")
+def _compare(trees: dict[str, Path], root: Path, args: argparse.Namespace) -> int:
+    timings: dict[str, dict[str, list[float]]] = {label: {kind: [] for kind in (*KINDS, *CPU)} for label in trees}
+    bodies: dict[str, str] = {}
+    order = list(trees)
+    for round_ in range(args.rounds):
+        for label in order if round_ % 2 == 0 else order[::-1]:  # alternate who goes first
+            run = root / f"run-{round_}-{len(bodies)}-{order.index(label)}"
+            shutil.copytree(root / "workspace", run)
+            out = run / "out.json"
+            command = [
+                sys.executable,
+                "-W",
+                "ignore::DeprecationWarning",
+                str(Path(__file__).resolve()),
+                "--scrapes",
+                str(args.scrapes),
+            ]
+            subprocess.run([*command, "--child", str(trees[label]), str(run), str(out)], check=True, cwd=trees[label])
+            found = json.loads(out.read_text(encoding="utf-8"))
+            for kind in (*KINDS, *CPU):
+                timings[label][kind].extend(found[kind])
+            bodies.setdefault(label, found["body"])
+            shutil.rmtree(run)
+    size = len(bodies["this tree"].encode()) / 1024
+    print(f"{args.models} models, body {size:.0f} KiB, median of {args.rounds} x {args.scrapes} scrapes per tree")
+    print(f"  {'':<13}" + "".join(f"{label:>14}" for label in trees))
+    medians = {
+        label: {kind: statistics.median(values) for kind, values in kinds.items()} for label, kinds in timings.items()
+    }
+    for kind in (*KINDS, *CPU):
+        print(f"  {kind:<13}" + "".join(f"{medians[label][kind] * 1000:11.1f} ms" for label in trees))
+    if args.against:
+        other = medians[args.against]
+        ratios = ", ".join(f"{kind} {medians['this tree'][kind] / other[kind]:.2f}" for kind in (*KINDS, *CPU))
+        print(f"  ratio this tree / {args.against}: {ratios}")
+        differ = _differences(bodies["this tree"], bodies[args.against])
+        print(f"  same series, HELP and TYPE as {args.against} (but {PROCESS_START}): {'yes' if not differ else 'NO'}")
+        for line in differ[:20]:
+            print(f"    {line}")
+    worst = max(medians["this tree"][kind] for kind in KINDS)
+    goal = next((limit for models, limit in GOALS_S.items() if args.models <= models), max(GOALS_S.values()))
+    print(f"goal: this tree's median <= {goal * 1000:.0f} ms: {'met' if worst <= goal else 'MISSED'}")
     return 0 if worst <= goal else 1
+
+
+def _differences(mine: str, theirs: str) -> list[str]:
+    """The lines only one body has (sorted, ``-`` theirs, ``+`` mine), the process's start time left out."""
+    kept = [{line for line in body.splitlines() if not line.startswith(PROCESS_START)} for body in (mine, theirs)]
+    return sorted([f"+ {line}" for line in kept[0] - kept[1]] + [f"- {line}" for line in kept[1] - kept[0]])
+
+
+def _child(tree: Path, workspace: Path, out: Path, scrapes: int) -> int:
+    """Time ``GET /metrics`` of ``tree``'s code over ``workspace`` (its store copy): idle, then runs landing."""
+    sys.path.insert(0, str(tree))
+    import dataclasses
+
+    from fastapi.testclient import TestClient
+
+    from monitor.api.app import create_app
+    from monitor.check import run_check
+    from monitor.config import settings
+    from monitor.config.plan import plan_for
+    from monitor.runtime import envsnap
+    from monitor.store import Store
+    from tests.test_metrics import RealDaemon
+
+    assert Path(sys.modules["monitor"].__file__ or "").is_relative_to(tree), "the child imported another tree"
+    loaded = settings.load(workspace / "onnxmon.yaml", environ={})
+    environment: dict[str, Any] = json.loads((workspace / "environment.json").read_text(encoding="utf-8"))
+    with Store(f"sqlite:///{workspace / 'history.db'}") as store:
+        daemon = RealDaemon(loaded, store, startup_env=environment)
+        client = TestClient(create_app(daemon))
+        first = client.get("/metrics").text
+        snapshot = envsnap.capture()
+        result = run_check(plan_for(loaded, loaded.models[0].name), capture_env=lambda: snapshot)
+        found: dict[str, Any] = {"body": first, **{kind: [] for kind in (*KINDS, *CPU)}}
+        for index in range(2 * scrapes):
+            landed = index >= scrapes
+            if landed:  # a run lands between two scrapes, as during a wave of checks
+                later = result.finished_at + 100 + index
+                daemon.dispatch(dataclasses.replace(result, started_at=later - 1, finished_at=later))
+            began, cpu = time.perf_counter(), time.process_time()
+            response = client.get("/metrics")
+            found[KINDS[landed]].append(time.perf_counter() - began)
+            found[CPU[landed]].append(time.process_time() - cpu)
+            assert response.status_code == 200
+    out.write_text(json.dumps(found), encoding="utf-8")
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,11 +1,10 @@
-"""The cached ``/metrics`` body is the uncached one, to the byte, whatever happened since the last scrape.
+"""``/metrics`` is prometheus_client's own rendering of the registry, and says what happened since the last scrape.
 
-``monitor/sinks/prometheus/exposition.py`` keeps rendered pieces between scrapes; the ground truth
-is prometheus_client's own ``generate_latest`` (text) and OpenMetrics encoder over the same
-registry, rendered from scratch. Every step below changes something a cache could miss: runs
-landing (through this process, and written by another store client as another node would),
-a promotion rewriting ``ACTIVE``, a reload that drops a model, the store failing. Each scrape is
-taken twice, so the second one is served from the pieces the first one left.
+The body is the client's ``generate_latest`` (text) or OpenMetrics encoder over the daemon's
+registry, in the format the scraper's ``Accept`` asks for. Every step below changes something a
+scrape must show at once: runs landing (through this process, and written by another store
+client as another node would), a promotion rewriting ``ACTIVE``, a reload that drops a model,
+the store failing. Each scrape is taken twice in each format, and both must be the client's.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from monitor.api.app import create_app
 from monitor.config.plan import plan_for
 from monitor.config.settings import ModelConfig
 from monitor.sinks.database import DatabaseSink
-from monitor.sinks.prometheus import exposition
 from monitor.store import Store
 from tests.test_metrics import RealDaemon, Scenario, build_scenario, migrated_store
 
@@ -42,13 +40,14 @@ def store(tmp_path: Path) -> Iterator[Store]:
     yield from migrated_store(tmp_path)
 
 
-def assert_cached_equals_uncached(daemon: RealDaemon) -> str:
-    """Both formats, twice each (the second from the cache): the same bytes as a fresh rendering."""
+def assert_served_by_the_client(daemon: RealDaemon) -> str:
+    """Both formats, twice each, over the daemon's app: the client's rendering of the registry."""
+    client = TestClient(create_app(daemon))
     for accept, fresh in (("", generate_latest), (OPENMETRICS, generate_openmetrics)):
-        for attempt in ("first", "cached"):
-            body, _ = exposition.render(daemon.registry, accept)
+        for attempt in ("first", "second"):
+            body = client.get("/metrics", headers={"accept": accept} if accept else {}).content
             expected = fresh(daemon.registry)
-            assert body == expected, f"{attempt} {accept or 'text'} scrape differs from the uncached rendering"
+            assert body == expected, f"{attempt} {accept or 'text'} scrape differs from the client's rendering"
     return generate_latest(daemon.registry).decode()
 
 
@@ -70,52 +69,50 @@ def _models(text: str, family: str) -> set[str]:
     }
 
 
-def test_the_cached_scrape_stays_the_uncached_one_through_runs_promotions_and_reloads(
-    scenario: Scenario, store: Store, tmp_path: Path
-) -> None:
+def test_the_scrape_follows_runs_promotions_and_reloads(scenario: Scenario, store: Store, tmp_path: Path) -> None:
     daemon = RealDaemon(scenario.settings, store, startup_env=dict(scenario.passing.environment))
-    assert_cached_equals_uncached(daemon)  # nothing ran yet
+    assert_served_by_the_client(daemon)  # nothing ran yet
     for result in (scenario.passing, scenario.failing, scenario.no_baseline):
         daemon.dispatch(result)
-        assert_cached_equals_uncached(daemon)
+        assert_served_by_the_client(daemon)
 
     # a run written by another client of the same store (another node, the CLI): no observe() here
     with Store(str(store.url)) as other:
         later = dataclasses.replace(scenario.passing, started_at=scenario.passing.finished_at + 10)
         later = dataclasses.replace(later, finished_at=later.started_at + 1)
         DatabaseSink(other).write(later)
-    text = assert_cached_equals_uncached(daemon)
+    text = assert_served_by_the_client(daemon)
     assert _value(text, "onnxmon_last_run_timestamp_seconds", "clf") == pytest.approx(later.finished_at, abs=1e-3)
 
     # a promotion rewrites ACTIVE (the baseline id label moves)
     fresh_baseline = capture.capture_baseline(plan_for(scenario.settings, "clf"))
     daemon.promote(fresh_baseline.id, by="test")
-    text = assert_cached_equals_uncached(daemon)
+    text = assert_served_by_the_client(daemon)
     assert f'baseline_id="{fresh_baseline.id}"' in text
 
     # a reload that removes a model, then one that brings it back
     only_fresh = scenario.settings.model_copy(update={"models": [scenario.settings.model("fresh")]})
     daemon.metrics.declare(only_fresh)
-    text = assert_cached_equals_uncached(daemon)
+    text = assert_served_by_the_client(daemon)
     assert _models(text, "onnxmon_runs_total") == {"fresh"}
     assert _models(text, "onnxmon_output_max_abs_error") == {"fresh"}
     daemon.metrics.declare(scenario.settings)
     daemon.metrics.config_reloaded(True)
     daemon.metrics.record_missed("clf")
-    assert_cached_equals_uncached(daemon)
+    assert_served_by_the_client(daemon)
 
 
-def test_a_failing_store_is_cached_apart_from_an_answering_one(
+def test_a_failing_store_costs_the_store_gauges_not_the_scrape(
     scenario: Scenario, store: Store, tmp_path: Path
 ) -> None:
     broken = Store(f"sqlite:///{tmp_path / 'missing-dir' / 'history.db'}")
     daemon = RealDaemon(scenario.settings, broken)
     daemon.metrics.observe(scenario.passing)
-    text = assert_cached_equals_uncached(daemon)
+    text = assert_served_by_the_client(daemon)
     assert "onnxmon_store_up 0.0" in text
 
 
-def test_the_api_serves_the_cached_body(scenario: Scenario, store: Store) -> None:
+def test_the_api_serves_the_format_the_scraper_asks_for(scenario: Scenario, store: Store) -> None:
     daemon = RealDaemon(scenario.settings, store)
     daemon.dispatch(scenario.passing)
     client = TestClient(create_app(daemon))
@@ -123,42 +120,15 @@ def test_the_api_serves_the_cached_body(scenario: Scenario, store: Store) -> Non
         first, second = (client.get("/metrics", headers={"accept": accept}) for _ in range(2))
         assert first.content == second.content == fresh(daemon.registry)
         assert first.headers["content-type"].startswith(accept.split(";")[0])
-
-
-def test_a_registry_without_the_cache_is_rendered_by_the_plain_encoder() -> None:
-    from prometheus_client import CollectorRegistry, Counter
-
-    registry = CollectorRegistry()
-    Counter("onnxmon_test_plain", "A counter outside install().", registry=registry).inc()
-    body, content_type = exposition.render(registry, "")
-    assert body == generate_latest(registry) and content_type.startswith("text/plain")
-
-
-def test_pieces_are_reused_in_each_format_and_hostile_accept_headers_keep_memory_bounded(
-    scenario: Scenario, store: Store
-) -> None:
-    daemon = RealDaemon(scenario.settings, store)
-    daemon.dispatch(scenario.passing)
-    cache = exposition._installed[daemon.registry]
-    for accept in ("", OPENMETRICS):
-        _, content_type = exposition.render(daemon.registry, accept)
-        first = dict(cache._kept[content_type])
-        exposition.render(daemon.registry, "text/plain" if accept else OPENMETRICS)  # the other format between
-        _, again = exposition.render(daemon.registry, accept)
-        reused = [key for key, piece in cache._kept[again].items() if first.get(key) is piece]
-        assert cache._kept[again].keys() == first.keys()
-        assert again == content_type and len(reused) == len(first), f"{content_type}: pieces formatted again"
-    for minor in range(50):
-        body, _ = exposition.render(daemon.registry, f"application/openmetrics-text; version=1.{minor}.0")
-        assert body == generate_openmetrics(daemon.registry)
-    assert len(cache._kept) <= 4
+    plain = client.get("/metrics")  # no Accept: the Prometheus text format
+    assert plain.content == generate_latest(daemon.registry) and plain.headers["content-type"].startswith("text/plain")
 
 
 def test_a_config_declared_at_a_freed_configs_address_is_not_served_that_configs_blocks(
     scenario: Scenario, store: Store
 ) -> None:
-    """Blocks were keyed by ``id(settings)``: a text scrape under A, an OpenMetrics one under B (A freed),
-    then C at A's address, and the text scrape served A's tolerances. Now the key is the declare count."""
+    """A text scrape under config A, an OpenMetrics one under B (A freed), then C at A's address:
+    the scrape shows C's tolerances (a memo keyed by ``id(settings)`` once served A's)."""
     daemon = RealDaemon(scenario.settings, store)
     daemon.dispatch(scenario.passing)
 
@@ -172,9 +142,10 @@ def test_a_config_declared_at_a_freed_configs_address_is_not_served_that_configs
     first = scenario.settings.model_copy(update={"models": models_with_atol(0.5)})
     address = id(first)
     daemon.metrics.declare(first)
-    exposition.render(daemon.registry, "")  # text: blocks of the first config kept
+    client = TestClient(create_app(daemon))
+    client.get("/metrics")  # text, under the first config
     daemon.metrics.declare(scenario.settings.model_copy(update={"models": models_with_atol(0.25)}))
-    exposition.render(daemon.registry, OPENMETRICS)  # the first config is now referenced only here
+    client.get("/metrics", headers={"accept": OPENMETRICS})  # the first config is now referenced only here
     update = {"models": models_with_atol(0.125)}
     del first  # freed now: the next object of its size may take its address
     candidates = []
@@ -186,7 +157,7 @@ def test_a_config_declared_at_a_freed_configs_address_is_not_served_that_configs
     else:
         pytest.skip("no config was allocated at the freed address")
     daemon.metrics.declare(candidate)
-    text = assert_cached_equals_uncached(daemon)
+    text = assert_served_by_the_client(daemon)
     atol = next(
         s.value
         for family in text_string_to_metric_families(text)

@@ -125,7 +125,7 @@ def rehearsal(workspace: Workspace, stacks: tuple[Stack, Stack]) -> dict[str, ob
     with Store(f"sqlite:///{workspace.root / 'onnxmon.db'}") as store:
         after = {r.model: r.id for r in store.latest_per_model()}
         events_after = len(store.events())
-        recent = {m: store.recent_state(m, None) for m in ("ln", "clf")}
+        recent = store.recent_states(("ln", "clf"), None)
     return {
         "code": done.returncode,
         "report": json.loads(done.stdout),

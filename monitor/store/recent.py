@@ -17,16 +17,19 @@ schedule interval, across any number of restarts in between.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypeVar
 
-from sqlalchemy import func, select
+from sqlalchemy import CompoundSelect, bindparam, func, select, union_all
 from sqlalchemy.orm import Session
 
 from monitor.results import Verdict
 from monitor.store import events, schema
-from monitor.store.queries import history_runs_query, model_id
+
+_T = TypeVar("_T")
 
 RECENT_RUNS = 4
 """How many of a model's newest runs the alert rules look at (they fire at 2 of them)."""
@@ -46,39 +49,97 @@ class RecentState:
     baseline_promoted_at: datetime | None = None
 
 
-def recent_state(session: Session, model: str, node: str | None, window: int = RECENT_RUNS) -> RecentState:
-    """The ``RecentState`` of ``model`` on ``node`` (``None`` or ``""``: runs recorded without a node)."""
-    found = model_id(session, model)
-    if found is None:
-        return RecentState()
+def recent_states(
+    session: Session, models: Iterable[str], node: str | None, window: int = RECENT_RUNS
+) -> dict[str, RecentState]:
+    """The ``RecentState`` of each of ``models`` on ``node`` (``None`` or ``""``: runs recorded without a node).
+
+    One read for any number of models: each model's newest ``window`` runs come from one statement
+    (a ``UNION ALL`` of per-model index lookups, ``_CHUNK`` models at a time), then their failing
+    outputs and the models' last changes from one statement each. A model the store does not know
+    gets an empty ``RecentState``.
+    """
+    wanted = list(dict.fromkeys(models))
     node = node or ""
-    rows = session.execute(
-        history_runs_query(found, node=node, limit=window).with_only_columns(schema.Run.id, schema.Run.verdict)
-    ).all()
-    run_ids = [run_id for run_id, _ in rows]
-    failing: dict[str, int] = {}
-    if run_ids:
-        outputs = session.execute(
-            select(schema.OutputResult.name, func.count())
-            .where(schema.OutputResult.run_id.in_(run_ids), schema.OutputResult.verdict == Verdict.FAIL.value)
-            .group_by(schema.OutputResult.name)
+    ids: dict[str, int] = {}
+    for names in _chunks(wanted):
+        ids.update(
+            session.execute(select(schema.Model.name, schema.Model.id).where(schema.Model.name.in_(names)))
+            .tuples()
+            .all()
         )
-        failing = {name: int(count) for name, count in outputs}
-    changed = dict(
-        session.execute(
-            select(schema.Event.kind, func.max(schema.Event.at))
+    rows: list[tuple[int, int, str]] = []
+    for model_ids in _chunks(list(ids.values())):
+        params: dict[str, object] = {f"m{index}": found for index, found in enumerate(model_ids)}
+        rows.extend(session.execute(_newest_runs(len(model_ids), window), {**params, "node": node}).tuples())
+    model_of_run: dict[int, int] = {}
+    verdicts: dict[int, list[str]] = {}
+    for found, run_id, verdict in rows:
+        model_of_run[run_id] = found
+        verdicts.setdefault(found, []).append(verdict)
+    failing: dict[int, dict[str, int]] = {}
+    for run_ids in _chunks(list(model_of_run)):
+        outputs = session.execute(
+            select(schema.OutputResult.run_id, schema.OutputResult.name).where(
+                schema.OutputResult.run_id.in_(run_ids), schema.OutputResult.verdict == Verdict.FAIL.value
+            )
+        ).tuples()
+        for run_id, name in outputs:
+            counts = failing.setdefault(model_of_run[run_id], {})
+            counts[name] = counts.get(name, 0) + 1
+    changed: dict[tuple[int, str], datetime] = {}
+    for model_ids in _chunks(list(ids.values())):
+        latest = session.execute(
+            select(schema.Event.model_id, schema.Event.kind, func.max(schema.Event.at))
             .where(
-                schema.Event.model_id == found,
+                schema.Event.model_id.in_(model_ids),
                 schema.Event.kind.in_((events.ENVIRONMENT_CHANGED, events.BASELINE_PROMOTED)),
                 schema.Event.node.in_((node, "")),
             )
-            .group_by(schema.Event.kind)
-        ).all()
-    )
-    return RecentState(
-        runs=len(rows),
-        errors=sum(1 for _, verdict in rows if verdict == Verdict.ERROR.value),
-        failing=failing,
-        environment_changed_at=changed.get(events.ENVIRONMENT_CHANGED),
-        baseline_promoted_at=changed.get(events.BASELINE_PROMOTED),
-    )
+            .group_by(schema.Event.model_id, schema.Event.kind)
+        ).tuples()
+        changed.update({(found, kind): at for found, kind, at in latest})
+    states = {}
+    for model in wanted:
+        known = ids.get(model)
+        if known is None:
+            states[model] = RecentState()
+            continue
+        window_verdicts = verdicts.get(known, [])
+        states[model] = RecentState(
+            runs=len(window_verdicts),
+            errors=sum(1 for verdict in window_verdicts if verdict == Verdict.ERROR.value),
+            failing=failing.get(known, {}),
+            environment_changed_at=changed.get((known, events.ENVIRONMENT_CHANGED)),
+            baseline_promoted_at=changed.get((known, events.BASELINE_PROMOTED)),
+        )
+    return states
+
+
+_CHUNK = 200
+"""Models (or runs) per statement: within SQLite's limits on bound parameters and ``UNION ALL`` arms."""
+
+
+@functools.lru_cache(maxsize=8)
+def _newest_runs(models: int, window: int) -> CompoundSelect[int, int, str]:
+    """The newest ``window`` production runs on ``:node`` of the models bound as ``:m0`` .. (as ``history_runs_query``).
+
+    One ``UNION ALL`` arm per model, each an index lookup; the statement's shape depends only on
+    the two counts, so it is built once per shape (building 200 arms cost more than running them).
+    """
+    run = schema.Run
+    arms = [
+        select(run.model_id, run.id, run.verdict)
+        .where(run.model_id == bindparam(f"m{index}"), run.node == bindparam("node"), run.candidate.is_(False))
+        .order_by(run.started_at.desc(), run.id.desc())
+        .limit(window)
+        .subquery()
+        .select()
+        for index in range(models)
+    ]
+    return union_all(*arms)
+
+
+def _chunks(items: Sequence[_T]) -> Iterator[Sequence[_T]]:
+    for start in range(0, len(items), _CHUNK):
+        yield items[start : start + _CHUNK]

@@ -11,7 +11,7 @@ to the spool), so a database that hangs never holds a thread, nor SIGTERM, for l
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -361,10 +361,10 @@ class Store:
         self._latest_cache = {r.id: r for r in records}
         return records
 
-    def recent_state(self, model: str, node: str | None) -> RecentState:
-        """What the alert rules count for ``model`` on ``node``: its last runs and last changes (``recent.py``)."""
+    def recent_states(self, models: Iterable[str], node: str | None) -> dict[str, RecentState]:
+        """What the alert rules count for each model on ``node``: last runs and last changes (``recent.py``)."""
         with self._session() as session:
-            return recent.recent_state(session, model, node)
+            return recent.recent_states(session, models, node)
 
     def events(
         self,

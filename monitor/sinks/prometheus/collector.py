@@ -1,9 +1,13 @@
 """``StoreCollector``: the last-run gauges of ``docs/metrics.md``, computed at scrape time.
 
-Each scrape reads the store once (``Store.latest_per_model``), the current config and the active
-baselines on disk, so the gauges survive a restart and never drift from the history. A store that
-fails costs these gauges, not the scrape: ``onnxmon_store_up`` turns 0 and the counters of
-``monitor.sinks.prometheus.counters.Metrics`` are still served. ``install`` wires both halves into a registry.
+Each scrape reads the store (each model's last run, the stored diagnoses of those that did not
+pass, every model's recent window: a fixed number of statements whatever the number of models),
+the current config and the active baselines on disk, so the gauges survive a restart and never
+drift from the history. Nothing of a scrape is kept for the next one but the tolerances a config
+resolves to (``_tolerance``, held with that config). A store that fails costs these gauges, not
+the scrape: ``onnxmon_store_up`` turns 0 and the counters of
+``monitor.sinks.prometheus.counters.Metrics`` are still served. ``install`` wires both halves into a
+registry; ``/metrics`` is the client's own rendering of it.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -22,9 +26,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from monitor.config.settings import ModelConfig, Settings
-from monitor.files.baseline_meta import BaselineMeta
 from monitor.results import CAUSE_CODES, AppliedTolerance, Verdict, fingerprint_of
-from monitor.sinks.prometheus import exposition, label_values, runtime_info
+from monitor.sinks.prometheus import label_values, runtime_info
 from monitor.sinks.prometheus.counters import VERDICTS, Clock, Metrics, ModelState
 from monitor.store import RECENT_RUNS, RecentState, RunRecord, Store, incidents, pick_latest
 
@@ -44,19 +47,7 @@ class StoreCollector(Collector):
         return list(_Families().all())
 
     def collect(self) -> Iterable[Metric]:
-        frame = self.frame()
-        families = frame.global_families
-        for _, build in frame.models:
-            for family, block in zip(families.per_model(), build().per_model(), strict=True):
-                family.samples.extend(block.samples)
-        return list(families.all())
-
-    def frame(self) -> Frame:
-        """One scrape's reads (store, config, state, disk), the global gauges filled, the models' blocks to build.
-
-        Each model comes with the key of everything its block is made of (``exposition.py`` keeps
-        rendered blocks under it) and a function building the block's families.
-        """
+        """Every family of the store gauges, read now from the store, the config and the disk."""
         families = _Families()
         try:
             latest: dict[str, RunRecord] | None = pick_latest(self.store.latest_per_model(), self.metrics.node)
@@ -65,27 +56,29 @@ class StoreCollector(Collector):
             log.warning("store unreachable at scrape time: %s", exc)
             latest = None
             families.store_up.add_metric([], 0.0)
-        models: list[tuple[tuple[object, ...], Callable[[], _Families]]] = []
-        settings, declared = self.metrics.declared  # one read: the config and its declare count agree
-        causes = self._causes(latest)
-        if settings is not None:
-            states = self.metrics.states()
-            env_fingerprint = fingerprint_of(self.metrics.environment)
-            runtime = runtime_info.runtime_labels(self.metrics.environment)
-            families.runtime_info.add_metric([runtime[k] for k in runtime_info.RUNTIME_LABELS], 1.0)
-            for model in settings.models:
-                state = states.get(model.name)
-                if state is not None:
-                    last = latest.get(model.name) if latest is not None else None
-                    cause = diagnosed_cause(last, causes)
-                    models.append(self._block((settings, declared), model, state, latest, env_fingerprint, cause))
-        return Frame(families, models)
+        settings = self.metrics.settings
+        if settings is None:
+            return list(families.all())
+        states = self.metrics.states()
+        scrape = _Scrape(
+            settings,
+            latest,
+            self._causes(latest),
+            self._recent(latest, [model.name for model in settings.models if model.name in states]),
+            fingerprint_of(self.metrics.environment),
+        )
+        runtime = runtime_info.runtime_labels(self.metrics.environment)
+        families.runtime_info.add_metric([runtime[k] for k in runtime_info.RUNTIME_LABELS], 1.0)
+        for model in settings.models:
+            state = states.get(model.name)
+            if state is not None:
+                self._model(families, scrape, model, state)
+        return list(families.all())
 
     def _causes(self, latest: dict[str, RunRecord] | None) -> dict[int, str] | None:
         """The stored diagnoses' causes of the last runs that did not pass (one query, none when all pass).
 
-        A diagnosis lands after its run (``daemon/attach.py``): read at every scrape, it is in the
-        block's key, so the block is rebuilt when it lands. None when the store cannot say.
+        A diagnosis lands after its run (``daemon/attach.py``). None when the store cannot say.
         """
         failing = [r.id for r in (latest or {}).values() if r.verdict is not Verdict.PASS]
         if not failing:
@@ -96,40 +89,27 @@ class StoreCollector(Collector):
             log.warning("store unreachable reading the diagnoses: %s", exc)
             return None
 
-    def _block(
-        self,
-        declared: tuple[Settings, int],
-        model: ModelConfig,
-        state: ModelState,
-        latest: dict[str, RunRecord] | None,
-        env_fingerprint: str | None,
-        cause: str,
-    ) -> tuple[tuple[object, ...], Callable[[], _Families]]:
-        settings, generation = declared
-        meta = self.metrics.active_baseline(settings.store.baselines_dir, model.name)
-        last = latest.get(model.name) if latest is not None else None
-        key = (
-            generation,  # which declared config: id(settings) could be a new config's at a freed address
-            model.name,
-            state.facts.sha256,
-            state.facts.opset,
-            state.interval,
-            tuple(state.outputs),
-            state.last_success,
-            state.fallback,
-            None if meta is None else (meta.id, meta.source, meta.environment_fingerprint),
-            latest is None,
-            None if last is None else last.id,
-            cause,
-            env_fingerprint,
-        )
+    def _recent(self, latest: dict[str, RunRecord] | None, models: list[str]) -> dict[str, RecentState] | None:
+        """The store's count of each model's last runs, on its last run's node (one read per node).
 
-        def build() -> _Families:
-            families = _Families()
-            self._model(families, settings, model, state, latest, env_fingerprint, meta, cause)
-            return families
-
-        return key, build
+        A model that never ran has an empty window; None when the store cannot answer (no values
+        rather than wrong ones; the scrape still answers).
+        """
+        if latest is None:
+            return None
+        by_node: dict[str | None, list[str]] = {}
+        for name in models:
+            last = latest.get(name)
+            if last is not None:
+                by_node.setdefault(last.node, []).append(name)
+        found = {name: RecentState() for name in models if name not in latest}
+        try:
+            for node, names in by_node.items():
+                found.update(self.store.recent_states(names, node))
+        except Exception as exc:
+            log.warning("store unreachable reading the recent runs: %s", exc)
+            return None
+        return found
 
     def _tolerance(self, settings: Settings, model: ModelConfig, output: str) -> AppliedTolerance:
         """``settings.tolerance_for`` (pydantic merges, ~0.1 ms each) computed once per config."""
@@ -141,18 +121,10 @@ class StoreCollector(Collector):
             cache[key] = settings.tolerance_for(model, output)
         return cache[key]
 
-    def _model(
-        self,
-        f: _Families,
-        settings: Settings,
-        model: ModelConfig,
-        state: ModelState,
-        latest: dict[str, RunRecord] | None,
-        env_fingerprint: str | None,
-        meta: BaselineMeta | None,
-        cause: str,
-    ) -> None:
-        name = model.name
+    def _model(self, f: _Families, scrape: _Scrape, model: ModelConfig, state: ModelState) -> None:
+        """The model's series in every family: the config's, the disk's, and (store answering) its last run's."""
+        settings, latest, name = scrape.settings, scrape.latest, model.name
+        meta = self.metrics.active_baseline(settings.store.baselines_dir, name)
         f.model_info.add_metric([name, state.facts.sha256, state.facts.opset], 1.0)
         baseline_labels = (
             [name, meta.id, label_values.baseline_source_label(meta.source), (meta.environment_fingerprint or "")[:16]]
@@ -183,11 +155,11 @@ class StoreCollector(Collector):
             else None
         )
         f.fallback.add_metric([name], state.fallback if fallback is None else fallback)
-        f.diagnosis.add_metric([name, cause], 1.0)
-        run_fingerprint = (last.environment_fingerprint if last is not None else None) or env_fingerprint
+        f.diagnosis.add_metric([name, diagnosed_cause(last, scrape.causes)], 1.0)
+        run_fingerprint = (last.environment_fingerprint if last is not None else None) or scrape.env_fingerprint
         matches = meta is not None and run_fingerprint is not None and run_fingerprint == meta.environment_fingerprint
         f.env_matches.add_metric([name], 1.0 if matches else 0.0)
-        recent = self._recent(name, last)
+        recent = scrape.recent.get(name) if scrape.recent is not None else None
         if recent is not None:
             f.recent_runs.add_metric([name], float(recent.runs))
             f.recent_errors.add_metric([name], float(recent.errors))
@@ -218,19 +190,6 @@ class StoreCollector(Collector):
             warned = 1.0 if stats is not None and stats.warnings else 0.0 if stats is not None else math.nan
             f.numeric_warning.add_metric([name, output], warned)
 
-    def _recent(self, model: str, last: RunRecord | None) -> RecentState | None:
-        """The store's count of the model's last runs (on the last run's node); None when it cannot answer.
-
-        Read only when the model's block is rebuilt (a new run, a promotion), not at every scrape.
-        """
-        if last is None:
-            return RecentState()
-        try:
-            return self.store.recent_state(model, last.node)
-        except Exception as exc:  # no values rather than wrong ones; the scrape still answers
-            log.warning("store unreachable reading the recent runs of %r: %s", model, exc)
-            return None
-
 
 def _timestamp(when: datetime | None) -> float:
     return when.timestamp() if when is not None else 0.0
@@ -258,11 +217,17 @@ def diagnosed_cause(last: RunRecord | None, causes: Mapping[int, str] | None = N
 
 
 @dataclass(frozen=True)
-class Frame:
-    """One scrape of the store gauges: the global families filled, and each model's (key, block builder)."""
+class _Scrape:
+    """What one scrape read once for every model."""
 
-    global_families: _Families
-    models: list[tuple[tuple[object, ...], Callable[[], _Families]]]
+    settings: Settings
+    latest: dict[str, RunRecord] | None
+    """Each model's last run on this node; None when the store did not answer."""
+    causes: dict[int, str] | None
+    """The stored diagnoses' causes by run id (``_causes``); None when the store could not say."""
+    recent: dict[str, RecentState] | None
+    """Each model's recent window (``_recent``); None when the store could not say."""
+    env_fingerprint: str | None
 
 
 class _Families:
@@ -343,15 +308,6 @@ class _Families:
         self.rtol = gauge("onnxmon_output_tolerance_rtol", "Applied rtol.", output)
         self.max_mismatch = gauge("onnxmon_output_tolerance_max_mismatch_ratio", "Applied max_mismatch_ratio.", output)
 
-    def globals(self) -> tuple[GaugeMetricFamily, ...]:
-        """The families without a model label, first in the exposition."""
-        return (self.store_up, self.runtime_info)
-
-    def per_model(self) -> list[GaugeMetricFamily]:
-        """The families with a model label, in exposition order."""
-        first = self.globals()
-        return [family for family in self.all() if all(family is not g for g in first)]
-
     def per_output_values(self) -> tuple[GaugeMetricFamily, ...]:
         return (
             self.max_abs,
@@ -388,5 +344,4 @@ def install(
     metrics.declare(settings)
     collector = StoreCollector(metrics, store)
     registry.register(collector)
-    exposition.install(registry, collector)  # /metrics serves the cached rendering of this registry
     return metrics

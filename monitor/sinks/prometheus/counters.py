@@ -6,8 +6,8 @@ Two halves, both living in one injected ``CollectorRegistry`` (never the global 
   checks, environment changes, promotions, missed/skipped runs, config reloads, build info).
   ``declare(settings)`` creates every labelled child when the config loads, so every series
   exists from the first scrape at 0; ``observe(result)`` moves them after each check.
-* ``StoreCollector`` (``monitor/sinks/prometheus/collector.py``) answers each scrape from the store's
-  latest run per model (one query), the current config and the files on disk, so the last-run
+* ``StoreCollector`` (``monitor/sinks/prometheus/collector.py``) answers each scrape from the store
+  (a fixed number of queries), the current config and the files on disk, so the last-run
   gauges survive a restart and never drift from the history. A store that fails at scrape time
   costs those gauges, not the scrape: ``onnxmon_store_up`` turns 0 and the counters are served.
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 import logging
 import math
 import os
@@ -29,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -43,32 +42,8 @@ from monitor.store import RunRecord, Store, pick_latest
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
-_Method = TypeVar("_Method", bound=Callable[..., Any])
 DURATION_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
 VERDICTS = tuple(v.value for v in Verdict)
-
-
-def _mutates(method: _Method) -> _Method:
-    """Count a change of the counters after ``method`` ran (``exposition.py`` re-reads them only then).
-
-    A method whose first argument names one model (or is a result of one) changed only that
-    model's series; any other (``declare``, ``config_reloaded``) may have changed all of them.
-    """
-
-    @functools.wraps(method)
-    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        finally:  # after the change: a scrape that read the old counts walks those series again
-            target = args[0] if args else None
-            model = getattr(target, "model", target)  # a CheckResult's model, or the model named
-            if isinstance(model, str):
-                self.model_changes[model] = self.model_changes.get(model, 0) + 1
-            else:  # a (re)declared config, a reload: every model's series may have changed
-                self.generation += 1
-            self.changes += 1
-
-    return counted  # type: ignore[return-value]
 
 
 @dataclass
@@ -105,13 +80,8 @@ class Metrics:
         self.clock = clock
         self.started_at = clock()
         self.settings: Settings | None = None
-        self.declared: tuple[Settings | None, int] = (None, 0)  # with how many declares: a cache key, never id()
         self.environment: Mapping[str, Any] = dict(startup_environment or {})
         self._states: dict[str, ModelState] = {}
-        # what exposition.py re-reads by (methods marked @_mutates): any change, a change of every
-        # model's series, a change of one model's series
-        self.changes = self.generation = 0
-        self.model_changes: dict[str, int] = {}
         self._lock = threading.RLock()
         self._baseline_meta: dict[str, baseline_meta.BaselineMeta] = {}
         self._active_ids: dict[tuple[str, str], tuple[stamped.Stamp | None, str | None]] = {}
@@ -175,7 +145,6 @@ class Metrics:
 
     # --- configuration -------------------------------------------------------------------------
 
-    @_mutates
     def declare(self, settings: Settings) -> None:
         """Create the children of every configured model/output/reason; drop those of models that left."""
         latest = pick_latest(self._latest_runs(), self.node)
@@ -185,7 +154,7 @@ class Metrics:
                 self._declare_model(settings, model, latest.get(model.name), first)
             for gone in set(self._states) - {m.name for m in settings.models}:
                 self._forget(gone)
-            self.settings, self.declared = settings, (settings, self.declared[1] + 1)
+            self.settings = settings
 
     def _declare_model(self, settings: Settings, model: ModelConfig, last: RunRecord | None, first: bool) -> None:
         state = self._states.get(model.name)
@@ -242,7 +211,6 @@ class Metrics:
         _remove(self.out_of_tolerance, model, output)
         _remove(self.output_checks, model, output)
 
-    @_mutates
     def config_reloaded(self, ok: bool) -> None:
         """Record a config (re)load; a failed one keeps the previous config and its series."""
         self.reload_ok.set(1 if ok else 0)
@@ -251,7 +219,6 @@ class Metrics:
 
     # --- events ----------------------------------------------------------------------------------
 
-    @_mutates
     def observe(self, result: CheckResult) -> None:
         """Move the counters for one finished run; a model not in the config is ignored (bounded labels)."""
         with self._lock:
@@ -300,19 +267,16 @@ class Metrics:
                     state.facts, sha256=str(identity["sha256"]), opset="" if opset is None else str(opset)
                 )
 
-    @_mutates
     def record_missed(self, model: str) -> None:
         """A scheduled run was not started because its start time passed beyond the grace time."""
         if model in self._states:
             self.missed_runs.labels(model).inc()
 
-    @_mutates
     def record_skipped(self, model: str) -> None:
         """A scheduled run was not started because the previous run of the model was still going."""
         if model in self._states:
             self.skipped_runs.labels(model).inc()
 
-    @_mutates
     def baseline_promoted(self, model: str, baseline_id: str | None = None) -> None:
         """Count a promotion now; with ``baseline_id`` the next run on it is not counted a second time."""
         with self._lock:
