@@ -132,6 +132,9 @@ def _cases() -> list[Any]:
     cases.append(pytest.param([a[::-3]], [b[::-3]], TOL, {}, id="reversed-strided-views"))
     grid = a.reshape(250, 200)
     cases.append(pytest.param([grid.T], [b.reshape(250, 200).T], TOL, {"chunk_elements": 999}, id="transposed"))
+    inside, base = _pair(np.float32, 200_000, 1e-6, seed=7)
+    inside[150_001] = base[150_001] + np.float32(9e-6)  # the worst ratio, inside atol, in a late chunk
+    cases.append(pytest.param([inside], [base], TOL, {}, id="inside-atol-worst-late"))
     cases.append(pytest.param([a], [b], AppliedTolerance(0.0, 0.0), {}, id="zero-tolerance"))
     cases.append(pytest.param([a], [b], AppliedTolerance(1e-310, 0.0), {}, id="subnormal-atol"))
     cases.append(pytest.param([a], [b], AppliedTolerance(0.0, 1e-3), {}, id="rtol-only"))

@@ -10,9 +10,10 @@ Two implementations, the same numbers to the bit (``tests/test_compare_fused.py`
   passes over the chunk in float64 scratch buffers. Its tricks, measured in
   ``bench/bench_compare.py``: a bitwise-equal chunk (tested on the integer view of the bits) only
   adds its squares; p99 keeps the largest ``k`` errors behind a rising threshold (``p99.py``); the
-  relative error is skipped for a chunk whose ``max|d| / floor`` cannot beat the running max, and
-  divided out only for the elements that could; the ``atol + rtol*|b|`` count is skipped when
-  ``max|d| <= atol``; ``|d|`` is computed once. Sums are lanes (``formulas.lane_sums``), never a
+  error ratio and the relative error are skipped for a chunk whose ``max|d|`` bound cannot beat
+  the running max, and divided out only for the elements that could; the ``atol + rtol*|b|``
+  count is skipped when ``max|d| <= atol``, and its limits are reused by the error ratio; ``|d|``
+  is computed once. Sums are lanes (``formulas.lane_sums``), never a
   BLAS dot: ``np.dot`` over a chunk made OpenBLAS spread it over its own spinning threads, and its
   order depends on the CPU's kernel, which no other implementation can reproduce.
 * **The fused kernel** (``fused.py``, numba): one read of both chunks for everything; the worker
@@ -33,6 +34,15 @@ from monitor.compare.p99 import Largest
 from monitor.results import AppliedTolerance
 
 _TINY = float(np.finfo(np.float64).tiny)
+
+
+def _fmax(values: npt.NDArray[np.float64]) -> float:
+    """The largest value, NaN skipped (the 0/0 of a zero tolerance); 0.0 for none."""
+    return float(np.fmax.reduce(values)) if values.size else 0.0
+
+
+Array = npt.NDArray[np.generic]
+F64 = npt.NDArray[np.float64]
 
 Array = npt.NDArray[np.generic]
 F64 = npt.NDArray[np.float64]
@@ -77,7 +87,6 @@ class Worker:
         self.float64_input = dtype == np.float64
         self.int_view = np.dtype(f"i{dtype.itemsize}")
         self.a64, self.b64, self.err, self.abs_b, self.limit = (np.empty(chunk) for _ in range(5))
-        self.floors = np.full(chunk, self.floor)
         self.mask = np.empty(chunk, np.bool_)
         self.int_diff, self.int_sign = np.empty(chunk, self.int_view), np.empty(chunk, self.int_view)
         self.largest = largest
@@ -182,29 +191,47 @@ class Worker:
             return
         self.max_abs = max(self.max_abs, chunk_max)
         lane_sums(err, self.lanes[4])
-        abs_b = None
+        abs_b = limit = None
         if not self.exact and chunk_max > self.tol.atol:  # else no element can break the rule
-            abs_b = np.abs(b, out=self.abs_b[:n])
-            limit = np.multiply(abs_b, self.tol.rtol, out=self.limit[:n])
-            limit += self.tol.atol
+            abs_b, limit = self._limit(b)
             self.finite_mismatch += int(np.count_nonzero(np.greater(err, limit, out=self.mask[:n])))
         # ratio <= max|d| / atol (a normal atol: a subnormal or zero one bounds nothing)
         if not self.exact and (self.tol.atol < _TINY or chunk_max / self.tol.atol > self.max_ratio):
-            self.max_ratio = max(self.max_ratio, self._max_ratio(err, b, abs_b))
+            self.max_ratio = max(self.max_ratio, self._max_ratio(err, b, limit))
         if chunk_max / self.floor > self.max_rel:  # |d| / max(|b|, floor) <= max|d| / floor
             self.max_rel = max(self.max_rel, self._max_rel(err, b, abs_b))
         self.largest.offer(err, chunk_max, self.mask)
 
-    def _max_ratio(self, err: F64, b: F64, abs_b: F64 | None) -> float:
-        """Max of ``|d| / (atol + rtol*|b|)``; a zero tolerance makes any error infinite (0/0 is 0)."""
-        n = err.size
-        if abs_b is None:
-            abs_b = np.abs(b, out=self.abs_b[:n])
-        limit = np.multiply(abs_b, self.tol.rtol, out=self.limit[:n])
+    def _limit(self, b: F64) -> tuple[F64, F64]:
+        """``|b|`` and ``atol + rtol*|b|``, each element's limit, in this worker's buffers."""
+        abs_b = np.abs(b, out=self.abs_b[: b.size])
+        limit = np.multiply(abs_b, self.tol.rtol, out=self.limit[: b.size])
         limit += self.tol.atol
+        return abs_b, limit
+
+    def _max_ratio(self, err: F64, b: F64, limit: F64 | None) -> float:
+        """Max of ``|d| / (atol + rtol*|b|)``, divided out only where it can beat the running max.
+
+        A zero tolerance makes any error infinite (0/0 is 0). With a normal atol and rtol >= 0 every
+        limit is >= atol, so ``|d| <= max_ratio * atol`` (less a 2**-50 margin for the rounding, as
+        in ``_max_rel``) cannot beat the running max: those elements are skipped.
+        """
+        n = err.size
+        bound = self.max_ratio * self.tol.atol * (1 - 2**-50)
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.divide(err, limit, out=limit)
-        return float(np.fmax.reduce(ratio)) if n else 0.0  # fmax skips the NaN of 0/0
+            if self.tol.rtol >= 0 and self.tol.atol >= _TINY and 2.0**-1000 <= bound < math.inf:
+                candidates = np.greater(err, bound, out=self.mask[:n])
+                if int(np.count_nonzero(candidates)) * 8 < n:
+                    index = np.flatnonzero(candidates)
+                    if limit is not None:
+                        return _fmax(err[index] / limit[index])
+                    few = np.abs(b[index])
+                    few *= self.tol.rtol
+                    few += self.tol.atol
+                    return _fmax(np.divide(err[index], few, out=few))
+            if limit is None:
+                limit = self._limit(b)[1]
+            return _fmax(np.divide(err, limit, out=self.limit[:n]))
 
     def _max_rel(self, err: F64, b: F64, abs_b: F64 | None) -> float:
         """Max of ``|d| / max(|b|, floor)``, divided out only where it can beat the running max."""
@@ -220,7 +247,7 @@ class Worker:
             n = err.size
         elif abs_b is None:
             abs_b = np.abs(b, out=self.abs_b[:n])
-        scale = np.maximum(abs_b, self.floors[:n], out=self.limit[:n])
+        scale = np.maximum(abs_b, self.floor, out=self.limit[:n])
         return float(np.divide(err, scale, out=scale).max()) if n else 0.0
 
     def _equal_chunk(self, raw: Array) -> tuple[float, float, float, float, float]:
