@@ -1,34 +1,26 @@
-"""One worker's measurement of one chunk: the numpy reference pass, or one call of the fused kernel.
+"""One worker's measurement of one chunk: about twenty numpy passes in float64 scratch buffers.
 
 ``stream.ChunkStream`` cuts the output into chunks and hands each to a ``Worker`` (one per
 thread); the worker folds the chunk into its order-free totals (counts, maxima, the p99
 candidates) and keeps the chunk's five float sums for ``stream._merge`` to fold in chunk order.
 
-Two implementations, the same numbers to the bit (``tests/test_compare_fused.py``):
-
-* **The numpy pass** (the reference, and the path whenever numba is missing): about twenty numpy
-  passes over the chunk in float64 scratch buffers. Its tricks, measured in
-  ``bench/bench_compare.py``: a bitwise-equal chunk (tested on the integer view of the bits) only
-  adds its squares; p99 keeps the largest ``k`` errors behind a rising threshold (``p99.py``); the
-  error ratio and the relative error are skipped for a chunk whose ``max|d|`` bound cannot beat
-  the running max, and divided out only for the elements that could; the ``atol + rtol*|b|``
-  count is skipped when ``max|d| <= atol``, and its limits are reused by the error ratio; ``|d|``
-  is computed once. Sums are lanes (``formulas.lane_sums``), never a
-  BLAS dot: ``np.dot`` over a chunk made OpenBLAS spread it over its own spinning threads, and its
-  order depends on the CPU's kernel, which no other implementation can reproduce.
-* **The fused kernel** (``fused.py``, numba): one read of both chunks for everything; the worker
-  only hands it its buffers and folds the totals it returns.
+What keeps it near memory speed (``bench/bench_compare.py`` measures it against one copy of both
+tensors): a bitwise-equal chunk (tested on the integer view of the bits) only adds its squares;
+``|d|`` is computed once; p99 keeps the largest ``k`` errors behind a rising threshold
+(``p99.py``); the ``atol + rtol*|b|`` count is skipped when ``max|d| <= atol`` and its limits are
+reused by the error ratio; the error ratio and the relative error are skipped for a chunk whose
+``max|d|`` bound cannot beat the running max, and divided out only for the elements that could.
+Sums are lanes (``formulas.lane_sums``), never a BLAS dot: ``np.dot`` over a chunk made OpenBLAS
+spread it over its own spinning threads, and its order depends on the CPU's kernel.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from monitor.compare import fused
 from monitor.compare.formulas import LANES, coarse_ulp, fold_lanes, lane_sums
 from monitor.compare.p99 import Largest
 from monitor.results import AppliedTolerance
@@ -44,28 +36,6 @@ def _fmax(values: npt.NDArray[np.float64]) -> float:
 Array = npt.NDArray[np.generic]
 F64 = npt.NDArray[np.float64]
 
-Array = npt.NDArray[np.generic]
-F64 = npt.NDArray[np.float64]
-
-
-def kernel_for(
-    dtype: np.dtype[np.generic],
-    tol: AppliedTolerance,
-    elements: int,
-    *,
-    exact: bool,
-    ulp_dtype: np.dtype[np.generic] | None,
-    use_fused: bool | None,
-) -> Any:
-    """The fused kernel for a stream, or None for the numpy pass (``use_fused``: None = when it pays, ``fused.py``)."""
-    if use_fused is False or exact or ulp_dtype is not None:
-        return None
-    if use_fused is None and not fused.usable(dtype, tol.atol, tol.rtol, elements):
-        return None
-    if not fused.eligible(dtype, tol.atol, tol.rtol):
-        return None
-    return fused.kernel(dtype)
-
 
 class Worker:
     """One thread's scratch buffers, its order-free totals and the per-chunk float sums."""
@@ -79,9 +49,8 @@ class Worker:
         *,
         exact: bool,
         ulp_dtype: np.dtype[np.generic] | None = None,
-        kernel: Any = None,
     ) -> None:
-        self.exact, self.tol, self.kernel = exact, tol, kernel
+        self.exact, self.tol = exact, tol
         self.ulp_dtype = None if ulp_dtype is None or ulp_dtype == dtype else np.dtype(ulp_dtype)
         self.floor = max(tol.atol, _TINY)
         self.float64_input = dtype == np.float64
@@ -91,10 +60,6 @@ class Worker:
         self.int_diff, self.int_sign = np.empty(chunk, self.int_view), np.empty(chunk, self.int_view)
         self.largest = largest
         self.lanes, self.products = np.zeros((5, LANES)), np.empty(chunk)  # formulas.py: the summation order
-        self.params = np.array([tol.atol, tol.rtol, self.floor, 0.0])
-        self.out_f, self.out_i, self.out_u = np.zeros(8), np.zeros(8, np.int64), np.zeros(1, np.uint64)
-        self.outputs = (self.out_f, self.out_i, self.out_u)
-        self.half = np.empty((2, chunk), np.float32) if kernel is not None and dtype == np.float16 else None
         # chunk index -> (ss_a, ss_b, ss_err, dot_ab, sum_abs), folded in chunk order by _merge
         self.sums: dict[int, tuple[float, float, float, float, float]] = {}
         self.finite_count = self.finite_mismatch = self.nonfinite_mismatch = 0
@@ -104,9 +69,6 @@ class Worker:
         self.bitwise_equal = True
 
     def update(self, index: int, raw_a: Array, raw_b: Array) -> None:
-        if self.kernel is not None:
-            self._fused(index, raw_a, raw_b)
-            return
         n = raw_a.size
         int_a, int_b = raw_a.view(self.int_view), raw_b.view(self.int_view)
         if self.exact:
@@ -137,36 +99,6 @@ class Worker:
         self._errors(a, b)
         ss_a, ss_b, ss_err, dot_ab, sum_abs = fold_lanes(self.lanes)
         self.sums[index] = (ss_a, ss_b, ss_err, dot_ab, sum_abs)
-
-    def _fused(self, index: int, raw_a: Array, raw_b: Array) -> None:
-        """The whole chunk in one call of the fused kernel (``fused.py``): the same numbers as below."""
-        n, largest = raw_a.size, self.largest
-        if not (raw_a.flags.c_contiguous and raw_b.flags.c_contiguous):  # a reversed or strided view
-            raw_a, raw_b = np.ascontiguousarray(raw_a), np.ascontiguousarray(raw_b)
-        a, b = raw_a, raw_b
-        if self.half is not None:  # float16 is exact in float32; the ULPs still count its own bits
-            a, b = self.half[0, :n], self.half[1, :n]
-            np.copyto(a, raw_a)
-            np.copyto(b, raw_b)
-        self.params[3] = largest.floor
-        bits_a, bits_b = raw_a.view(self.int_view), raw_b.view(self.int_view)
-        found = self.kernel(a, b, bits_a, bits_b, self.params, largest.buffer, largest.size, *self.outputs)
-        largest.accept(int(found))
-        f, i = self.out_f.tolist(), self.out_i.tolist()
-        self.sums[index] = (f[0], f[1], f[2], f[3], f[4])
-        self.max_abs, self.max_rel = max(self.max_abs, f[5]), max(self.max_rel, f[6])
-        self.max_ratio = max(self.max_ratio, f[7])
-        self.finite_count += i[0]
-        self.finite_mismatch += i[1]
-        self.nonfinite_mismatch += i[2]
-        self.nan_count, self.nan_mismatch, self.inf_count, self.inf_mismatch = (
-            self.nan_count + i[3],
-            self.nan_mismatch + i[4],
-            self.inf_count + i[5],
-            self.inf_mismatch + i[6],
-        )
-        self.bitwise_equal = self.bitwise_equal and i[7] == 0
-        self.max_ulp = max(self.max_ulp, int(self.out_u[0]))
 
     def _lane_dot(self, x: F64, y: F64, row: int) -> None:
         """Lanes of ``sum(x * y)`` into ``self.lanes[row]`` (the order of ``formulas.py``)."""
