@@ -2,9 +2,9 @@
 
 Each maximum, count and ULP distance of ``OutputMetrics`` is held against plain numpy over the
 whole concatenated output (so no skipping rule of ``compare/chunk.py`` can change a maximum), and
-every sum against a plain-Python loop written from the docstring of ``formulas.py``; floats are
-compared by their bit pattern (``-0.0`` is not ``0.0``; NaN is NaN). A table of the hard cases
-and hypothesis' arrays feed it.
+the sums of ``|d|``, ``d²`` and ``b²`` against a plain-Python loop written from the docstring of
+``formulas.py``; floats are compared by their bit pattern (``-0.0`` is not ``0.0``; NaN is NaN). A
+table of the hard cases and hypothesis' arrays feed it.
 """
 
 from __future__ import annotations
