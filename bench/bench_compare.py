@@ -1,147 +1,167 @@
-"""Benchmark ``monitor.compare.outputs`` against one numpy copy of the same tensors.
+"""The comparison against one copy of both tensors, each measurement in a fresh process.
 
 Usage::
 
-    .venv/bin/python bench/bench_compare.py                 # 50M float32 elements, 5 repeats
-    .venv/bin/python bench/bench_compare.py --elements 10000000 --repeats 3 --chunks 65536 1048576
-    .venv/bin/python bench/bench_compare.py --startup       # numba's import, compile and cached load
+    .venv/bin/python bench/bench_compare.py                     # every case, 3 fresh processes each
+    .venv/bin/python bench/bench_compare.py --cases 1.6e7 gpt2-logits --kinds differ --repeats 5
 
-For each case - (a) tensors that differ slightly (inside tolerance), (a') tensors that differ
-beyond atol (the mismatch count runs), (b) bitwise-equal tensors - each implementation (the fused
-kernel and the numpy pass, ``monitor/compare/fused.py``), each chunk size and each worker count, it
-times ``compare_output`` (the full metric suite) and the reference ``a.copy(); b.copy()``
-interleaved in the same run, repeats, and prints the medians and their ratio. The goal is a ratio
-<= 2 for the fused kernel on one thread; it is measured here, never asserted in tests. ``cpu``
-counts every thread of the process, so with 2 workers the cpu ratio shows the total work and the
-wall ratio the latency. No BLAS pin is needed: ``monitor.compare`` makes no BLAS calls.
+Each measurement runs in its own interpreter, as a worker's first check would: the child makes
+the tensors (not timed), then times one copy of both tensors (``np.copy`` of every sample's
+actual and baseline output, into fresh memory), then the comparison as a check does it (a
+``Comparison`` built, fed one sample at a time, finished into ``OutputStats``; any lazy import or
+load inside it counts), then both once more in the same process (``warm``). Importing
+``monitor.compare``, which a worker does when it starts, is timed apart (``import``). The goal:
+the fresh comparison <= 3x the fresh copy. ``bits`` says whether every run of a row gave the
+same metrics to the bit.
 
-``--startup`` runs fresh interpreters (as a check child is): numba's import, the kernel's compile
-into an empty cache, and its load from the cache, beside one numpy pass over the same tensors.
+Cases: single outputs of 1e4, 1e6 and 1.6e7 float32 elements (one sample), and outputs shaped
+like real models' fed over several samples. Kinds: ``equal`` (bitwise the baseline: a steady
+check on the same stack), ``differ`` (inside tolerance), ``beyond`` (beyond atol: the mismatch
+count runs). ``ratio`` is wall time (``perf_counter``), ``cpu ratio`` the process's CPU time (all
+its threads; steadier when other processes share the cores), both taken within one process.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
-import itertools
+import dataclasses
+import hashlib
+import json
+import math
+import os
 import statistics
+import struct
+import subprocess
+import sys
 import time
+from pathlib import Path
+from typing import Any
 
-import numpy as np
-
-from monitor.compare.outputs import DEFAULT_WORKERS, compare_output
-from monitor.results import AppliedTolerance, OutputStats
-
-
-def _time_copy(actual: np.ndarray, expected: np.ndarray) -> tuple[float, float]:
-    """(wall, CPU) seconds of one copy of each tensor."""
-    gc.collect()
-    wall, cpu = time.perf_counter(), time.process_time()
-    actual.copy()
-    expected.copy()
-    return time.perf_counter() - wall, time.process_time() - cpu
-
-
-def _time_compare(
-    actual: np.ndarray, expected: np.ndarray, tolerance: AppliedTolerance, chunk: int, workers: int, fused: bool
-) -> tuple[float, float, OutputStats]:
-    """(wall, CPU) seconds of the full metric suite, and its result."""
-    gc.collect()
-    wall, cpu = time.perf_counter(), time.process_time()
-    stats = compare_output("y", [actual], [expected], tolerance, chunk_elements=chunk, workers=workers, fused=fused)
-    return time.perf_counter() - wall, time.process_time() - cpu, stats
-
-
-_STARTUP = """
-import sys, time
-import numpy as np
-start = time.perf_counter()
-{body}
-print(f"{{time.perf_counter() - start:.3f}}")
-"""
-_STARTUP_STEPS = {
-    "import numba": "import numba",
-    "import + compile (empty cache)": "from monitor.compare import fused; fused.kernel(np.dtype('float32'))",
-    "import + load (cached)": "from monitor.compare import fused; fused.kernel(np.dtype('float32'))",
+ROOT = Path(__file__).resolve().parents[1]
+# name -> (per-sample shape, samples)
+CASES: dict[str, tuple[tuple[int, ...], int]] = {
+    "1e4": ((10_000,), 1),
+    "1e6": ((1_000_000,), 1),
+    "1.6e7": ((16_000_000,), 1),
+    "resnet50-logits": ((1, 1000), 64),
+    "bert-hidden": ((1, 128, 768), 16),
+    "yolov8-boxes": ((1, 84, 8400), 8),
+    "gpt2-logits": ((1, 64, 50257), 4),
 }
+KINDS = {"equal": 0.0, "differ": 1e-6, "beyond": 1e-4}
 
 
-def _startup(elements: int, repeats: int) -> None:
-    """Fresh-interpreter costs of the fused path, beside the numpy pass they must be repaid by."""
-    import os
-    import subprocess
-    import sys
-    import tempfile
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
-    with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "NUMBA_CACHE_DIR": cache}
-        print(f"fresh interpreters, median of {repeats}; NUMBA_CACHE_DIR={cache}")
-        for label, body in _STARTUP_STEPS.items():
-            times = []
-            for _ in range(repeats):
-                if "empty cache" in label:
-                    subprocess.run(["rm", "-rf", cache], check=True)
-                    os.makedirs(cache)
-                done = subprocess.run(
-                    [sys.executable, "-c", _STARTUP.format(body=body)], env=env, capture_output=True, text=True
-                )
-                times.append(float(done.stdout.split()[-1]))
-            print(f"  {label:<32} {statistics.median(times):7.3f} s")
+
+def _digest(stats: Any) -> str:
+    """The metrics' bits (NaN as one value), so two paths can be compared without shipping them."""
+    parts = []
+    for key, value in sorted(dataclasses.asdict(stats.metrics).items()):
+        bits = ("nan" if math.isnan(value) else struct.pack("<d", value).hex()) if isinstance(value, float) else value
+        parts.append(f"{key}={bits}")
+    return hashlib.sha256(";".join(parts).encode()).hexdigest()[:12]
+
+
+def _child(case: str, kind: str) -> dict[str, Any]:
+    """One fresh process's measurement (run with ``--child``)."""
+    import numpy as np
+
+    shape, samples = CASES[case]
     rng = np.random.default_rng(0)
-    expected = rng.standard_normal(elements, dtype=np.float32)
-    actual = expected + rng.standard_normal(elements, dtype=np.float32) * np.float32(1e-6)
-    tolerance = AppliedTolerance(atol=1e-5, rtol=1e-3)
-    for fused in (False, True):
-        times = [_time_compare(actual, expected, tolerance, 1 << 16, 1, fused)[0] for _ in range(repeats)]
-        print(f"  {'fused' if fused else 'numpy'} pass over {elements:,} float32    {statistics.median(times):7.3f} s")
+    baselines = [rng.standard_normal(shape, dtype=np.float32) for _ in range(samples)]
+    scale = np.float32(KINDS[kind])
+    actuals = [b + rng.standard_normal(shape, dtype=np.float32) * scale if scale else b.copy() for b in baselines]
+
+    def copy() -> tuple[float, float]:
+        start, cpu = time.perf_counter(), time.process_time()
+        copies = [(np.copy(a), np.copy(b)) for a, b in zip(actuals, baselines, strict=True)]
+        took = time.perf_counter() - start, time.process_time() - cpu
+        del copies
+        return took
+
+    start = time.perf_counter()
+    from monitor.compare.accumulate import Comparison  # a worker imports these when it starts
+    from monitor.results import AppliedTolerance
+
+    imported = time.perf_counter() - start
+
+    def compare() -> tuple[float, float, Any]:
+        start, cpu = time.perf_counter(), time.process_time()
+        tolerance = AppliedTolerance(atol=1e-5, rtol=1e-3, cosine_min=0.999, snr_min_db=40.0, max_mismatch_ratio=0.5)
+        elements = {"y": baselines[0].size * samples}
+        comparison = Comparison(["y"], ["y"], {"y": tolerance}, samples=samples, elements=elements)
+        for a, b in zip(actuals, baselines, strict=True):
+            comparison.feed({"y": a}, {"y": b})
+        (stats,) = comparison.finish()
+        return time.perf_counter() - start, time.process_time() - cpu, stats
+
+    rss = _rss_mib()
+    copy_fresh, copy_cpu = copy()
+    compare_fresh, compare_cpu, stats = compare()
+    rss_after = _rss_mib()
+    copy_warm, _ = copy()
+    compare_warm, _, _ = compare()
+    return {
+        "import": imported,
+        "copy": copy_fresh,
+        "compare": compare_fresh,
+        "copy_cpu": copy_cpu,
+        "compare_cpu": compare_cpu,
+        "copy_warm": copy_warm,
+        "compare_warm": compare_warm,
+        "rss_added": rss_after - rss,
+        "bits": _digest(stats),
+        "verdict": stats.verdict.value,
+    }
+
+
+def _spawn(args: list[str], env: dict[str, str]) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, __file__, *args], capture_output=True, text=True, cwd=ROOT, env=env, check=False
+    )
+    if done.returncode:
+        raise SystemExit(f"child {args} failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--elements", type=int, default=50_000_000)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--chunks", type=int, nargs="+", default=[1 << 16, 1 << 18, 1 << 20])
-    parser.add_argument("--workers", type=int, nargs="+", default=sorted({1, DEFAULT_WORKERS}))
-    parser.add_argument("--paths", nargs="+", choices=["fused", "numpy"], default=["fused", "numpy"])
-    parser.add_argument("--startup", action="store_true", help="time numba's import/compile/load instead")
+    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    parser.add_argument("--kinds", nargs="+", choices=list(KINDS), default=list(KINDS))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--child", nargs=2, metavar=("CASE", "KIND"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.startup:
-        _startup(min(args.elements, 10_000_000), args.repeats)
+    if args.child:
+        print(json.dumps(_child(*args.child)))
         return
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    print(f"median of {args.repeats} fresh processes per row; times in ms; goal: compare <= 3x copy")
+    head = ("case", "elements", "kind", "import", "copy", "compare", "ratio", "cpu ratio", "warm ratio", "RSS+ MiB")
+    print(_ROW.format(*head, "bits", "verdict"))
+    for case in args.cases:
+        shape, samples = CASES[case]
+        elements = math.prod(shape) * samples
+        for kind in args.kinds:
+            got = [_spawn(["--child", case, kind], env) for _ in range(args.repeats)]
+            import_ms, copy_ms, compare_ms = (
+                statistics.median(r[key] for r in got) * 1e3 for key in ("import", "copy", "compare")
+            )
+            ratio = statistics.median(r["compare"] / r["copy"] for r in got)
+            cpu = statistics.median(r["compare_cpu"] / max(r["copy_cpu"], 1e-9) for r in got)
+            warm = statistics.median(r["compare_warm"] / r["copy_warm"] for r in got)
+            rss = statistics.median(r["rss_added"] for r in got)
+            bits = "same" if len({r["bits"] for r in got}) == 1 else "DIFFER"
+            times = (f"{import_ms:.1f}", f"{copy_ms:.2f}", f"{compare_ms:.2f}", f"{ratio:.2f}", f"{cpu:.2f}")
+            print(
+                _ROW.format(case, f"{elements:,}", kind, *times, f"{warm:.2f}", f"{rss:.1f}", bits, got[0]["verdict"])
+            )
 
-    rng = np.random.default_rng(0)
-    expected = rng.standard_normal(args.elements, dtype=np.float32)
-    noise = rng.standard_normal(args.elements, dtype=np.float32)
-    cases = {
-        "differ slightly": expected + noise * np.float32(1e-6),
-        "differ > atol": expected + noise * np.float32(1e-4),
-        "bitwise equal": expected.copy(),
-    }
-    del noise
-    tolerance = AppliedTolerance(atol=1e-5, rtol=1e-3, cosine_min=0.999, snr_min_db=40.0, max_mismatch_ratio=0.5)
 
-    print(f"{args.elements:,} float32 elements per tensor, median of {args.repeats} interleaved repeats")
-    print("wall = perf_counter, cpu = process_time (steadier when other processes share the cores)")
-    header = ("case", "path", "chunk", "workers", "compare s", "copy s", "ratio", "cmp cpu s", "copy cpu s")
-    header += ("cpu ratio",)
-    print("{:<16} {:<5} {:>8} {:>7} {:>10} {:>8} {:>6} {:>10} {:>10} {:>9}  verdict".format(*header))
-    compare_output("warm-up", [cases["bitwise equal"][:10]], [expected[:10]], tolerance, fused=True)  # load numba
-    for label, actual in cases.items():
-        for path, chunk, workers in itertools.product(args.paths, args.chunks, args.workers):
-            compare_wall, compare_cpu, copy_wall, copy_cpu = [], [], [], []
-            verdict = ""
-            for _ in range(args.repeats):
-                wall, cpu = _time_copy(actual, expected)
-                copy_wall.append(wall)
-                copy_cpu.append(cpu)
-                wall, cpu, stats = _time_compare(actual, expected, tolerance, chunk, workers, path == "fused")
-                compare_wall.append(wall)
-                compare_cpu.append(cpu)
-                verdict = stats.verdict.value
-            cw, pw = statistics.median(compare_wall), statistics.median(copy_wall)
-            cc, pc = statistics.median(compare_cpu), statistics.median(copy_cpu)
-            row = f"{label:<16} {path:<5} {chunk:>8} {workers:>7} {cw:>10.3f} {pw:>8.3f} {cw / pw:>6.2f}"
-            print(f"{row} {cc:>10.3f} {pc:>10.3f} {cc / pc:>9.2f}  {verdict}")
+_ROW = "{:<16} {:>11} {:<7} {:>7} {:>8} {:>9} {:>6} {:>9} {:>10} {:>9}  {:<6} {}"
 
 
 if __name__ == "__main__":

@@ -36,8 +36,7 @@ class OutputAccumulator:
 
     ``samples`` is the baseline's sample count and ``elements`` the baseline's element count over
     all of them. After the first layout problem the rest is not measured (the result is an error).
-    ``fused``: the fused kernel (True), the numpy pass (False), or whichever pays (None); the
-    numbers are the same either way (``compare/fused.py``). ``decision``: what the output decides
+    ``decision``: what the output decides
     (``compare/decisions.py``), counted per sample beside the metrics.
     """
 
@@ -50,14 +49,13 @@ class OutputAccumulator:
         elements: int,
         chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
         workers: int = DEFAULT_WORKERS,
-        fused: bool | None = None,
         decision: DecisionRule | None = None,
     ) -> None:
         if min(chunk_elements, workers) < 1 or (tolerance.topk_k is not None and tolerance.topk_k < 1):
             detail = f"{chunk_elements}, {workers} and {tolerance.topk_k}"
             raise ValueError(f"chunk_elements, workers and topk_k must be >= 1, got {detail}")
         self.name, self.tolerance, self.samples, self.elements = name, tolerance, samples, elements
-        self.chunk, self.workers, self.fused = chunk_elements, workers, fused
+        self.chunk, self.workers = chunk_elements, workers
         self.fed = 0
         self.first: tuple[np.dtype[np.generic], np.dtype[np.generic]] | None = None
         self.observed: tuple[np.dtype[np.generic], tuple[int, ...]] = (_F64, (0,))
@@ -153,7 +151,6 @@ class OutputAccumulator:
             elements=self.elements,
             workers=self.workers,
             ulp_dtype=ulp_dtype,
-            fused=self.fused,
         )
 
 

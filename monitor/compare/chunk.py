@@ -1,60 +1,40 @@
-"""One worker's measurement of one chunk: the numpy reference pass, or one call of the fused kernel.
+"""One worker's measurement of one chunk: about twenty numpy passes in float64 scratch buffers.
 
 ``stream.ChunkStream`` cuts the output into chunks and hands each to a ``Worker`` (one per
 thread); the worker folds the chunk into its order-free totals (counts, maxima, the p99
 candidates) and keeps the chunk's five float sums for ``stream._merge`` to fold in chunk order.
 
-Two implementations, the same numbers to the bit (``tests/test_compare_fused.py``):
-
-* **The numpy pass** (the reference, and the path whenever numba is missing): about twenty numpy
-  passes over the chunk in float64 scratch buffers. Its tricks, measured in
-  ``bench/bench_compare.py``: a bitwise-equal chunk (tested on the integer view of the bits) only
-  adds its squares; p99 keeps the largest ``k`` errors behind a rising threshold (``p99.py``); the
-  relative error is skipped for a chunk whose ``max|d| / floor`` cannot beat the running max, and
-  divided out only for the elements that could; the ``atol + rtol*|b|`` count is skipped when
-  ``max|d| <= atol``; ``|d|`` is computed once. Sums are lanes (``formulas.lane_sums``), never a
-  BLAS dot: ``np.dot`` over a chunk made OpenBLAS spread it over its own spinning threads, and its
-  order depends on the CPU's kernel, which no other implementation can reproduce.
-* **The fused kernel** (``fused.py``, numba): one read of both chunks for everything; the worker
-  only hands it its buffers and folds the totals it returns.
+What keeps it near memory speed (``bench/bench_compare.py`` measures it against one copy of both
+tensors): a bitwise-equal chunk (tested on the integer view of the bits) only adds its squares;
+``|d|`` is computed once; p99 keeps the largest ``k`` errors behind a rising threshold
+(``p99.py``); the ``atol + rtol*|b|`` count is skipped when ``max|d| <= atol`` and its limits are
+reused by the error ratio; the error ratio and the relative error are skipped for a chunk whose
+``max|d|`` bound cannot beat the running max, and divided out only for the elements that could.
+Sums are lanes (``formulas.lane_sums``), never a BLAS dot: ``np.dot`` over a chunk made OpenBLAS
+spread it over its own spinning threads, and its order depends on the CPU's kernel.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from monitor.compare import fused
 from monitor.compare.formulas import LANES, coarse_ulp, fold_lanes, lane_sums
 from monitor.compare.p99 import Largest
 from monitor.results import AppliedTolerance
 
 _TINY = float(np.finfo(np.float64).tiny)
 
+
+def _fmax(values: npt.NDArray[np.float64]) -> float:
+    """The largest value, NaN skipped (the 0/0 of a zero tolerance); 0.0 for none."""
+    return float(np.fmax.reduce(values)) if values.size else 0.0
+
+
 Array = npt.NDArray[np.generic]
 F64 = npt.NDArray[np.float64]
-
-
-def kernel_for(
-    dtype: np.dtype[np.generic],
-    tol: AppliedTolerance,
-    elements: int,
-    *,
-    exact: bool,
-    ulp_dtype: np.dtype[np.generic] | None,
-    use_fused: bool | None,
-) -> Any:
-    """The fused kernel for a stream, or None for the numpy pass (``use_fused``: None = when it pays, ``fused.py``)."""
-    if use_fused is False or exact or ulp_dtype is not None:
-        return None
-    if use_fused is None and not fused.usable(dtype, tol.atol, tol.rtol, elements):
-        return None
-    if not fused.eligible(dtype, tol.atol, tol.rtol):
-        return None
-    return fused.kernel(dtype)
 
 
 class Worker:
@@ -69,23 +49,17 @@ class Worker:
         *,
         exact: bool,
         ulp_dtype: np.dtype[np.generic] | None = None,
-        kernel: Any = None,
     ) -> None:
-        self.exact, self.tol, self.kernel = exact, tol, kernel
+        self.exact, self.tol = exact, tol
         self.ulp_dtype = None if ulp_dtype is None or ulp_dtype == dtype else np.dtype(ulp_dtype)
         self.floor = max(tol.atol, _TINY)
         self.float64_input = dtype == np.float64
         self.int_view = np.dtype(f"i{dtype.itemsize}")
         self.a64, self.b64, self.err, self.abs_b, self.limit = (np.empty(chunk) for _ in range(5))
-        self.floors = np.full(chunk, self.floor)
         self.mask = np.empty(chunk, np.bool_)
         self.int_diff, self.int_sign = np.empty(chunk, self.int_view), np.empty(chunk, self.int_view)
         self.largest = largest
         self.lanes, self.products = np.zeros((5, LANES)), np.empty(chunk)  # formulas.py: the summation order
-        self.params = np.array([tol.atol, tol.rtol, self.floor, 0.0])
-        self.out_f, self.out_i, self.out_u = np.zeros(8), np.zeros(8, np.int64), np.zeros(1, np.uint64)
-        self.outputs = (self.out_f, self.out_i, self.out_u)
-        self.half = np.empty((2, chunk), np.float32) if kernel is not None and dtype == np.float16 else None
         # chunk index -> (ss_a, ss_b, ss_err, dot_ab, sum_abs), folded in chunk order by _merge
         self.sums: dict[int, tuple[float, float, float, float, float]] = {}
         self.finite_count = self.finite_mismatch = self.nonfinite_mismatch = 0
@@ -95,9 +69,6 @@ class Worker:
         self.bitwise_equal = True
 
     def update(self, index: int, raw_a: Array, raw_b: Array) -> None:
-        if self.kernel is not None:
-            self._fused(index, raw_a, raw_b)
-            return
         n = raw_a.size
         int_a, int_b = raw_a.view(self.int_view), raw_b.view(self.int_view)
         if self.exact:
@@ -129,36 +100,6 @@ class Worker:
         ss_a, ss_b, ss_err, dot_ab, sum_abs = fold_lanes(self.lanes)
         self.sums[index] = (ss_a, ss_b, ss_err, dot_ab, sum_abs)
 
-    def _fused(self, index: int, raw_a: Array, raw_b: Array) -> None:
-        """The whole chunk in one call of the fused kernel (``fused.py``): the same numbers as below."""
-        n, largest = raw_a.size, self.largest
-        if not (raw_a.flags.c_contiguous and raw_b.flags.c_contiguous):  # a reversed or strided view
-            raw_a, raw_b = np.ascontiguousarray(raw_a), np.ascontiguousarray(raw_b)
-        a, b = raw_a, raw_b
-        if self.half is not None:  # float16 is exact in float32; the ULPs still count its own bits
-            a, b = self.half[0, :n], self.half[1, :n]
-            np.copyto(a, raw_a)
-            np.copyto(b, raw_b)
-        self.params[3] = largest.floor
-        bits_a, bits_b = raw_a.view(self.int_view), raw_b.view(self.int_view)
-        found = self.kernel(a, b, bits_a, bits_b, self.params, largest.buffer, largest.size, *self.outputs)
-        largest.accept(int(found))
-        f, i = self.out_f.tolist(), self.out_i.tolist()
-        self.sums[index] = (f[0], f[1], f[2], f[3], f[4])
-        self.max_abs, self.max_rel = max(self.max_abs, f[5]), max(self.max_rel, f[6])
-        self.max_ratio = max(self.max_ratio, f[7])
-        self.finite_count += i[0]
-        self.finite_mismatch += i[1]
-        self.nonfinite_mismatch += i[2]
-        self.nan_count, self.nan_mismatch, self.inf_count, self.inf_mismatch = (
-            self.nan_count + i[3],
-            self.nan_mismatch + i[4],
-            self.inf_count + i[5],
-            self.inf_mismatch + i[6],
-        )
-        self.bitwise_equal = self.bitwise_equal and i[7] == 0
-        self.max_ulp = max(self.max_ulp, int(self.out_u[0]))
-
     def _lane_dot(self, x: F64, y: F64, row: int) -> None:
         """Lanes of ``sum(x * y)`` into ``self.lanes[row]`` (the order of ``formulas.py``)."""
         lane_sums(np.multiply(x, y, out=self.products[: x.size]), self.lanes[row])
@@ -182,29 +123,47 @@ class Worker:
             return
         self.max_abs = max(self.max_abs, chunk_max)
         lane_sums(err, self.lanes[4])
-        abs_b = None
+        abs_b = limit = None
         if not self.exact and chunk_max > self.tol.atol:  # else no element can break the rule
-            abs_b = np.abs(b, out=self.abs_b[:n])
-            limit = np.multiply(abs_b, self.tol.rtol, out=self.limit[:n])
-            limit += self.tol.atol
+            abs_b, limit = self._limit(b)
             self.finite_mismatch += int(np.count_nonzero(np.greater(err, limit, out=self.mask[:n])))
         # ratio <= max|d| / atol (a normal atol: a subnormal or zero one bounds nothing)
         if not self.exact and (self.tol.atol < _TINY or chunk_max / self.tol.atol > self.max_ratio):
-            self.max_ratio = max(self.max_ratio, self._max_ratio(err, b, abs_b))
+            self.max_ratio = max(self.max_ratio, self._max_ratio(err, b, limit))
         if chunk_max / self.floor > self.max_rel:  # |d| / max(|b|, floor) <= max|d| / floor
             self.max_rel = max(self.max_rel, self._max_rel(err, b, abs_b))
         self.largest.offer(err, chunk_max, self.mask)
 
-    def _max_ratio(self, err: F64, b: F64, abs_b: F64 | None) -> float:
-        """Max of ``|d| / (atol + rtol*|b|)``; a zero tolerance makes any error infinite (0/0 is 0)."""
-        n = err.size
-        if abs_b is None:
-            abs_b = np.abs(b, out=self.abs_b[:n])
-        limit = np.multiply(abs_b, self.tol.rtol, out=self.limit[:n])
+    def _limit(self, b: F64) -> tuple[F64, F64]:
+        """``|b|`` and ``atol + rtol*|b|``, each element's limit, in this worker's buffers."""
+        abs_b = np.abs(b, out=self.abs_b[: b.size])
+        limit = np.multiply(abs_b, self.tol.rtol, out=self.limit[: b.size])
         limit += self.tol.atol
+        return abs_b, limit
+
+    def _max_ratio(self, err: F64, b: F64, limit: F64 | None) -> float:
+        """Max of ``|d| / (atol + rtol*|b|)``, divided out only where it can beat the running max.
+
+        A zero tolerance makes any error infinite (0/0 is 0). With a normal atol and rtol >= 0 every
+        limit is >= atol, so ``|d| <= max_ratio * atol`` (less a 2**-50 margin for the rounding, as
+        in ``_max_rel``) cannot beat the running max: those elements are skipped.
+        """
+        n = err.size
+        bound = self.max_ratio * self.tol.atol * (1 - 2**-50)
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.divide(err, limit, out=limit)
-        return float(np.fmax.reduce(ratio)) if n else 0.0  # fmax skips the NaN of 0/0
+            if self.tol.rtol >= 0 and self.tol.atol >= _TINY and 2.0**-1000 <= bound < math.inf:
+                candidates = np.greater(err, bound, out=self.mask[:n])
+                if int(np.count_nonzero(candidates)) * 8 < n:
+                    index = np.flatnonzero(candidates)
+                    if limit is not None:
+                        return _fmax(err[index] / limit[index])
+                    few = np.abs(b[index])
+                    few *= self.tol.rtol
+                    few += self.tol.atol
+                    return _fmax(np.divide(err[index], few, out=few))
+            if limit is None:
+                limit = self._limit(b)[1]
+            return _fmax(np.divide(err, limit, out=self.limit[:n]))
 
     def _max_rel(self, err: F64, b: F64, abs_b: F64 | None) -> float:
         """Max of ``|d| / max(|b|, floor)``, divided out only where it can beat the running max."""
@@ -220,7 +179,7 @@ class Worker:
             n = err.size
         elif abs_b is None:
             abs_b = np.abs(b, out=self.abs_b[:n])
-        scale = np.maximum(abs_b, self.floors[:n], out=self.limit[:n])
+        scale = np.maximum(abs_b, self.floor, out=self.limit[:n])
         return float(np.divide(err, scale, out=scale).max()) if n else 0.0
 
     def _equal_chunk(self, raw: Array) -> tuple[float, float, float, float, float]:

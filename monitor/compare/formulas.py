@@ -3,22 +3,21 @@
 Kept apart from ``stream.py`` (which owns the pass and its workers) because each is a pure
 function of a few numbers or one chunk, with its own reason to be written the way it is.
 
-The summation order (why the numpy pass and the fused kernel agree to the bit)
-------------------------------------------------------------------------------
+The summation order (why a result never depends on threads, samples or the CPU)
+--------------------------------------------------------------------------------
 Every floating-point sum of the suite (sum of a², b², (a-b)², a·b and |a-b|) is taken in one
-order that both implementations follow exactly, so the result never depends on which one ran:
+written order, which a plain loop reproduces (``tests/test_compare_exact.py`` holds one):
 
 1. Within a chunk, element ``i`` goes into lane ``i % LANES``; each lane adds its elements in
-   order, starting from 0.0 (numpy: ``np.add.reduce`` along axis 0 of the ``(-1, LANES)`` view,
-   which adds row after row; the fused kernel: its lane arrays, block after block).
+   order, starting from 0.0 (``np.add.reduce`` along axis 0 of the ``(-1, LANES)`` view, which
+   adds row after row).
 2. The ``LANES`` lane totals are folded by halving (``fold_lanes``): lane ``j`` plus lane
    ``j + width`` for width 128, 64, ... 1.
 3. The chunk totals are added in chunk order (``stream._merge``), starting from 0.0.
 
-Neither a BLAS dot (its order depends on the CPU's kernel) nor numpy's pairwise ``sum`` can be
-reproduced by a one-pass kernel; this order can, and both of its loops vectorize. Adding an exact
-0.0 (a non-finite position, an equal element's error) never changes a lane, so skipping it is the
-same as adding it.
+A BLAS dot's order depends on the CPU's kernel and numpy's pairwise ``sum`` on its blocking; this
+order depends on neither. Adding an exact 0.0 (a non-finite position, an equal element's error)
+never changes a lane, so skipping it is the same as adding it.
 """
 
 from __future__ import annotations
@@ -28,8 +27,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-# Lanes per sum: numpy's axis-0 reduction runs at memory speed from ~256 columns on, and the
-# kernel's lane arrays (5 sums, maxima, counts) stay in L1.
+# Lanes per sum: numpy's axis-0 reduction runs at memory speed from ~256 columns on.
 LANES = 256
 
 F64 = npt.NDArray[np.float64]

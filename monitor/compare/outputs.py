@@ -126,12 +126,10 @@ def compare_output(
     *,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
     workers: int = DEFAULT_WORKERS,
-    fused: bool | None = None,
 ) -> OutputStats:
     """Judge one output (one array per sample) against its baseline; never raises on bad data.
 
-    ``workers`` threads share the chunks; the metrics are the same, to the bit, for any count, and
-    for ``fused`` True (the fused kernel), False (the numpy pass) or None (whichever pays).
+    ``workers`` threads share the chunks; the metrics are the same, to the bit, for any count.
     A thin wrapper over ``OutputAccumulator``, fed the samples in order.
     """
     elements = sum(np.asarray(b).size for b in expected)
@@ -142,7 +140,6 @@ def compare_output(
         elements=elements,
         chunk_elements=chunk_elements,
         workers=workers,
-        fused=fused,
     )
     pairs = list(zip(actual, expected, strict=False))
     if len(actual) != len(expected):

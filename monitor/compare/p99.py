@@ -53,7 +53,7 @@ class Largest:
         self.accept(count)
 
     def accept(self, count: int) -> None:
-        """Take the ``count`` values just written after ``values`` (by ``offer``, or the fused kernel)."""
+        """Take the ``count`` values ``offer`` just wrote after ``values``."""
         self.size += count
         if self.size > self.slack:
             values = self.values

@@ -11,10 +11,8 @@ dot product, absolute errors) are kept per chunk and folded in chunk order at th
 are bit-identical to a single-threaded run; counts and maxima are exact in any order; the p99 is
 an exact order statistic of the union of the workers' candidates (see ``p99.py``).
 
-Each chunk is measured by a ``chunk.Worker``: the numpy reference pass (~20 numpy passes and ~40
-Python calls per chunk, about 5x one copy of both tensors on one thread) or the fused kernel
-(``fused.py``: one read of both chunks), with the same results to the bit; ``bench/bench_compare.py``
-measures both against one copy.
+Each chunk is measured by a ``chunk.Worker`` (about twenty numpy passes and forty Python calls per
+chunk); ``bench/bench_compare.py`` measures the whole comparison against one copy of both tensors.
 """
 
 from __future__ import annotations
@@ -29,13 +27,13 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.compare import p99
-from monitor.compare.chunk import Worker, kernel_for
+from monitor.compare.chunk import Worker
 from monitor.compare.formulas import cosine, snr_db
 from monitor.compare.p99 import Largest, p99_rank_from_top
 from monitor.results import AppliedTolerance, OutputMetrics
 
-# 64k elements keep each worker's float64 buffers near its 2 MiB L2; bench/bench_compare.py
-# measured it no slower than 32k (more Python calls) and faster than 256k and 1M.
+# 64k elements keep each worker's float64 buffers near its 2 MiB L2, with few Python calls per
+# element. The sums are folded per chunk (formulas.py), so another size changes their low bits.
 DEFAULT_CHUNK_ELEMENTS = 1 << 16
 # Two threads: numpy releases the GIL inside each pass, so two workers cut the wall time (1.2-1.9x
 # on a lightly loaded two-core machine); more would take cores from the model being monitored.
@@ -66,16 +64,13 @@ class ChunkStream:
         elements: int,
         workers: int = DEFAULT_WORKERS,
         ulp_dtype: np.dtype[np.generic] | None = None,
-        fused: bool | None = None,
     ) -> None:
         self.exact, self.elements, self.count = exact, elements, 0
         self.chunk = chunk = min(chunk, max(elements, 1))
         threads = max(1, min(workers, -(-elements // chunk)))
         keep = p99_rank_from_top(elements)
-        kernel = kernel_for(dtype, tol, elements, exact=exact, ulp_dtype=ulp_dtype, use_fused=fused)
         self.workers = [
-            Worker(dtype, tol, chunk, Largest(keep, chunk), exact=exact, ulp_dtype=ulp_dtype, kernel=kernel)
-            for _ in range(threads)
+            Worker(dtype, tol, chunk, Largest(keep, chunk), exact=exact, ulp_dtype=ulp_dtype) for _ in range(threads)
         ]
         self.next_index = 0
         self.pending_a: list[Array] = []
