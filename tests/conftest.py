@@ -6,13 +6,18 @@ tool is missing then fails instead of skipping, so CI can never pass by skipping
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from tests import tiers
 
 # Hypothesis profiles. CI runs derandomized ("ci"), so a change can never fail on an example drawn
 # by chance; a laptop draws fresh examples ("dev"); `--hypothesis-profile fuzz` is the long random
@@ -68,14 +73,24 @@ def need_binary(suite: str, name: str) -> str:
 
 @pytest.fixture(scope="session")
 def postgres_url() -> str:
-    """URL of a reachable PostgreSQL (``ONNXMON_TEST_POSTGRES_URL``), or skip/fail."""
+    """URL of a reachable PostgreSQL (``ONNXMON_TEST_POSTGRES_URL``), or skip/fail.
+
+    Under pytest-xdist each worker gets its own database beside the configured one (``test_gw0``,
+    ``test_gw1``, ..., created when missing), so workers never share tables, schemas or locks.
+    """
     url = os.environ.get(POSTGRES_URL_ENV, DEFAULT_POSTGRES_URL)
     try:
         import psycopg
 
         dsn = url.replace("postgresql+psycopg://", "postgresql://")
-        with psycopg.connect(dsn, connect_timeout=3):
-            pass
+        with psycopg.connect(dsn, connect_timeout=3, autocommit=True) as conn:
+            worker = os.environ.get("PYTEST_XDIST_WORKER")
+            if worker:
+                base, _, query = url.partition("?")
+                name = f"{base.rsplit('/', 1)[1]}_{worker}"
+                if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
+                    conn.execute(f'CREATE DATABASE "{name}"')
+                url = f"{base.rsplit('/', 1)[0]}/{name}" + (f"?{query}" if query else "")
     except Exception as exc:  # any failure to connect means "unavailable"
         unavailable("postgres", f"{url}: {exc}")
     return url
@@ -86,6 +101,42 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh working directory for tests that write relative paths."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+# --- the CLI, in this process -----------------------------------------------------------------------
+
+
+class Ran(NamedTuple):
+    """What one ``onnxmon`` command did: its exit code and what it wrote to stdout and stderr."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        """stdout then stderr."""
+        return self.stdout + self.stderr
+
+
+def onnxmon(*argv: str | Path) -> Ran:
+    """``onnxmon ARGV`` through the console script's ``main`` in this process.
+
+    Exit codes and ``onnxmon: error:`` lines are what a user sees; nothing is started (a ``unit`` test
+    may use it unless the command itself starts a worker, e.g. ``check``).
+    """
+    from monitor import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main([str(arg) for arg in argv])
+    return Ran(code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture(scope="session")
+def run_cli() -> Callable[..., Ran]:
+    """The shared CLI runner: ``cli("check", "clf", "-c", config)`` returns a ``Ran``."""
+    return onnxmon
 
 
 # --- the source tree is read-only to tests ---------------------------------------------------------
@@ -100,6 +151,69 @@ def _source_listing() -> set[str]:
         for path in _SOURCE.rglob("*")
         if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
     }
+
+
+# --- the fast tier (tests/tiers.py) and the parallel default --------------------------------------
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Run on every core by default (``-n auto``).
+
+    Not when ``-n`` is given (``-n 0``: one process), xdist is off (``-p no:xdist``), in a worker,
+    or when only collecting.
+    """
+    if (
+        config.pluginmanager.hasplugin("xdist")
+        and getattr(config.option, "numprocesses", 0) is None
+        and not hasattr(config, "workerinput")
+        and not config.getoption("collectonly")
+    ):
+        config.option.numprocesses = "auto"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    tiers.install()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tiers.mark_units(items)
+
+
+_REFUSED = pytest.StashKey[dict[str, list[str]]]()
+
+
+def _guarded_phase(item: pytest.Item, when: str) -> Iterator[None]:
+    with tiers.guarding(item, when) as found:
+        yield
+    item.stash.setdefault(_REFUSED, {})[when] = found
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    return (yield from _guarded_phase(item, "setup"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    return (yield from _guarded_phase(item, "call"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    return (yield from _guarded_phase(item, "teardown"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A unit test whose phase started a process, a server or a database connection fails, even if caught."""
+    report = yield
+    found = item.stash.get(_REFUSED, {}).pop(call.when, [])
+    if found and report.outcome != "failed":
+        report.outcome = "failed"
+        report.longrepr = "\n".join(found)
+    return report
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

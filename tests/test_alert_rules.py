@@ -73,12 +73,14 @@ def github_anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
+@pytest.mark.process
 def test_rules_pass_promtool_check() -> None:
     promtool = need_binary("prometheus", "promtool")
     done = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.process
 def test_rules_pass_their_promtool_unit_tests() -> None:
     promtool = need_binary("prometheus", "promtool")
     done = subprocess.run(

@@ -7,8 +7,6 @@ Runtime itself, so an imported baseline must pass a check bit for bit.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shutil
 import subprocess
@@ -19,19 +17,11 @@ import numpy as np
 import onnx
 import pytest
 
-from monitor import cli
 from monitor.files import baselines
-from tests.conftest import unavailable
+from tests.conftest import onnxmon, unavailable
 from tests.workspace import Workspace
 
 CNN = Path(__file__).resolve().parent / "corpus" / "torch" / "cnn_legacy.onnx"
-
-
-def onnxmon(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(list(args))
-    return code, out.getvalue(), err.getvalue()
 
 
 def polygraphy() -> str:
@@ -62,6 +52,8 @@ def polygraphy_run(ws: Workspace, *extra: str) -> Path:
     return outputs
 
 
+@pytest.mark.process
+@pytest.mark.server
 def test_polygraphy_run_results_import_as_a_baseline_that_checks_clean(ws: Workspace) -> None:
     outputs = polygraphy_run(ws)
     config = str(ws.write())
@@ -75,6 +67,7 @@ def test_polygraphy_run_results_import_as_a_baseline_that_checks_clean(ws: Works
     assert json.loads(out)[0]["outputs"][0]["metrics"]["max_abs_error"] == 0.0
 
 
+@pytest.mark.process
 def test_polygraphy_outputs_with_every_tensor_marked_keep_the_intermediates(ws: Workspace) -> None:
     outputs = polygraphy_run(ws, "--onnx-outputs", "mark", "all")
     config = str(ws.write())

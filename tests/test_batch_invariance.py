@@ -63,6 +63,7 @@ def checked(ws: Workspace, name: str, batch: int = 8) -> tuple[int, dict[str, An
     return code, results[0]
 
 
+@pytest.mark.process
 def test_a_model_with_a_dynamic_batch_is_batch_invariant(tmp_path: Path) -> None:
     ws = Workspace(tmp_path)
     ws.add_model("cnn", onnx.load(str(CNN)), count=3, dims={"batch": 1})
@@ -78,6 +79,7 @@ def test_a_model_with_a_dynamic_batch_is_batch_invariant(tmp_path: Path) -> None
     )
 
 
+@pytest.mark.process
 def test_a_baked_batch_fails_with_batch_variant_naming_the_reshape(tmp_path: Path) -> None:
     ws = Workspace(tmp_path)
     path = ws.add_model("baked", flatten_model(1), count=8, dims={"batch": 1})
@@ -92,6 +94,7 @@ def test_a_baked_batch_fails_with_batch_variant_naming_the_reshape(tmp_path: Pat
     assert [h["code"] for h in result["details"]["lint"]["hazards"]] == ["baked_batch"]
 
 
+@pytest.mark.process
 def test_a_model_whose_batch_is_fixed_to_1_is_told_the_check_does_not_apply(tmp_path: Path) -> None:
     ws = Workspace(tmp_path)
     ws.add_model("fixed", flatten_model(0, fixed_batch=True), count=2, dims={})
@@ -102,6 +105,7 @@ def test_a_model_whose_batch_is_fixed_to_1_is_told_the_check_does_not_apply(tmp_
     assert result["outputs"][0]["verdict"] == "pass"  # the comparison with the baseline still ran
 
 
+@pytest.mark.process
 def test_samples_that_interact_across_the_batch_are_caught(tmp_path: Path) -> None:
     """A mean over axis 0 (what training-mode BatchNorm does) makes each answer depend on the batch."""
     graph = helper.make_graph(
@@ -124,6 +128,7 @@ def test_samples_that_interact_across_the_batch_are_caught(tmp_path: Path) -> No
     assert result["details"]["batch_invariance"]["outputs"]["y"]["max_abs_error"] > 0.01
 
 
+@pytest.mark.process
 def test_check_prints_lint_warnings_under_the_model(tmp_path: Path) -> None:
     ws = Workspace(tmp_path)
     ws.add_model("baked", flatten_model(1), count=2, dims={"batch": 1})
@@ -137,6 +142,7 @@ def test_check_prints_lint_warnings_under_the_model(tmp_path: Path) -> None:
     assert "lint" not in results[0]["details"]
 
 
+@pytest.mark.process
 def test_the_lint_of_a_check_is_cached_by_model_digest(tmp_path: Path) -> None:
     ws = Workspace(tmp_path)
     model = flatten_model(1)
@@ -183,6 +189,7 @@ def test_baseline_import_refuses_batch_8_outputs_for_a_batch_1_model(tmp_path: P
     assert onnxmon("baseline", "import", "fixed", str(right), "-c", config)[0] == 0
 
 
+@pytest.mark.process
 def test_a_batch_whose_inputs_would_not_fit_in_memory_is_refused_before_loading(tmp_path: Path) -> None:
     ws = Workspace(tmp_path)
     big = flatten_model(0)
@@ -194,6 +201,7 @@ def test_a_batch_whose_inputs_would_not_fit_in_memory_is_refused_before_loading(
     assert "lower checks.batch_invariance.batch" in reason["detail"]
 
 
+@pytest.mark.process
 def test_a_check_near_its_timeout_reads_the_lint_cache_but_never_lints_cold(tmp_path: Path) -> None:
     from monitor.check import run_check
     from monitor.config.plan import plan_for

@@ -6,8 +6,6 @@ comes from numpy reading the same npz files.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -17,16 +15,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from monitor import cli
 from monitor.files import benchsets
+from tests.conftest import onnxmon
 from tests.workspace import Workspace
-
-
-def onnxmon(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(list(args))
-    return code, out.getvalue(), err.getvalue()
 
 
 def relu_model() -> onnx.ModelProto:
@@ -87,6 +78,7 @@ def test_a_glob_that_matches_nothing_is_a_clear_error(ws: Workspace) -> None:
     assert "npz pattern" in err and "data/*.npz matches no file" in err
 
 
+@pytest.mark.process
 def test_a_model_may_name_a_set_made_by_benchset_import(ws: Workspace, tmp_path: Path) -> None:
     write_samples(tmp_path / "incoming", ["s0.npz", "s1.npz"])
     del ws.benchsets["relu"]

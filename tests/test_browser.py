@@ -204,6 +204,7 @@ def visit(driver: Any, url: str, shot: Path) -> str:
     return text
 
 
+@pytest.mark.process
 def test_status_pages_render_in_chromium_without_console_errors(
     served_history: tuple[Daemon, dict[str, Any]], browser: Any, screenshots: Path
 ) -> None:

@@ -237,6 +237,7 @@ def test_results_round_trip_through_their_dict_form(ws: Workspace) -> None:
     assert CheckResult.from_dict(result.to_dict()) == result
 
 
+@pytest.mark.process
 def test_a_failing_run_says_why_at_the_top_of_its_json_naming_each_output(
     ws: Workspace, capsys: pytest.CaptureFixture[str]
 ) -> None:

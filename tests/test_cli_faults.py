@@ -48,6 +48,8 @@ def serve(ws: Workspace, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.process
+@pytest.mark.server
 def test_serve_on_a_port_in_use_says_so_in_one_line(ws: Workspace, taken_port: int) -> None:
     result = serve(ws, "--port", str(taken_port))
     assert result.returncode == 2
@@ -55,6 +57,7 @@ def test_serve_on_a_port_in_use_says_so_in_one_line(ws: Workspace, taken_port: i
     assert f"cannot listen on 127.0.0.1:{taken_port}: the port is already in use" in result.stderr
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -89,6 +92,7 @@ def baselined(ws: Workspace) -> Workspace:
     return ws
 
 
+@pytest.mark.process
 def test_check_with_an_unreachable_sqlite_store_spools_the_result_and_exits_3(baselined: Workspace) -> None:
     spool = baselined.root / "spool-elsewhere"
     env = {"ONNXMON_STORE__URL": "sqlite:////proc/no/such/dir/x.db", "ONNXMON_STORE__SPOOL_DIR": str(spool)}
@@ -106,6 +110,7 @@ def test_check_with_an_unreachable_sqlite_store_spools_the_result_and_exits_3(ba
         assert len(store.history("clf", limit=10)) == 2
 
 
+@pytest.mark.process
 def test_check_whose_store_and_spool_both_fail_prints_the_result_and_exits_3(baselined: Workspace) -> None:
     blocker = baselined.root / "a-file"
     blocker.write_text("not a directory")
@@ -132,6 +137,7 @@ def test_check_against_a_missing_postgresql_database_spools_and_exits_3(
 # --- check: the timeout is hard, as in the daemon (issue 17, item 7) --------------------------------
 
 
+@pytest.mark.process
 def test_check_of_a_hung_model_is_cut_at_its_timeout_in_a_child(ws: Workspace) -> None:
     ws.add_model("spin", modelzoo.hang(iterations=1), count=1, dims={}, timeout="2s")
     capture.capture_baseline(plan_for(ws.settings(), "spin"))
@@ -147,6 +153,7 @@ def test_check_of_a_hung_model_is_cut_at_its_timeout_in_a_child(ws: Workspace) -
 HOSTILE_NAME = "[/]logits [bold]raw[/bold]"
 
 
+@pytest.mark.process
 def test_rich_markup_in_an_output_name_is_shown_verbatim_in_check_and_history(ws: Workspace) -> None:
     model = modelzoo.classifier()
     old = model.graph.output[0].name
@@ -185,6 +192,7 @@ def onnxmon(ws: Workspace, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.process
 def test_benchset_create_with_shapes_too_big_to_allocate_is_refused_before_allocating(ws: Workspace) -> None:
     ws.benchsets["clf"]["generate"]["dims"] = {"batch": 2**31 - 1}
     ws.write()
@@ -194,6 +202,7 @@ def test_benchset_create_with_shapes_too_big_to_allocate_is_refused_before_alloc
     assert "input 'x' of shape (2147483647, 16) (float32) would take" in result.stderr
 
 
+@pytest.mark.process
 def test_benchset_create_on_a_full_disk_is_one_line_and_leaves_no_partial_version(
     ws: Workspace, tiny_tmpfs: Path
 ) -> None:
@@ -212,6 +221,7 @@ def test_benchset_create_on_a_full_disk_is_one_line_and_leaves_no_partial_versio
     assert not list(tiny_tmpfs.glob("clf-bench/.tmp-*"))
 
 
+@pytest.mark.process
 def test_a_polygraphy_json_nested_100k_deep_is_a_benchset_error(ws: Workspace) -> None:
     deep = ws.root / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)
@@ -222,6 +232,7 @@ def test_a_polygraphy_json_nested_100k_deep_is_a_benchset_error(ws: Workspace) -
     assert "Traceback" not in result.stderr and "nested too deeply" in result.stderr
 
 
+@pytest.mark.process
 def test_history_since_further_back_than_datetime_reaches_is_everything(baselined: Workspace) -> None:
     assert check(baselined, "-q").returncode == 0
     result = onnxmon(baselined, "history", "clf", "--since", "99999999d")
@@ -229,6 +240,7 @@ def test_history_since_further_back_than_datetime_reaches_is_everything(baseline
     assert "Traceback" not in result.stderr and "pass" in result.stdout
 
 
+@pytest.mark.process
 def test_baseline_capture_of_a_hung_model_is_cut_at_its_timeout(ws: Workspace) -> None:
     ws.add_model("spin", modelzoo.hang(iterations=10**10), count=1, dims={}, timeout="2s")
     ws.write()
@@ -239,6 +251,7 @@ def test_baseline_capture_of_a_hung_model_is_cut_at_its_timeout(ws: Workspace) -
     assert not [p for p in (ws.root / "baselines" / "spin").glob("*") if not p.name.startswith(".")]
 
 
+@pytest.mark.database
 @pytest.mark.parametrize(
     "url", ["postgresql+psycopg://postgres@127.0.0.1:1/test", "nosuchdriver://host/db"], ids=["refused", "no driver"]
 )

@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 import yaml
 
-from tests import modelzoo
-from tests.test_cli_scripting import ARGS, NOT_PRINTING, RUN_ELSEWHERE, Setup, fill, invoke, leaves, strict
+from tests import conftest, modelzoo
+from tests.test_cli_scripting import ARGS, NOT_PRINTING, RUN_ELSEWHERE, Setup, fill, leaves, strict
 from tests.workspace import Workspace
 
 ONNXMON = str(Path(sys.executable).parent / "onnxmon")
@@ -86,7 +86,7 @@ def onnxmon(*argv: str) -> Ran:
 
 def in_process(*argv: str) -> Ran:
     """``onnxmon ARGV`` through the CLI's own command tree in this process (stdout not a terminal)."""
-    result = invoke(*argv)
+    result = conftest.onnxmon(*argv)
     return Ran(result.exit_code, result.stdout, result.stderr)
 
 
@@ -182,6 +182,7 @@ def test_every_printing_command_is_run_here() -> None:
     assert commands.issuperset(TABLES) and commands.issuperset(VARIES), "a command named here is gone"
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     ("path", "run"),
     [(p, in_process) for p in printing()] + [(p, onnxmon) for p in sorted(AS_A_PROCESS)],

@@ -19,12 +19,11 @@ from typing import Any
 
 import pytest
 import typer.main
-from typer.testing import CliRunner
 
 from monitor import cli
 from monitor.cli import tree
-from monitor.errors import MonitorError
-from tests import modelzoo
+from tests import modelzoo, tiers
+from tests.conftest import onnxmon
 from tests.workspace import Workspace
 
 
@@ -48,27 +47,17 @@ class Setup:
         return str(self.ws.config_file)
 
 
-def invoke(*argv: str) -> Any:
-    """Run ``onnxmon ARGV`` through typer; an onnxmon error comes back with ``main``'s exit code (2 or 3)."""
-    cli._register()
-    result = CliRunner().invoke(cli.app, list(argv))
-    if isinstance(result.exception, MonitorError):
-        result.exit_code = result.exception.exit_code
-    elif result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result
-
-
 @pytest.fixture(scope="module")
+@tiers.starts("process")  # its check runs in a worker process
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
     """A workspace with model ``clf``: a baseline captured and promoted by the CLI, one check recorded."""
     ws = Workspace(tmp_path_factory.mktemp("ws"))
     ws.add_model("clf", modelzoo.classifier())
     ws.write()
-    captured = invoke("baseline", "capture", "clf", "--promote", "-o", "json", "-c", str(ws.config_file))
+    captured = onnxmon("baseline", "capture", "clf", "--promote", "-o", "json", "-c", str(ws.config_file))
     assert captured.exit_code == 0, captured.output
     baseline_id = strict(captured.stdout)["id"]
-    checked = invoke("check", "clf", "-o", "json", "-c", str(ws.config_file))
+    checked = onnxmon("check", "clf", "-o", "json", "-c", str(ws.config_file))
     assert checked.exit_code == 0, checked.output
     (result,) = strict(checked.stdout)
     return Setup(ws, baseline_id, result["environment"]["fingerprint"])
@@ -139,7 +128,7 @@ def fill(setup: Setup, args: tuple[str, ...], tmp: Path) -> list[str]:
     if "{run}" in args or "{incident}" in args:
         values["run"] = str(_a_run(setup))
     if "{incident}" in args:
-        noted = invoke(
+        noted = onnxmon(
             "incident", "note", values["run"], "--cause", "unknown", "--text", "t", "-o", "json", "-c", setup.config
         )
         assert noted.exit_code == 0, noted.output
@@ -152,7 +141,7 @@ def fill(setup: Setup, args: tuple[str, ...], tmp: Path) -> list[str]:
 
 def _a_run(setup: Setup) -> int:
     """The id of the check the fixture recorded (``history`` shows ids)."""
-    shown = invoke("history", "clf", "-o", "json", "-c", setup.config)
+    shown = onnxmon("history", "clf", "-o", "json", "-c", setup.config)
     assert shown.exit_code == 0, shown.output
     runs = [item["id"] for item in strict(shown.stdout) if item["kind"] == "run"]
     assert runs, shown.stdout
@@ -165,7 +154,7 @@ def test_every_command_documents_every_parameter_without_python_types() -> None:
         for param in command.params:
             if not (getattr(param, "help", None) or "").strip():
                 undocumented.append(f"onnxmon {' '.join(path)} {param.name}")
-        shown = invoke(*path, "--help")
+        shown = onnxmon(*path, "--help")
         assert shown.exit_code == 0, shown.output
         typed += [
             f"onnxmon {' '.join(path)}: {t}"
@@ -188,11 +177,12 @@ def test_every_printing_command_takes_dash_o_dash_dash_json_and_dash_c() -> None
     assert not missing, "commands without -o/--output, --json and -c/--config:\n" + "\n".join(missing)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("path", sorted(ARGS), ids=" ".join)
 def test_dash_o_json_prints_strict_json_on_every_printing_command(
     setup: Setup, path: tuple[str, ...], tmp_path: Path
 ) -> None:
-    result = invoke(*path, *fill(setup, ARGS[path], tmp_path), "-o", "json")
+    result = onnxmon(*path, *fill(setup, ARGS[path], tmp_path), "-o", "json")
     assert result.exit_code in EXIT_CODES, result.output
     strict(result.stdout)  # the whole of stdout is one JSON document
 
@@ -204,32 +194,32 @@ def test_dash_o_json_before_the_command_and_yaml_give_the_same_data(
     import yaml
 
     args = fill(setup, ARGS[path], tmp_path)
-    before = invoke("-o", "json", *path, *args)
-    after = invoke(*path, *args, "--json")
-    as_yaml = invoke(*path, *args, "-o", "yaml")
+    before = onnxmon("-o", "json", *path, *args)
+    after = onnxmon(*path, *args, "--json")
+    as_yaml = onnxmon(*path, *args, "-o", "yaml")
     assert before.exit_code == after.exit_code == as_yaml.exit_code == 0, before.output + after.output
     assert strict(before.stdout) == strict(after.stdout) == yaml.safe_load(as_yaml.stdout)
 
 
 def test_dash_c_works_before_and_after_the_subcommand_and_after_wins(setup: Setup, tmp_path: Path) -> None:
-    before = invoke("-c", setup.config, "baseline", "list", "clf", "-o", "json")
-    after = invoke("baseline", "list", "clf", "-o", "json", "-c", setup.config)
-    both = invoke("-c", str(tmp_path / "missing.yaml"), "baseline", "list", "clf", "-o", "json", "-c", setup.config)
+    before = onnxmon("-c", setup.config, "baseline", "list", "clf", "-o", "json")
+    after = onnxmon("baseline", "list", "clf", "-o", "json", "-c", setup.config)
+    both = onnxmon("-c", str(tmp_path / "missing.yaml"), "baseline", "list", "clf", "-o", "json", "-c", setup.config)
     assert before.exit_code == after.exit_code == both.exit_code == 0, before.output + after.output + both.output
     ids = [b["id"] for b in strict(before.stdout)]
     assert setup.baseline_id in ids and strict(after.stdout) == strict(before.stdout) == strict(both.stdout)
-    wrong = invoke("-c", str(tmp_path / "missing.yaml"), "config", "validate")
-    assert wrong.exit_code == 2 and "missing.yaml" in wrong.output + str(wrong.exception)
+    wrong = onnxmon("-c", str(tmp_path / "missing.yaml"), "config", "validate")
+    assert wrong.exit_code == 2 and "missing.yaml" in wrong.output
 
 
 def test_an_unknown_output_format_is_a_usage_error(setup: Setup) -> None:
     for argv in (("-o", "xml", "config", "validate", "-c", setup.config), ("config", "validate", "-o", "xml")):
-        result = invoke(*argv)
+        result = onnxmon(*argv)
         assert result.exit_code == 2 and "table | json | yaml | wide" in result.output
 
 
 def test_a_table_is_tab_separated_when_stdout_is_not_a_terminal(setup: Setup) -> None:
-    result = invoke("baseline", "list", "clf", "-c", setup.config)
+    result = onnxmon("baseline", "list", "clf", "-c", setup.config)
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert not re.search("[│┃━─┏┡└]", result.stdout), "no box drawing in a pipe"
@@ -238,14 +228,14 @@ def test_a_table_is_tab_separated_when_stdout_is_not_a_terminal(setup: Setup) ->
     rows = [line.split("\t") for line in lines[1:]]
     ours = next(r for r in rows if r[1] == setup.baseline_id)  # the full id, pasteable
     assert ours[0] == "*" and len(ours) == len(header)
-    wide = invoke("baseline", "list", "clf", "-c", setup.config, "-o", "wide").stdout.splitlines()
+    wide = onnxmon("baseline", "list", "clf", "-c", setup.config, "-o", "wide").stdout.splitlines()
     assert setup.fingerprint in wide[1].split("\t"), "wide: the 64-hex fingerprint"
 
 
 @pytest.mark.parametrize("digits", [12, 16, 64])
 def test_env_diff_finds_every_fingerprint_length_onnxmon_prints(setup: Setup, digits: int) -> None:
     prefix = setup.fingerprint[:digits]
-    result = invoke("env", "diff", prefix, setup.fingerprint, "-o", "json", "-c", setup.config)
+    result = onnxmon("env", "diff", prefix, setup.fingerprint, "-o", "json", "-c", setup.config)
     assert result.exit_code == 0, result.output
     data = strict(result.stdout)
     assert data["a"] == data["b"] == setup.fingerprint and data["same_fingerprint"] is True
@@ -254,7 +244,7 @@ def test_env_diff_finds_every_fingerprint_length_onnxmon_prints(setup: Setup, di
 def test_env_diff_alone_is_the_active_baselines_environment_against_current(setup: Setup) -> None:
     from monitor.files import baselines
 
-    result = invoke("env", "diff", "-o", "json", "-c", setup.config)
+    result = onnxmon("env", "diff", "-o", "json", "-c", setup.config)
     assert result.exit_code in (0, 1), result.output
     meta = json.loads(
         (
@@ -265,8 +255,8 @@ def test_env_diff_alone_is_the_active_baselines_environment_against_current(setu
 
 
 def test_env_diff_of_an_unknown_fingerprint_says_what_it_looked_for(setup: Setup) -> None:
-    result = invoke("env", "diff", "0000deadbeef", "-c", setup.config)
-    message = str(result.exception)
+    result = onnxmon("env", "diff", "0000deadbeef", "-c", setup.config)
+    message = result.stderr  # the one `onnxmon: error:` line
     assert result.exit_code == 2 and "0000deadbeef" in message and "fingerprint" in message
 
 
@@ -275,35 +265,36 @@ def test_baseline_history_lists_a_baseline_on_disk_only_and_says_why(setup: Setu
     from monitor.config.plan import plan_for
 
     on_disk_only = capture.capture_baseline(plan_for(setup.ws.settings(), "clf"))  # not through the CLI: no store row
-    result = invoke("baseline", "history", "clf", "-o", "json", "-c", setup.config)
+    result = onnxmon("baseline", "history", "clf", "-o", "json", "-c", setup.config)
     assert result.exit_code == 0, result.output
     rows = {r["baseline_id"]: r for r in strict(result.stdout)}
     assert set(rows) == set(os.listdir(setup.ws.root / "baselines" / "clf")) - {"ACTIVE", "promotions.jsonl"}
     assert rows[setup.baseline_id]["recorded"] == "disk+store" and rows[setup.baseline_id]["active"] is True
     assert rows[on_disk_only.id]["recorded"] == "disk" and "store has not recorded it" in rows[on_disk_only.id]["note"]
-    table = invoke("baseline", "history", "clf", "-c", setup.config).stdout
+    table = onnxmon("baseline", "history", "clf", "-c", setup.config).stdout
     assert on_disk_only.id in table.split()  # whole, never cut
 
 
 def test_shell_completion_is_offered() -> None:
-    shown = invoke("--help")
+    shown = onnxmon("--help")
     assert "--install-completion" in shown.stdout and "--show-completion" in shown.stdout
 
 
 RFC3339_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z$")
 
 
+@pytest.mark.process
 def test_timestamps_in_cli_json_are_rfc3339_utc(setup: Setup) -> None:
-    (checked,) = strict(invoke("check", "clf", "--no-store", "-o", "json", "-c", setup.config).stdout)
-    history = strict(invoke("history", "clf", "-o", "json", "-c", setup.config).stdout)
+    (checked,) = strict(onnxmon("check", "clf", "--no-store", "-o", "json", "-c", setup.config).stdout)
+    history = strict(onnxmon("history", "clf", "-o", "json", "-c", setup.config).stdout)
     stamps = [checked["started_at"], checked["finished_at"], *(i["at"] for i in history)]
     stamps += [i["started_at"] for i in history if i["kind"] == "run"]
     stamps += [
-        b["created_at"] for b in strict(invoke("baseline", "list", "clf", "-o", "json", "-c", setup.config).stdout)
+        b["created_at"] for b in strict(onnxmon("baseline", "list", "clf", "-o", "json", "-c", setup.config).stdout)
     ]
-    stamps += [strict(invoke("env", "show", "-o", "json").stdout)["captured_at"]]
-    stamps += [b["created_at"] for b in strict(invoke("benchset", "list", "-o", "json", "-c", setup.config).stdout)]
-    promoted = strict(invoke("baseline", "history", "clf", "-o", "json", "-c", setup.config).stdout)
+    stamps += [strict(onnxmon("env", "show", "-o", "json").stdout)["captured_at"]]
+    stamps += [b["created_at"] for b in strict(onnxmon("benchset", "list", "-o", "json", "-c", setup.config).stdout)]
+    promoted = strict(onnxmon("baseline", "history", "clf", "-o", "json", "-c", setup.config).stdout)
     stamps += [b["active_from"] for b in promoted if b["active_from"]] + [b["created_at"] for b in promoted]
     assert len(stamps) >= 4 and all(RFC3339_UTC.match(s) for s in stamps), stamps
 
@@ -334,14 +325,15 @@ def test_a_bad_log_level_or_format_is_a_usage_error_and_json_logs_lift_the_check
     assert RFC3339_UTC.match(line["time"]), line["time"]
 
 
+@pytest.mark.database
 def test_lookups_against_an_unreachable_store_say_so_without_the_password(setup: Setup, tmp_path: Path) -> None:
     settings = yaml_config(setup, tmp_path, "postgresql+psycopg://onnxmon:hunter2@127.0.0.1:1/nope")
-    missing = invoke("env", "diff", "0123456789abcdef", "-c", settings)
+    missing = onnxmon("env", "diff", "0123456789abcdef", "-c", settings)
     assert missing.exit_code == 3, "could not measure: the store is down"
-    assert "hunter2" not in str(missing.exception) and "127.0.0.1:1" in str(missing.exception)
-    on_disk = invoke("env", "diff", setup.fingerprint[:16], setup.fingerprint, "-o", "json", "-c", settings)
+    assert "hunter2" not in missing.stderr and "127.0.0.1:1" in missing.stderr
+    on_disk = onnxmon("env", "diff", setup.fingerprint[:16], setup.fingerprint, "-o", "json", "-c", settings)
     assert on_disk.exit_code == 0, "the baseline on disk still knows its fingerprint"
-    listed = invoke("baseline", "history", "clf", "-o", "json", "-c", settings)
+    listed = onnxmon("baseline", "history", "clf", "-o", "json", "-c", settings)
     assert listed.exit_code == 0, listed.output
     rows = strict(listed.stdout)
     assert rows and all("store not read" in r["note"] and "hunter2" not in r["note"] for r in rows)
@@ -373,6 +365,7 @@ def test_tsv_cells_never_split_a_row() -> None:
     assert output.tsv(table) == "name\tnote\na b\tline one line two\n[/]odd\t\n"
 
 
+@pytest.mark.process
 def test_bash_completion_offers_subcommands_and_options() -> None:
     import subprocess
     import sys
@@ -439,6 +432,7 @@ def on_terminal(ws: Workspace, *argv: str, columns: int = 80, raw: bool = False)
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode()).replace("\r", "")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     "command",
     [("check", "clf", "--no-store"), ("baseline", "history", "clf"), ("baseline", "list", "clf"), ("incident", "list")],
@@ -456,13 +450,13 @@ def test_a_table_on_an_80_column_terminal_shows_every_column_within_the_width(
     ws.add_model("clf", modelzoo.classifier())
     ws.write()
     config = str(ws.config_file)
-    assert invoke("baseline", "capture", "clf", "--promote", "-c", config).exit_code == 0
-    assert invoke("check", "clf", "-c", config).exit_code == 0
+    assert onnxmon("baseline", "capture", "clf", "--promote", "-c", config).exit_code == 0
+    assert onnxmon("check", "clf", "-c", config).exit_code == 0
     text = "ORT 1.20 fused LayerNorm differently; the owner re-measured accuracy and signed off the new numbers"
-    noted = invoke("incident", "note", "1", "--cause", "export_training_mode", "--text", text, "-c", config)
+    noted = onnxmon("incident", "note", "1", "--cause", "export_training_mode", "--text", text, "-c", config)
     assert noted.exit_code == 0, noted.output
     dropped = {"check": check_cmd.NARROW_DROPS, "baseline": baseline_history.NARROW_DROPS}.get(command[0], ())
-    piped = invoke(*command, "-c", config).stdout
+    piped = onnxmon(*command, "-c", config).stdout
     headers = [h for h in piped.splitlines()[0].split("\t") if h and h not in dropped]
     screen = on_terminal(ws, *command)
     lines = screen.splitlines()
@@ -474,6 +468,7 @@ def test_a_table_on_an_80_column_terminal_shows_every_column_within_the_width(
         assert "export_training_mode" in words, f"a cause code is never split:\n{screen}"
 
 
+@pytest.mark.process
 def test_a_promotion_note_with_a_terminal_escape_is_shown_not_obeyed_by_the_history_table(tmp_path: Path) -> None:
     # before: history's event rows are styled Text cells, which skipped terminal.safe: a note's ESC[2J
     # cleared the on-call engineer's screen (piped TSV showed it escaped)
@@ -481,10 +476,10 @@ def test_a_promotion_note_with_a_terminal_escape_is_shown_not_obeyed_by_the_hist
     ws.add_model("clf", modelzoo.classifier(), count=2)
     ws.write()
     config = str(ws.config_file)
-    assert invoke("baseline", "capture", "clf", "-q", "-c", config).exit_code == 0
-    captured = invoke("baseline", "capture", "clf", "-o", "json", "-c", config)
+    assert onnxmon("baseline", "capture", "clf", "-q", "-c", config).exit_code == 0
+    captured = onnxmon("baseline", "capture", "clf", "-o", "json", "-c", config)
     candidate = strict(captured.stdout)["id"]
-    promoted = invoke("baseline", "promote", candidate, "--note", "fine\x1b[2J\x1b]0;pwned\x07", "-c", config)
+    promoted = onnxmon("baseline", "promote", candidate, "--note", "fine\x1b[2J\x1b]0;pwned\x07", "-c", config)
     assert promoted.exit_code == 0, promoted.output
     screen = on_terminal(ws, "history", "clf", columns=200, raw=True)
     assert "\x1b[2J" not in screen and "\x1b]0;" not in screen, repr(screen)

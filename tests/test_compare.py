@@ -394,6 +394,7 @@ def test_p99_is_the_exact_nearest_rank_value_however_the_errors_arrive(errors: n
     assert m.p99_abs_error == _nearest_rank_p99(actual, expected)
 
 
+@pytest.mark.slow
 @settings(max_examples=max(25, settings.default.max_examples // 20), deadline=None)
 @given(
     sizes=st.lists(st.integers(1, 3000), min_size=1, max_size=5),

@@ -94,6 +94,8 @@ def reload_metric(daemon: Daemon) -> float | None:
     return daemon.registry.get_sample_value("onnxmon_config_last_reload_successful")
 
 
+@pytest.mark.process
+@pytest.mark.server
 def test_a_reload_to_an_unschedulable_config_keeps_the_old_jobs_and_reports_the_failure(
     daemon: tuple[Workspace, Daemon],
 ) -> None:
@@ -111,6 +113,7 @@ def test_a_reload_to_an_unschedulable_config_keeps_the_old_jobs_and_reports_the_
     assert reload_metric(instance) == 1.0
 
 
+@pytest.mark.process
 def test_jobs_whose_trigger_cannot_compute_a_fire_time_never_replace_the_running_ones(
     daemon: tuple[Workspace, Daemon],
 ) -> None:
@@ -151,6 +154,7 @@ def test_config_show_and_store_messages_mask_passwords_wherever_the_url_carries_
         store.close()
 
 
+@pytest.mark.process
 def test_a_reload_that_changes_the_database_is_refused_not_reported_as_applied(
     daemon: tuple[Workspace, Daemon],
 ) -> None:

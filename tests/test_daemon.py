@@ -21,6 +21,8 @@ from tests import modelzoo
 from tests.serving import Served, free_port, two_models
 from tests.workspace import Workspace
 
+pytestmark = pytest.mark.process
+
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Workspace:

@@ -457,6 +457,7 @@ def test_an_undocumented_metric_or_label_is_reported() -> None:
     assert undocumented('onnxmon_run_duration_seconds_bucket{le="1", model="m"}', documented) == []
 
 
+@pytest.mark.process
 def test_every_expression_parses_with_promtool(tmp_path: Path) -> None:
     promtool = need_binary("prometheus", "promtool")
     rules = [{"record": f"dashboard:expr_{i}", "expr": e.expr} for i, e in enumerate(promql_expressions())]

@@ -285,6 +285,7 @@ def test_decisions_and_warnings_round_trip_through_the_store_row() -> None:
     assert convert.output_stats(row) == logits
 
 
+@pytest.mark.process
 def test_check_json_prints_each_outputs_decisions_and_exits_1_on_a_decision_change(tmp_path: Path) -> None:
     from tests.test_cli_scripting import invoke
 

@@ -130,6 +130,7 @@ def test_image_starts_onnxmon_serve_on_the_mounted_config(dockerfile: Path) -> N
     assert scripts["onnxmon"] == "monitor.cli:main"
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("command", [SERVE[:1], ["db", "upgrade"]], ids=" ".join)
 def test_commands_the_deployment_runs_exist_and_take_a_config_file(command: list[str]) -> None:
     node = command_tree()
@@ -266,6 +267,7 @@ def test_cpu_image_is_python_slim() -> None:
     assert build_args(CPU)["PYTHON_IMAGE"] == "python:3.12-slim"
 
 
+@pytest.mark.process
 def test_build_script_tags_both_images_as_the_chart_expects_with_their_locked_onnxruntime() -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "build-images"), "--dry-run"],

@@ -96,6 +96,7 @@ def walkthrough() -> list[tuple[str, int]]:
     return steps
 
 
+@pytest.mark.process
 def test_the_readme_walkthrough_runs_command_by_command(tmp_path: Path) -> None:
     for item in ("onnxmon.yaml", "examples", "baselines"):
         source = ROOT / item

@@ -225,6 +225,7 @@ def compile_library(source: Path, target: Path) -> Path:
 CUDA_STAND_INS = ("libcudart.so.99", "libcudnn.so.99", "libcublas.so.99", "libcublasLt.so.99", "libnvinfer.so.99")
 
 
+@pytest.mark.process
 def test_versions_of_cuda_libraries_loaded_in_the_process_are_asked_from_the_libraries(tmp_path: Path) -> None:
     paths = [str(compile_library(FIXTURES / "fake_cuda.c", tmp_path / name)) for name in CUDA_STAND_INS]
     code = (
@@ -257,6 +258,7 @@ def test_versions_of_cuda_libraries_loaded_in_the_process_are_asked_from_the_lib
     }
 
 
+@pytest.mark.process
 def test_a_cuda_library_on_disk_but_not_loaded_stays_unloaded(tmp_path: Path) -> None:
     library = compile_library(FIXTURES / "fake_cuda.c", tmp_path / "libcudart.so.98")
     proc = tmp_path / "proc"
@@ -326,6 +328,7 @@ def test_clock_event_reason_masks_decode_to_names(mask: int, names: list[str]) -
     assert decode_clock_event_reasons(mask) == names
 
 
+@pytest.mark.process
 def test_the_ctypes_nvml_adapter_marshals_the_c_abi(tmp_path: Path) -> None:
     library = compile_library(FIXTURES / "fake_nvml.c", tmp_path / "libnvidia-ml.so.1")
     entries = {name: value for name, (value, _) in nvml_entries(CtypesNvml(str(library))).items()}
@@ -555,6 +558,7 @@ def test_resolve_snapshot_asks_the_lookups_for_fingerprints_and_explains_unknown
 # --- scripts/gpu-check --------------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_gpu_check_script_runs_on_a_cpu_machine_and_says_no_gpu() -> None:
     run = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "gpu-check")], capture_output=True, text=True, timeout=120

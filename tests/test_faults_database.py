@@ -218,6 +218,7 @@ def test_a_locked_sqlite_file_spools_results_until_the_lock_is_released(ws: Work
         daemon.store.close()
 
 
+@pytest.mark.process
 def test_a_backlog_left_by_a_stopped_daemon_is_written_by_the_next_one(ws: Workspace, tmp_path: Path) -> None:
     daemon, sink = make_daemon(ws, "sqlite:///onnxmon.db")
     result = daemon.run_now("clf")
@@ -300,8 +301,11 @@ def test_the_spool_of_onnxmon_0_1_sat_beside_a_sqlite_file_else_beside_the_basel
     assert legacy_directory("postgresql+psycopg://db/x", Path("/data/baselines")) == Path("/data/spool")
 
 
+@pytest.mark.database
 @pytest.mark.parametrize(
-    "url", ["postgresql+psycopg://postgres@127.0.0.1:1/test", f"sqlite:////nonexistent-{os.getpid()}/h.db"]
+    "url",
+    ["postgresql+psycopg://postgres@127.0.0.1:1/test", f"sqlite:////nonexistent-{os.getpid()}/h.db"],
+    ids=["postgresql", "sqlite"],  # the same names in every xdist worker (the pid differs)
 )
 def test_the_store_raises_its_own_outage_error_for_an_unreachable_database(url: str) -> None:
     # Callers (the database sink, the API guard, `onnxmon check`) tell an outage by this class alone.

@@ -30,6 +30,8 @@ from tests import modelzoo
 from tests.serving import Served, check_children, free_port
 from tests.workspace import Workspace
 
+pytestmark = pytest.mark.process
+
 MODEL = "spin"
 
 

@@ -25,6 +25,8 @@ from tests import modelzoo
 from tests.serving import two_models
 from tests.workspace import Workspace
 
+pytestmark = pytest.mark.process
+
 MEMORY_LIMIT_MB = 2048
 HUGE_SHAPE = (2**20, 2**20)  # 4 TiB of float32 declared by a 200-byte file
 

@@ -59,6 +59,7 @@ def broadcast_max(rows: int) -> onnx.ModelProto:
     return model
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("worker", ["fresh", "warm"])
 def test_a_check_that_needs_more_memory_than_its_cap_fails_alone_and_the_daemon_carries_on(
     ws: Workspace, worker: str
@@ -139,6 +140,7 @@ def assert_previous_baseline_still_in_charge(ws: Workspace, active_before: str |
     assert run_check(plan_for(settings, "clf")).verdict is Verdict.PASS
 
 
+@pytest.mark.process
 def test_a_full_disk_while_capturing_leaves_no_half_written_baseline_and_the_old_one_active(
     ws: Workspace, tiny_tmpfs: Path
 ) -> None:
@@ -205,6 +207,7 @@ def just_after_a_tick(ran: list[float]) -> None:
     time.sleep((1.1 - (time.monotonic() - ran[1]) % 1) % 1)
 
 
+@pytest.mark.slow
 def test_a_forward_clock_jump_gives_one_catch_up_run_then_the_usual_cadence(
     ticking: tuple[Any, list[float]],
 ) -> None:

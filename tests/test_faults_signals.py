@@ -12,9 +12,13 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from tests import modelzoo
 from tests.serving import Served, check_children, free_port, two_models
 from tests.workspace import Workspace
+
+pytestmark = pytest.mark.process
 
 
 def alive(pid: int) -> bool:

@@ -101,6 +101,7 @@ def measured(results: list[CheckResult]) -> list[tuple[str, float]]:
 # --- 1. a full disk under SQLite ------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_a_full_disk_under_sqlite_keeps_the_result_in_a_spool_off_the_database_volume(
     ws: Workspace, tiny_tmpfs: Path
 ) -> None:
@@ -129,6 +130,7 @@ def test_a_full_disk_under_sqlite_keeps_the_result_in_a_spool_off_the_database_v
         close(daemon, sink)
 
 
+@pytest.mark.process
 def test_when_the_spool_cannot_be_written_either_the_result_is_logged_in_full_and_readyz_says_so(
     ws: Workspace, tiny_tmpfs: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -170,6 +172,7 @@ def test_the_default_spool_is_under_xdg_state_home_one_per_store_url(tmp_path: P
     assert with_password == default_directory("postgresql+psycopg://u:other@db/x", env), "no secret in the name"
 
 
+@pytest.mark.process
 def test_a_backlog_in_the_spool_of_older_versions_is_written_back(ws: Workspace) -> None:
     """Not a finding: the regression guard of moving the default (a backlog beside the file is not orphaned)."""
     daemon, sink, _ = make_daemon(ws, "sqlite:///onnxmon.db")
@@ -262,6 +265,7 @@ def test_a_table_lock_on_postgres_leaves_readyz_metrics_and_pages_answering_in_s
             close(daemon, sink)
 
 
+@pytest.mark.process
 def test_a_sqlite_file_locked_by_a_writer_makes_readyz_not_ready_within_seconds(ws: Workspace) -> None:
     daemon, sink, client = make_daemon(ws, "sqlite:///onnxmon.db")
     try:
@@ -324,6 +328,7 @@ def test_sigterm_while_a_database_write_hangs_exits_within_the_bound_and_spools_
 # --- 3. a deleted SQLite file, a database recreated empty ------------------------------------------
 
 
+@pytest.mark.process
 def test_a_deleted_sqlite_file_is_noticed_reported_not_ready_and_logged(
     ws: Workspace, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -69,6 +69,7 @@ def a_result(index: int) -> CheckResult:
 # --- the spool (B2) -----------------------------------------------------------------------------------
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("kind", sorted(SPECIALS))
 def test_a_fifo_device_or_huge_spool_entry_is_set_aside_and_the_rest_is_written_back(tmp_path: Path, kind: str) -> None:
     spool = Spool(tmp_path / "spool")
@@ -157,6 +158,7 @@ def test_readyz_says_not_ready_while_the_writer_is_stuck(tmp_path: Path) -> None
 # --- the config file (B7) -----------------------------------------------------------------------------
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("kind", sorted(SPECIALS))
 def test_config_validate_of_a_fifo_device_or_huge_config_is_one_line_in_bounded_time(tmp_path: Path, kind: str) -> None:
     path = tmp_path / "onnxmon.yaml"
@@ -192,6 +194,7 @@ def test_a_reload_after_the_config_became_a_fifo_fails_at_once_and_says_so(tmp_p
 # --- store.url_file (B10) and api.token_file ----------------------------------------------------------
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("url", ["sqlite:///x\x00.db", "sqlite:///x.db\x1b[2J"], ids=["nul", "escape"])
 def test_a_control_character_in_the_url_file_is_a_config_error(tmp_path: Path, url: str) -> None:
     (tmp_path / "url").write_bytes(url.encode())
@@ -228,6 +231,7 @@ def test_a_token_file_too_long_or_of_two_lines_disables_writes_with_the_warning(
     )
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("kind", sorted(SPECIALS))
 def test_a_url_file_that_is_a_fifo_device_or_huge_is_one_line_under_the_cap(tmp_path: Path, kind: str) -> None:
     secret = tmp_path / "url"
@@ -244,6 +248,7 @@ def test_a_url_file_that_is_a_fifo_device_or_huge_is_one_line_under_the_cap(tmp_
     assert len(done.stderr.splitlines()) <= 2 and "Traceback" not in done.stderr
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("kind", sorted(SPECIALS))
 def test_a_token_file_that_is_a_fifo_device_or_huge_disables_writes_under_the_cap(tmp_path: Path, kind: str) -> None:
     # the token is read at every mutating request: a FIFO would hang it, /dev/zero or 1 GiB fill the memory
@@ -263,6 +268,7 @@ def test_a_token_file_that_is_a_fifo_device_or_huge_disables_writes_under_the_ca
     assert ("larger than 64 KiB" if kind == "huge" else "not a regular file") in warning, warning
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("kind", sorted(SPECIALS))
 def test_a_lint_cache_file_that_is_a_fifo_device_or_huge_is_linted_again_under_the_cap(
     tmp_path: Path, kind: str
@@ -320,6 +326,7 @@ COMMANDS: dict[str, Callable[[Workspace, Path], list[str]]] = {
 }  # fmt: skip
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("kind", ["fifo", "dev_zero"])
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_a_fifo_or_device_named_on_the_command_line_is_said_to_be_one_not_missing(
@@ -369,6 +376,7 @@ READERS = {
 }
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("kind", ["fifo", "dev_zero", "huge"])
 @pytest.mark.parametrize("reader", sorted(READERS))
 def test_a_baseline_or_manifest_file_that_is_a_fifo_device_or_huge_is_one_error(
@@ -396,6 +404,7 @@ def test_a_baseline_or_manifest_file_that_is_a_fifo_device_or_huge_is_one_error(
     assert done.stdout.startswith("refused:") and str(path) in done.stdout, done.stdout + done.stderr[-1000:]
 
 
+@pytest.mark.process
 def test_a_small_file_under_a_large_limit_is_read_without_reserving_the_limit(tmp_path: Path) -> None:
     # read(n) allocates n bytes up front: asking for limit + 1 would fail under the cap for any file
     (tmp_path / "small").write_bytes(b"x" * 100)
@@ -408,6 +417,7 @@ def test_a_small_file_under_a_large_limit_is_read_without_reserving_the_limit(tm
     assert done.stdout.strip() == "100", done.stderr[-1000:]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("kind", sorted(SPECIALS))
 def test_env_diff_of_a_fifo_device_or_huge_snapshot_file_is_one_line_in_bounded_time(tmp_path: Path, kind: str) -> None:
     # the last file read without the bounded reader (issue 30): `onnxmon env diff FILE.json`

@@ -23,6 +23,8 @@ from tests.databases import postgres_schema
 from tests.stacks import child_env
 from tests.workspace import Workspace
 
+pytestmark = pytest.mark.process
+
 ONNXMON = Path(sys.executable).parent / "onnxmon"
 
 

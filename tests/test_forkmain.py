@@ -13,6 +13,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 _SCRIPT = """
@@ -31,6 +33,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.process
 def test_children_find_the_main_script_already_imported_by_the_forkserver(tmp_path: Path) -> None:
     log = tmp_path / "imports.log"
     script = tmp_path / "main_script.py"

@@ -163,6 +163,7 @@ def byte_mutations(draw: st.DrawFn, data: bytes) -> bytes:
 # --- config ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @budget(150)
 @given(raw=config_mappings)
 def test_any_mapping_gives_settings_or_a_config_error(raw: dict[str, Any]) -> None:
@@ -201,6 +202,7 @@ env_keys = st.lists(
 ).map(lambda parts: "ONNXMON_" + "__".join(parts).upper())
 
 
+@pytest.mark.slow
 @budget(150)
 @given(
     base=st.one_of(st.just(VALID_CONFIG), config_mappings),
@@ -279,6 +281,7 @@ def test_the_unmutated_copy_opens_verifies_and_loads(scratch_set: Path, valid_se
     open_and_use(scratch_set.parent.parent, valid_set.name, valid_set.version)
 
 
+@pytest.mark.slow
 @budget(100)
 @given(data=st.data())
 def test_a_mutated_manifest_gives_a_valid_set_or_a_benchset_error(
@@ -298,6 +301,7 @@ class Drawn:
         return self.value
 
 
+@pytest.mark.slow
 @budget(80)
 @given(data=st.data())
 @example(data=Drawn(b"format: 1\nname: s"))  # the original truncated here raised KeyError: 'version'
@@ -412,6 +416,7 @@ header_fields = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.slow
 @budget(200)
 @given(fields=header_fields, payload=st.binary(max_size=64), version=st.sampled_from([b"\x01\x00", b"\x02\x00"]))
 def test_any_npy_header_dict_is_validated_before_allocating(
@@ -580,6 +585,7 @@ def known_values(scenario: Scenario) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_every_api_operation_conforms_to_its_schema_without_a_token(
     openapi_schema: BaseSchema, api_scenario: Scenario
 ) -> None:
@@ -587,6 +593,7 @@ def test_every_api_operation_conforms_to_its_schema_without_a_token(
     assert "POST /-/reload" in labels and "GET /metrics" in labels, labels
 
 
+@pytest.mark.slow
 def test_every_api_operation_conforms_to_its_schema_with_the_token(
     openapi_schema: BaseSchema, api_scenario: Scenario
 ) -> None:

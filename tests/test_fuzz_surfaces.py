@@ -132,6 +132,7 @@ def commands(model: str, run_id: str, text: str, cause: str) -> list[list[str]]:
     ]
 
 
+@pytest.mark.slow
 @budget(40)
 @given(
     which=st.integers(min_value=0, max_value=7),

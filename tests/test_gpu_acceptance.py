@@ -20,6 +20,8 @@ from pathlib import Path
 import onnxruntime as ort
 import pytest
 
+pytestmark = pytest.mark.process
+
 ROOT = Path(__file__).resolve().parent.parent
 GPU_STEPS = {
     "cuda_provider",

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.process
+
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "deploy" / "prometheus" / "dcgm-join.example.yaml"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"

@@ -454,6 +454,7 @@ def test_the_result_spool_has_a_volume_of_its_own(helm: str, tmp_path: Path, per
         assert len(claims) == 1, "only the data claim"
 
 
+@pytest.mark.process
 def test_chart_copies_of_alerts_and_dashboard_match_the_originals() -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "sync-chart-files"), "--check"], capture_output=True, text=True

@@ -14,6 +14,7 @@ import pytest
 from monitor.cli import main
 from monitor.results import Verdict
 from monitor.store import Store
+from tests.conftest import onnxmon
 from tests.databases import postgres_schema
 from tests.test_store import ENV_A, ENV_B, baseline_meta, output, result
 
@@ -44,16 +45,10 @@ def story(config_file: Path) -> Iterator[Store]:
         yield store
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 def test_history_shows_the_environment_change_right_before_the_first_failure(
     story: Store, config_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = run_cli(capsys, "history", "resnet", "--node", "gpu-1", "-c", str(config_file))
+    code, out, _ = onnxmon("history", "resnet", "--node", "gpu-1", "-c", str(config_file))
     assert code == 0
     lines = out.splitlines()
     change = next(i for i, line in enumerate(lines) if "environment_changed" in line)
@@ -81,10 +76,10 @@ def test_history_shows_the_runs_error_ratio_the_largest_of_its_outputs(
     with Store(f"sqlite:///{config_file.parent / 'history.db'}") as store:
         store.upgrade()
         store.record_run(result(T0, Verdict.FAIL, outputs=outputs), node="gpu-1")
-    code, out, _ = run_cli(capsys, "history", "resnet", "-c", str(config_file))
+    code, out, _ = onnxmon("history", "resnet", "-c", str(config_file))
     assert code == 0 and re.search(r"\tlogits\t3e-05\t2.5\t", out), out
     assert out.splitlines()[0].split("\t")[6] == "error ÷ tolerance"
-    code, out, _ = run_cli(capsys, "history", "resnet", "-o", "json", "-c", str(config_file))
+    code, out, _ = onnxmon("history", "resnet", "-o", "json", "-c", str(config_file))
     (run,) = [i for i in json.loads(out) if i["kind"] == "run"]
     assert run["error_ratio"] == 2.5
 
@@ -92,7 +87,7 @@ def test_history_shows_the_runs_error_ratio_the_largest_of_its_outputs(
 def test_history_json_lists_runs_and_events_newest_first(
     story: Store, config_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = run_cli(capsys, "history", "resnet", "--json", "-c", str(config_file))
+    code, out, _ = onnxmon("history", "resnet", "--json", "-c", str(config_file))
     assert code == 0
     items = json.loads(out)
     assert [i["kind"] for i in items][:5] == ["run", "run", "run", "verdict_changed", "environment_changed"]
@@ -110,7 +105,7 @@ def test_history_since_keeps_only_recent_runs(
 ) -> None:
     since = datetime.now(UTC) - (T0 + timedelta(hours=4, minutes=30))
     hours = f"{since.total_seconds() / 3600:.2f}h"
-    code, out, _ = run_cli(capsys, "history", "resnet", "--since", hours, "--json", "-c", str(config_file))
+    code, out, _ = onnxmon("history", "resnet", "--since", hours, "--json", "-c", str(config_file))
     assert code == 0
     assert [i["node"] for i in json.loads(out) if i["kind"] == "run"] == ["gpu-2"]
 
@@ -129,7 +124,7 @@ def test_history_mistakes_are_one_line_errors(
     argv: tuple[str, ...],
     expected: tuple[str, ...],
 ) -> None:
-    code, _, err = run_cli(capsys, *argv, "-c", str(config_file))
+    code, _, err = onnxmon(*argv, "-c", str(config_file))
     assert code == 2
     assert all(fragment in err for fragment in expected)
     assert len(err.strip().splitlines()) == 1
@@ -138,9 +133,9 @@ def test_history_mistakes_are_one_line_errors(
 def test_db_upgrade_then_current_reports_the_head_revision(
     config_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = run_cli(capsys, "db", "upgrade", "-c", str(config_file))
+    code, out, _ = onnxmon("db", "upgrade", "-c", str(config_file))
     assert code == 0 and out.strip().endswith(f"empty -> {HEAD}")
-    code, out, _ = run_cli(capsys, "db", "current", "--check", "-c", str(config_file))
+    code, out, _ = onnxmon("db", "current", "--check", "-c", str(config_file))
     assert code == 0 and f"revision {HEAD}, head {HEAD} (up to date)" in out
 
 
@@ -151,11 +146,11 @@ def test_a_postgres_database_behind_head_is_reported_and_never_migrated_implicit
     with postgres_schema(postgres_url) as url:
         with Store(url) as store:
             store.upgrade("0001")
-        code, out, _ = run_cli(capsys, "db", "current", "--check", "--url", url)
+        code, out, _ = onnxmon("db", "current", "--check", "--url", url)
         assert code == 1 and "behind: run `onnxmon db upgrade`" in out
-        code, _, err = run_cli(capsys, "history", "resnet", "--url", url)
+        code, _, err = onnxmon("history", "resnet", "--url", url)
         assert code == 2 and f"is at schema revision 0001, this onnxmon needs {HEAD}" in err
-        code, out, _ = run_cli(capsys, "db", "upgrade", "--url", url)
+        code, out, _ = onnxmon("db", "upgrade", "--url", url)
         assert code == 0 and f"0001 -> {HEAD}" in out and "postgres" in out
 
 
@@ -175,6 +170,7 @@ def test_an_80_column_terminal_keeps_times_run_ids_and_verdicts_on_one_line(stor
         assert any(re.search(row, line) for line in screen.splitlines()), screen
 
 
+@pytest.mark.process
 def test_a_promotion_is_dated_when_it_happened_with_who_and_why(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -188,24 +184,25 @@ def test_a_promotion_is_dated_when_it_happened_with_who_and_why(
     config = str(ws.write())
     assert main(["baseline", "capture", "clf", "-q", "-c", config]) == 0  # the first one is active by itself
     assert main(["baseline", "capture", "clf", "-q", "-c", config]) == 0
-    code, out, _ = run_cli(capsys, "baseline", "list", "clf", "-o", "json", "-c", config)
+    code, out, _ = onnxmon("baseline", "list", "clf", "-o", "json", "-c", config)
     candidate = next(b["id"] for b in json.loads(out) if not b["active"])
     assert main(["check", "clf", "-c", config]) == 0  # a run on the old baseline, after the capture
     capsys.readouterr()
     note = "ORT 1.20 GELU kernel; accuracy re-measured by the owner"
-    code, _, _ = run_cli(capsys, "baseline", "promote", candidate, "--note", note, "--by", "alice", "-c", config)
+    code, _, _ = onnxmon("baseline", "promote", candidate, "--note", note, "--by", "alice", "-c", config)
     assert code == 0
-    code, out, _ = run_cli(capsys, "history", "clf", "-o", "json", "-c", config)
+    code, out, _ = onnxmon("history", "clf", "-o", "json", "-c", config)
     items = json.loads(out)  # newest first
     promoted = next(i for i in items if i["kind"] == "baseline_promoted" and i["new"] == candidate)
     run = next(i for i in items if i["kind"] == "run")
     assert items.index(promoted) < items.index(run), "the promotion comes after the run that used the old baseline"
     assert promoted["at"] > run["at"]
     assert (promoted["detail"]["by"], promoted["detail"]["note"]) == ("alice", note)
-    code, out, _ = run_cli(capsys, "history", "clf", "-c", config)
+    code, out, _ = onnxmon("history", "clf", "-c", config)
     assert f"by alice: {note}" in out
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("command", [["baseline", "capture", "clf", "--promote", "-q"], ["baseline", "import", "clf"]])
 def test_a_promotion_by_capture_or_import_says_who_asked_for_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
@@ -238,7 +235,7 @@ def test_a_promotion_by_capture_or_import_says_who_asked_for_it(
         command = [*command, *files, "--promote"]
     assert main([*command, "-c", config]) == 0
     capsys.readouterr()
-    code, out, _ = run_cli(capsys, "history", "clf", "-o", "json", "-c", config)
+    code, out, _ = onnxmon("history", "clf", "-o", "json", "-c", config)
     assert code == 0
     promotions = [i["detail"]["by"] for i in json.loads(out) if i["kind"] == "baseline_promoted"]
     how = f"{command[1]} --promote"

@@ -58,6 +58,7 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
     return code, captured.out + captured.err
 
 
+@pytest.mark.process
 def test_check_of_a_truncated_initializer_is_a_recorded_model_error_with_model_changed(
     ws: Workspace, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -70,6 +71,7 @@ def test_check_of_a_truncated_initializer_is_a_recorded_model_error_with_model_c
     assert record["run_id"] is not None
 
 
+@pytest.mark.process
 def test_the_daemon_records_a_truncated_initializer_as_a_model_error_not_an_internal_error(ws: Workspace) -> None:
     settings = ws.settings()
     with Store(settings.store.url) as store:
@@ -93,6 +95,7 @@ def test_diff_model_of_a_truncated_initializer_says_so_in_one_line(
     assert "short.onnx" in out and "'w1'" in out and "2040" in out and "2048" in out
 
 
+@pytest.mark.process
 def test_localize_of_a_truncated_initializer_says_so_in_one_line(
     ws: Workspace, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -170,6 +173,7 @@ def _renamed(model: onnx.ModelProto) -> onnx.ModelProto:
     return other
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("reference", ["empty", "renamed"])
 def test_localize_against_a_reference_that_shares_nothing_exits_with_the_reason(
     reference: str, ws: Workspace, capsys: pytest.CaptureFixture[str]

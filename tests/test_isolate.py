@@ -6,8 +6,12 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from monitor.daemon import isolate
 from tests import isolate_targets as targets
+
+pytestmark = pytest.mark.process
 
 
 def pid_alive(pid: int) -> bool:

@@ -21,9 +21,8 @@ from typing import Any
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from typer.testing import CliRunner
 
-from monitor import capture, cli, jsonsafe
+from monitor import capture, jsonsafe
 from monitor.api.app import create_app
 from monitor.config.plan import plan_for
 from monitor.localize.report import LocalizationReport, NodeDivergence
@@ -32,7 +31,8 @@ from monitor.results import AppliedTolerance, CheckResult, OutputMetrics, Output
 from monitor.sinks.log import LogSink
 from monitor.sinks.spool import Spool
 from monitor.store import Store, schema
-from tests import modelzoo
+from tests import modelzoo, tiers
+from tests.conftest import onnxmon
 from tests.test_metrics import RealDaemon
 from tests.workspace import Workspace
 
@@ -89,20 +89,16 @@ class Setup:
         return self.ws.root / "onnxmon.db"
 
 
-def invoke(*argv: str) -> Any:
-    cli._register()
-    return CliRunner().invoke(cli.app, list(argv))
-
-
 @pytest.fixture(scope="module")
+@tiers.starts("process")  # its check runs in a worker process
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
     """A workspace with a baseline of ``clf``, checked once by the CLI, plus a stored non-finite run."""
     ws = Workspace(tmp_path_factory.mktemp("ws"))
     ws.add_model("clf", modelzoo.classifier())
     baseline = capture.capture_baseline(plan_for(ws.settings(), "clf"))
-    promoted = invoke("baseline", "promote", baseline.id, "-c", str(ws.config_file))
+    promoted = onnxmon("baseline", "promote", baseline.id, "-c", str(ws.config_file))
     assert promoted.exit_code == 0, promoted.output
-    checked = invoke("check", "clf", "--json", "-c", str(ws.config_file))
+    checked = onnxmon("check", "clf", "--json", "-c", str(ws.config_file))
     with Store(f"sqlite:///{ws.root / 'onnxmon.db'}") as store:
         store.record_run(non_finite_result(), node="gpu-1")
     return Setup(ws, baseline.id, checked.stdout, checked.exit_code)
@@ -111,6 +107,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
 # --- the CLI ------------------------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_check_json_of_a_model_against_its_own_baseline_writes_snr_as_the_string_infinity(setup: Setup) -> None:
     assert setup.check_exit == 0, setup.check_stdout
     (result,) = strict(setup.check_stdout)
@@ -121,6 +118,7 @@ def test_check_json_of_a_model_against_its_own_baseline_writes_snr_as_the_string
     assert all(isinstance(o["metrics"]["max_abs_error"], float) for o in result["outputs"]), "finite: a number"
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     "argv",
     [
@@ -139,7 +137,7 @@ def test_check_json_of_a_model_against_its_own_baseline_writes_snr_as_the_string
 def test_every_other_cli_json_output_is_strict(setup: Setup, argv: tuple[str, ...]) -> None:
     args = [a.format(baseline=setup.baseline_id) for a in argv]
     takes_config = args[0] not in ("env",)
-    result = invoke(*args, *(["-c", setup.config] if takes_config else []))
+    result = onnxmon(*args, *(["-c", setup.config] if takes_config else []))
     assert result.exit_code in (0, 1), result.output
     data = strict(result.stdout)
     if args[0] == "history":

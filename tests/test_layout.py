@@ -77,12 +77,14 @@ def test_the_shared_vocabulary_imports_only_the_standard_library(module: str) ->
     assert Tree(ROOT).third_party_imports(module) == set()
 
 
+@pytest.mark.process
 def test_the_import_contracts_hold() -> None:
     result = lint_imports(ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
     assert re.search(r"Contracts: \d+ kept, 0 broken", result.stdout)
 
 
+@pytest.mark.process
 def test_a_circle_is_found_even_through_a_type_only_import(copy: Path) -> None:
     append(copy / "monitor" / "results.py", "\nif False:\n    from monitor.check import run_check  # noqa: F401\n")
     circles = Tree(copy).circles()
@@ -99,6 +101,7 @@ def test_a_401_line_module_is_reported(copy: Path) -> None:
     assert Tree(copy).oversized().get("monitor.errors") == MAX_LINES + 1
 
 
+@pytest.mark.process
 def test_an_onnxruntime_import_outside_the_runtime_folder_breaks_the_contract(copy: Path) -> None:
     append(copy / "monitor" / "compare" / "outputs.py", "\nimport onnxruntime  # noqa: E402, F401\n")
     result = lint_imports(copy)
@@ -217,10 +220,12 @@ def test_each_row_may_import_only_what_the_layers_contract_puts_below_it() -> No
         assert allowed <= set().union(*layers[level + 1 :]), f"{row.rooms} names a folder above it: {allowed}"
 
 
+@pytest.mark.slow
 def test_the_real_imports_are_the_ones_the_map_allows() -> None:
     assert map_offences(ROOT) == []
 
 
+@pytest.mark.process
 def test_the_maps_table_holds_as_import_linter_contracts(tmp_path: Path) -> None:
     result = lint_map_contracts(ROOT, tmp_path / "map.toml")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -228,6 +233,7 @@ def test_the_maps_table_holds_as_import_linter_contracts(tmp_path: Path) -> None
     assert kept and int(kept.group(1)) >= 15, result.stdout
 
 
+@pytest.mark.process
 def test_an_import_the_layers_allow_but_the_map_does_not_is_caught(copy: Path, tmp_path: Path) -> None:
     # config sits below lint in the layers, but lint's row says "files, vocabulary"
     append(copy / "monitor" / "lint" / "graph.py", "\nfrom monitor.config import schema  # noqa: E402, F401\n")

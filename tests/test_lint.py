@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.process
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SCRIPTS = ("gpu-check", "fetch-helm", "fetch-models", "ort-venv", "sync-chart-files", "build-images")

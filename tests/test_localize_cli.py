@@ -12,20 +12,13 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
 
 import onnx
 import pytest
-from typer.testing import CliRunner
 
-from monitor import cli
 from tests import modelzoo
+from tests.conftest import onnxmon
 from tests.workspace import Workspace
-
-
-def invoke(*argv: str) -> Any:
-    cli._register()
-    return CliRunner().invoke(cli.app, list(argv))
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +33,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Workspace, Path
     return ws, reference
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     "spelling",
     [
@@ -55,7 +49,7 @@ def test_every_spelling_of_a_reference_model_localizes_against_that_file(
 ) -> None:
     ws, reference = workspace
     args = [a.format(ref=reference) for a in spelling]
-    result = invoke("localize", "mlp", *args, "--json", "-c", str(ws.config_file))
+    result = onnxmon("localize", "mlp", *args, "--json", "-c", str(ws.config_file))
     assert result.exit_code == 1, result.output  # a node is out of tolerance
     report = json.loads(result.stdout)
     assert report["against"] == "model" and report["reference_model"] == str(reference)
@@ -84,14 +78,15 @@ def test_a_wrong_spelling_is_a_usage_error_naming_what_was_expected(
     ws, reference = workspace
     missing = ws.root / "no such dir" / "fp32 'model'.onnx"
     args = [a.format(ref=reference, missing=missing) for a in spelling]
-    result = invoke("localize", "mlp", *args, "-c", str(ws.config_file))
+    result = onnxmon("localize", "mlp", *args, "-c", str(ws.config_file))
     assert result.exit_code == 2, result.output
     assert words in " ".join(result.output.split()), result.output
 
 
+@pytest.mark.process
 def test_against_unoptimized_and_the_optimized_view_name_model_nodes(workspace: tuple[Workspace, Path]) -> None:
     ws, _ = workspace
-    result = invoke("localize", "mlp", "--against", "unoptimized", "--graph-view", "optimized", "--json",
+    result = onnxmon("localize", "mlp", "--against", "unoptimized", "--graph-view", "optimized", "--json",
                     "-c", str(ws.config_file))  # fmt: skip
     assert result.exit_code in (0, 1), result.output
     report = json.loads(result.stdout)
@@ -137,6 +132,7 @@ def noisy_model() -> onnx.ModelProto:
     return model
 
 
+@pytest.mark.process
 def test_against_self_names_the_first_node_that_differs_between_identical_runs(tmp_path: Path) -> None:
     import numpy as np
     import onnxruntime as ort
@@ -147,7 +143,7 @@ def test_against_self_names_the_first_node_that_differs_between_identical_runs(t
     plain = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     x = {"x": np.ones((16, 8), np.float32)}
     assert not np.array_equal(plain.run(None, x)[0], plain.run(None, x)[0])  # ground truth: random each run
-    result = invoke("localize", "noisy", "--against", "self", "--runs", "4", "--json", "-c", str(ws.config_file))
+    result = onnxmon("localize", "noisy", "--against", "self", "--runs", "4", "--json", "-c", str(ws.config_file))
     assert result.exit_code in (0, 1), result.output
     report = json.loads(result.stdout)
     assert report["against"] == "self"
@@ -158,9 +154,10 @@ def test_against_self_names_the_first_node_that_differs_between_identical_runs(t
     assert "noise" in report["nondeterministic_reference"] or "u" in report["nondeterministic_reference"]
 
 
+@pytest.mark.process
 def test_against_self_on_a_deterministic_model_finds_nothing(workspace: tuple[Workspace, Path]) -> None:
     ws, _ = workspace
-    result = invoke("localize", "mlp", "--against", "self", "--runs", "2", "--json", "-c", str(ws.config_file))
+    result = onnxmon("localize", "mlp", "--against", "self", "--runs", "2", "--json", "-c", str(ws.config_file))
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["first_changed"] is None and report["first_out_of_tolerance"] is None
@@ -216,6 +213,7 @@ GRAPH_NODE_DATA = {
 MODEL_NODE_DATA = {"type": "object", "minProperties": 1, "additionalProperties": GRAPH_NODE_DATA}
 
 
+@pytest.mark.process
 def test_model_explorer_node_data_follows_its_format_and_marks_the_localized_node(
     workspace: tuple[Workspace, Path], tmp_path: Path
 ) -> None:
@@ -223,7 +221,7 @@ def test_model_explorer_node_data_follows_its_format_and_marks_the_localized_nod
 
     ws, reference = workspace
     target = tmp_path / "mlp.nodes.json"
-    result = invoke("localize", "mlp", "--reference", str(reference), "--json", "--model-explorer", str(target),
+    result = onnxmon("localize", "mlp", "--reference", str(reference), "--json", "--model-explorer", str(target),
                     "-c", str(ws.config_file))  # fmt: skip
     assert result.exit_code == 1, result.output
     report = json.loads(result.stdout)

@@ -47,6 +47,7 @@ def serve(ws: Workspace, *extra: str, env: dict[str, str] | None = None) -> tupl
     return served, [line for line in served.log_path.read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.process
 def test_json_logs_are_one_strict_object_per_line_with_the_check_fields_on_top(ws: Workspace) -> None:
     _, lines = serve(ws, "--log-format", "json", "--access-log")
     records = [json.loads(line, parse_constant=reject) for line in lines]  # every line, no text in between
@@ -58,6 +59,7 @@ def test_json_logs_are_one_strict_object_per_line_with_the_check_fields_on_top(w
     assert not [r for r in records if r["logger"].startswith("alembic")], "Alembic's INFO is quiet"
 
 
+@pytest.mark.process
 def test_text_logs_have_no_access_log_and_no_alembic_noise_by_default(ws: Workspace) -> None:
     _, lines = serve(ws)
     text = "\n".join(lines)
@@ -66,6 +68,7 @@ def test_text_logs_have_no_access_log_and_no_alembic_noise_by_default(ws: Worksp
     assert any('"event": "check"' in line and " INFO onnxmon." in line for line in lines)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("argv", [("--log-level", "verbose"), ("--log-format", "xml")])
 def test_an_unknown_log_level_or_format_is_a_usage_error(ws: Workspace, argv: tuple[str, ...]) -> None:
     done = subprocess.run(
@@ -80,6 +83,7 @@ def json_records(lines: list[str]) -> list[dict[str, Any]]:
     return records
 
 
+@pytest.mark.process
 def test_the_config_file_can_ask_for_json_logs_and_a_level(ws: Workspace) -> None:
     ws.extra["logging"] = {"format": "json", "level": "WARNING"}
     ws.write()
@@ -87,11 +91,13 @@ def test_the_config_file_can_ask_for_json_logs_and_a_level(ws: Workspace) -> Non
     assert all(r["level"] in ("info", "warning", "error", "critical") for r in json_records(lines))
 
 
+@pytest.mark.process
 def test_the_environment_can_ask_for_json_logs_without_touching_the_arguments(ws: Workspace) -> None:
     _, lines = serve(ws, env={"ONNXMON_LOGGING__FORMAT": "json"})
     json_records(lines)
 
 
+@pytest.mark.process
 def test_a_log_format_flag_wins_over_the_config(ws: Workspace) -> None:
     ws.extra["logging"] = {"format": "json"}
     ws.write()
@@ -100,6 +106,7 @@ def test_a_log_format_flag_wins_over_the_config(ws: Workspace) -> None:
     assert not any(line.startswith("{") for line in lines)
 
 
+@pytest.mark.process
 def test_an_unknown_logging_format_in_the_config_names_its_key(ws: Workspace) -> None:
     ws.extra["logging"] = {"format": "xml"}
     ws.write()

@@ -44,6 +44,7 @@ DAEMON = textwrap.dedent(
 )
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("worker", ["warm", "fresh"])
 def test_a_cap_below_the_check_process_footprint_says_so_in_the_reason(tmp_path: Path, worker: str) -> None:
     ws = Workspace(tmp_path)
@@ -80,6 +81,7 @@ CAP_PROBE = textwrap.dedent(
 )
 
 
+@pytest.mark.process
 def test_a_thread_that_cannot_start_under_the_cap_is_named_as_the_cap() -> None:
     """CI's run met the cap at the watchdog's ``Thread.start`` (RuntimeError), not at a ``MemoryError``."""
     done = subprocess.run([sys.executable, "-c", CAP_PROBE], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -98,6 +100,7 @@ def test_an_unrelated_runtime_error_gets_no_cap_note() -> None:
     assert footprint.cap_note(ValueError("x")) == ""
 
 
+@pytest.mark.process
 def test_a_child_aborted_in_native_code_under_a_tight_cap_names_the_cap() -> None:
     """A newcomer's whole-suite run: the warm worker under 300 MB died by SIGABRT (a C++ allocation
     refused), and the reason said only "child killed by SIGABRT". The cap is below what this process
@@ -140,6 +143,7 @@ SESSION_UNDER_A_CAP = textwrap.dedent(
 )
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("margin_mb", [1, 4])
 def test_a_session_refused_memory_under_the_cap_names_the_cap_and_the_footprint(tmp_path: Path, margin_mb: int) -> None:
     """ONNX Runtime refusing memory while it builds the session (its thread pool's stacks, or

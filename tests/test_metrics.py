@@ -306,6 +306,7 @@ def test_label_sets_stay_bounded_to_the_config(daemon: RealDaemon, scenario: Sce
     assert len(s) < 600
 
 
+@pytest.mark.process
 def test_a_scrape_passes_promtool_check_metrics(daemon: RealDaemon, scenario: Scenario) -> None:
     promtool = need_binary("prometheus", "promtool")
     daemon.dispatch(scenario.passing)

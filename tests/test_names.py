@@ -13,6 +13,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("monitor", "tests", "bench", "scripts")
 
@@ -59,6 +61,7 @@ def renamed_modules(root: Path, path: Path) -> list[str]:
     return offences
 
 
+@pytest.mark.slow
 def test_every_onnxmon_module_is_imported_under_its_own_name() -> None:
     offences = [line for path in python_files(ROOT) for line in renamed_modules(ROOT, path)]
     assert not offences, (

@@ -77,6 +77,7 @@ def test_a_plan_is_frozen_and_pickles(tmp_path: Path) -> None:
     assert pickle.loads(pickle.dumps(plan)) == plan
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("method", ["forkserver", "spawn"])
 def test_a_plan_crosses_the_isolation_boundary_unchanged(
     tmp_path: Path, method: str, monkeypatch: pytest.MonkeyPatch

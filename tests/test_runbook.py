@@ -16,28 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from monitor import cli
-from monitor.errors import MonitorError
 from monitor.results import CheckResult
 from monitor.store import Store
-from tests import modelzoo
+from tests import modelzoo, tiers
+from tests.conftest import onnxmon
 from tests.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNBOOK = (ROOT / "docs" / "runbook.md").read_text(encoding="utf-8")
 OLD_ORT = "1.17.0"
-
-
-def invoke(*argv: str) -> Any:
-    cli._register()
-    result = CliRunner().invoke(cli.app, list(argv))
-    if isinstance(result.exception, MonitorError):
-        result.exit_code = result.exception.exit_code
-    elif result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result
 
 
 def runbook_commands() -> list[str]:
@@ -57,13 +45,14 @@ def older_stack(snapshot: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
+@tiers.starts("process")  # its check runs in a worker process
 def history(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     ws = Workspace(tmp_path_factory.mktemp("oncall"))
     ws.add_model("clf", modelzoo.classifier())
     ws.add_model("other", modelzoo.classifier(seed=1))  # the runbook's commands must work with several models
     config = str(ws.write())
-    assert invoke("baseline", "capture", "other", "--promote", "-c", config).exit_code == 0
-    captured = invoke("baseline", "capture", "clf", "--promote", "-o", "json", "-c", config)
+    assert onnxmon("baseline", "capture", "other", "--promote", "-c", config).exit_code == 0
+    captured = onnxmon("baseline", "capture", "clf", "--promote", "-o", "json", "-c", config)
     assert captured.exit_code == 0, captured.output
     baseline_dir = Path(json.loads(captured.stdout)["directory"])
     meta = json.loads((baseline_dir / "baseline.json").read_text())
@@ -71,14 +60,14 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     meta["environment"] = old  # the baseline was validated on the older stack
     (baseline_dir / "baseline.json").write_text(json.dumps(meta, indent=2))
     # The run before the upgrade: the same check's numbers, measured (as recorded then) on ORT 1.17.0.
-    measured = invoke("check", "clf", "--no-store", "-o", "json", "-c", config)
+    measured = onnxmon("check", "clf", "--no-store", "-o", "json", "-c", config)
     assert measured.exit_code in (0, 1), measured.output
     (before,) = json.loads(measured.stdout)
     before["environment"] = old
     before["started_at"], before["finished_at"] = 1.0e9, 1.0e9 + 1
     with Store(f"sqlite:///{ws.root / 'onnxmon.db'}") as store:
         store.record_run(CheckResult.from_dict(before))  # same node as the CLI check below (none set)
-    after = invoke("check", "clf", "-c", config)  # the upgraded stack: this machine, recorded
+    after = onnxmon("check", "clf", "-c", config)  # the upgraded stack: this machine, recorded
     assert after.exit_code in (0, 1), after.output
     return {"config": config, "old": old["fingerprint"], "baseline": json.loads(captured.stdout)["id"]}
 
@@ -89,8 +78,9 @@ def test_the_runbook_quotes_the_triage_commands() -> None:
     assert "onnxmon history MODEL" in commands
 
 
+@pytest.mark.process
 def test_every_runbook_command_runs_against_a_history_with_a_stack_change(history: dict[str, str]) -> None:
-    shown = invoke("history", "clf", "-c", history["config"]).stdout
+    shown = onnxmon("history", "clf", "-c", history["config"]).stdout
     assert "environment_changed" in shown and f"onnxruntime.version {OLD_ORT}" in shown
     printed = re.search(rf"\b({history['old'][:16]})\b", shown)
     assert printed, "history prints the old fingerprint"
@@ -98,9 +88,9 @@ def test_every_runbook_command_runs_against_a_history_with_a_stack_change(histor
     rows = [line.split("\t") for line in shown.splitlines()]
     column = rows[0].index("run")
     run_id = next(row[column] for row in rows[1:] if row[column])
-    runs = json.loads(invoke("history", "clf", "-o", "json", "-c", history["config"]).stdout)
+    runs = json.loads(onnxmon("history", "clf", "-o", "json", "-c", history["config"]).stdout)
     assert int(run_id) in {item["id"] for item in runs if item["kind"] == "run"}
-    noted = invoke(
+    noted = onnxmon(
         "incident", "note", run_id, "--cause", "runtime_version", "--text", "t", "-o", "json", "-c", history["config"]
     )
     assert noted.exit_code == 0, noted.output
@@ -125,8 +115,8 @@ def test_every_runbook_command_runs_against_a_history_with_a_stack_change(histor
             argv[2] = json.loads(outputs["captured"])["id"]  # the candidate the previous step recorded
         if argv[:2] == ["baseline", "capture"]:
             argv += ["-o", "json"]
-        result = invoke(*argv)
-        assert result.exit_code != 2, f"`{command}` is a usage error: {result.exception or result.output}"
+        result = onnxmon(*argv)
+        assert result.exit_code != 2, f"`{command}` is a usage error: {result.output}"
         outputs["captured" if argv[:2] == ["baseline", "capture"] else command] = result.stdout
     for triage in ("onnxmon env diff", "onnxmon env diff FINGERPRINT"):
         assert "onnxruntime.version" in outputs[triage] and OLD_ORT in outputs[triage], outputs[triage]
@@ -135,7 +125,7 @@ def test_every_runbook_command_runs_against_a_history_with_a_stack_change(histor
 
 def test_env_diff_by_every_printed_length_of_the_old_fingerprint(history: dict[str, str]) -> None:
     for digits in (12, 16, 64):
-        result = invoke("env", "diff", history["old"][:digits], "-o", "json", "-c", history["config"])
+        result = onnxmon("env", "diff", history["old"][:digits], "-o", "json", "-c", history["config"])
         assert result.exit_code == 1, result.output  # a different stack: exit 1, like any difference
         data = json.loads(result.stdout)
         assert data["a"] == history["old"]

@@ -320,6 +320,7 @@ def test_sharded_replicas_run_every_model_exactly_once_per_interval(ws: Workspac
     print(f"sharded: {dict(split)}; slots skipped while every replica was busy: {lost}")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_sharded_daemon_skips_a_slot_another_replica_holds(
     ws: Workspace, backend: str, request: pytest.FixtureRequest

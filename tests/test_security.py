@@ -97,6 +97,7 @@ def test_the_only_mutating_routes_are_the_three_guarded_ones(scenario: Scenario,
     assert {(m, p) for m, p in routes(app) if m not in ("GET", "HEAD")} == MUTATING
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("api_fields", "headers", "status"),
     [
@@ -188,6 +189,8 @@ def secret_workspace(tmp_path: Path) -> Workspace:
     return ws
 
 
+@pytest.mark.database
+@pytest.mark.process
 def test_checks_logs_metrics_and_every_api_answer_hold_no_secret(
     secret_workspace: Workspace, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -214,6 +217,8 @@ def test_checks_logs_metrics_and_every_api_answer_hold_no_secret(
     assert_no_secret(caplog.text, "the log")
 
 
+@pytest.mark.database
+@pytest.mark.process
 def test_onnxmon_serve_stderr_holds_no_secret(secret_workspace: Workspace) -> None:
     served = Served(secret_workspace, free_port())
     try:
@@ -288,6 +293,7 @@ def test_every_locked_package_carries_a_sha256_hash() -> None:
     assert unhashed == [], unhashed
 
 
+@pytest.mark.process
 def test_the_lock_script_is_executable_and_compiles_from_pyproject() -> None:
     script = ROOT / "scripts" / "lock"
     assert script.stat().st_mode & 0o111

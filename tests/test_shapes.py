@@ -288,6 +288,19 @@ def test_any_result_round_trips_through_the_json_and_the_spools_reading(result: 
         assert back == result  # NaN is never equal to itself; without one the values are equal outright
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="details and environment are untyped (Mapping[str, Any]): a non-finite float and the string that spells "
+    "it are written alike, and the spool's reader (RESULT_FLOATS) reads every such string inside them as a float",
+)
+@pytest.mark.parametrize("where", ["details", "environment"])
+def test_a_string_that_spells_a_non_finite_float_stays_a_string(where: str) -> None:
+    # What the laptop (random) profile of the property above draws and CI's derandomized one does not.
+    result = CheckResult("m", Verdict.PASS, 0.0, 1.0, **{where: {"note": "Infinity"}})
+    back = CheckResult.from_dict(jsonsafe.loads(jsonsafe.dumps(result.to_dict()), floats=RESULT_FLOATS))
+    assert getattr(back, where) == {"note": "Infinity"}
+
+
 @settings(max_examples=150, deadline=None)
 @given(outputs)
 def test_any_output_round_trips_through_its_row(output: OutputStats) -> None:

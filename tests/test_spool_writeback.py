@@ -86,6 +86,8 @@ WRITER = """
 """
 
 
+@pytest.mark.database
+@pytest.mark.process
 def test_kill_9_at_random_points_of_the_write_back_writes_every_result_exactly_once(tmp_path: Path) -> None:
     count = 300
     spool = Spool(tmp_path / "spool")

@@ -353,6 +353,7 @@ def test_ping_and_models(store: Store) -> None:
     assert store.models() == ["alpha", "zeta"]
 
 
+@pytest.mark.database
 def test_an_unreachable_database_does_not_ping() -> None:
     with Store("postgresql+psycopg://nobody@127.0.0.1:1/none?connect_timeout=1") as unreachable:
         assert unreachable.ping() is False

@@ -526,6 +526,8 @@ def test_fp16_and_int8_builds_are_compared_with_pytorch_and_their_worst_layers_r
 # --- onnxmon works without torch ----------------------------------------------------------------------
 
 
+@pytest.mark.database
+@pytest.mark.process
 def test_onnxmon_and_its_torchref_package_import_without_loading_torch() -> None:
     code = (
         "import sys; import monitor.torchref, monitor.cli, monitor.check; monitor.cli._register();"

@@ -176,6 +176,8 @@ def sqlite_config(tmp_path: Path) -> Path:
     return config
 
 
+@pytest.mark.database
+@pytest.mark.process
 def test_incident_note_with_arguments_that_are_not_utf8_is_one_line_and_exit_2(tmp_path: Path) -> None:
     config = sqlite_config(tmp_path)
     args = [b"incident", b"note", b"1", b"--cause", b"tf32", b"--text", b"caf\xe9 \xff", b"-c", os.fsencode(config)]

@@ -92,6 +92,7 @@ SPECIAL = {
 }
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     ("kind", "expected"),
     [

@@ -42,6 +42,8 @@ def gone(pid: int, within_s: float = 5) -> bool:
     return not pid_alive(pid)
 
 
+@pytest.mark.database
+@pytest.mark.process
 def test_one_worker_answers_every_check_of_a_model_from_its_own_process_group(pool: warm.WarmPool) -> None:
     first = run(pool, targets.warm_answer, targets.Plan("m", 1))
     second = run(pool, targets.warm_answer, targets.Plan("m", 1))
@@ -52,6 +54,7 @@ def test_one_worker_answers_every_check_of_a_model_from_its_own_process_group(po
     assert pool.pids() == {"m": first.value["pid"]}
 
 
+@pytest.mark.process
 def test_a_hung_worker_is_killed_with_its_group_and_the_next_check_gets_a_new_one(
     pool: warm.WarmPool, tmp_path: Path
 ) -> None:
@@ -68,6 +71,7 @@ def test_a_hung_worker_is_killed_with_its_group_and_the_next_check_gets_a_new_on
     assert after is not None and after["pid"] != before["pid"]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(("job", "named"), [(targets.warm_kill, "SIGKILL"), (targets.warm_segfault, "SIGSEGV")])
 def test_a_worker_that_dies_is_a_crash_naming_the_signal_and_is_replaced(
     pool: warm.WarmPool, job: warm.Job, named: str
@@ -79,6 +83,7 @@ def test_a_worker_that_dies_is_a_crash_naming_the_signal_and_is_replaced(
     assert before is not None and after is not None and after["pid"] != before["pid"]
 
 
+@pytest.mark.process
 def test_an_exception_in_a_worker_is_a_crash_with_its_message_and_the_worker_is_replaced(pool: warm.WarmPool) -> None:
     before = run(pool, targets.warm_answer, targets.Plan("m")).value
     raised = run(pool, targets.warm_raise, targets.Plan("m"))
@@ -87,12 +92,15 @@ def test_an_exception_in_a_worker_is_a_crash_with_its_message_and_the_worker_is_
     assert run(pool, targets.warm_answer, targets.Plan("m")).kind == "ok"
 
 
+@pytest.mark.process
 def test_the_memory_cap_turns_a_leak_into_a_clean_crash_in_a_warm_worker(pool: warm.WarmPool) -> None:
     leak = run(pool, targets.warm_allocate, targets.Plan("m", 4096), cap=2 * GiB)
     assert leak.kind == "crash" and "MemoryError" in leak.detail
     assert run(pool, targets.warm_allocate, targets.Plan("m", 16), cap=2 * GiB).kind == "ok"
 
 
+@pytest.mark.database
+@pytest.mark.process
 def test_a_worker_past_three_quarters_of_its_cap_is_recycled_before_its_next_check(
     pool: warm.WarmPool, tmp_path: Path
 ) -> None:
@@ -115,6 +123,7 @@ def test_a_worker_past_three_quarters_of_its_cap_is_recycled_before_its_next_che
     assert fresh["address_space_bytes"] < warm.RECYCLE_AT * cap
 
 
+@pytest.mark.process
 def test_a_changed_plan_or_cap_starts_a_new_worker(pool: warm.WarmPool) -> None:
     first = run(pool, targets.warm_answer, targets.Plan("m", 1)).value
     changed = run(pool, targets.warm_answer, targets.Plan("m", 2)).value
@@ -124,6 +133,7 @@ def test_a_changed_plan_or_cap_starts_a_new_worker(pool: warm.WarmPool) -> None:
     assert gone(first["pid"]) and gone(changed["pid"])
 
 
+@pytest.mark.process
 def test_a_second_check_of_a_busy_model_is_left_to_a_fresh_child(pool: warm.WarmPool, tmp_path: Path) -> None:
     pid_file = tmp_path / "grandchild.pid"
     hung = threading.Thread(
@@ -139,6 +149,7 @@ def test_a_second_check_of_a_busy_model_is_left_to_a_fresh_child(pool: warm.Warm
     hung.join(30)
 
 
+@pytest.mark.process
 def test_the_least_recently_used_worker_makes_room_beyond_the_limit() -> None:
     pool = warm.WarmPool(limit=2, evict_idle_s=0)
     try:
@@ -149,6 +160,7 @@ def test_the_least_recently_used_worker_makes_room_beyond_the_limit() -> None:
         pool.close(wait_s=1)
 
 
+@pytest.mark.process
 def test_a_full_pool_of_recently_used_workers_sends_the_next_model_fresh_instead_of_thrashing() -> None:
     now = [1000.0]
     pool = warm.WarmPool(limit=2, evict_idle_s=60, clock=lambda: now[0])
@@ -164,6 +176,7 @@ def test_a_full_pool_of_recently_used_workers_sends_the_next_model_fresh_instead
         pool.close(wait_s=1)
 
 
+@pytest.mark.process
 def test_retain_and_close_leave_no_worker_behind() -> None:
     pool = warm.WarmPool(limit=4)
     pids = {name: run(pool, targets.warm_answer, targets.Plan(name)).value["pid"] for name in "ab"}  # type: ignore[index]

@@ -57,6 +57,8 @@ def numbers(result: CheckResult) -> list[dict[str, Any]]:
     return [{"name": o.name, "verdict": str(o.verdict), **o.metrics.to_dict()} for o in result.outputs]
 
 
+@pytest.mark.database
+@pytest.mark.process
 def test_a_warm_worker_reuses_its_session_and_measures_what_a_fresh_check_measures(ws: Workspace) -> None:
     with running(ws, "fresh") as daemon:
         fresh = daemon.run_now("clf")
@@ -72,6 +74,7 @@ def test_a_warm_worker_reuses_its_session_and_measures_what_a_fresh_check_measur
     assert fresh.model_sha256 == third.model_sha256 and fresh.details["model"] == third.details["model"]
 
 
+@pytest.mark.process
 def test_a_model_swapped_under_a_warm_worker_is_model_changed_at_its_next_check(ws: Workspace) -> None:
     with running(ws) as daemon:
         assert daemon.run_now("clf").verdict is Verdict.PASS
@@ -83,6 +86,7 @@ def test_a_model_swapped_under_a_warm_worker_is_model_changed_at_its_next_check(
         assert daemon.run_now("clf").verdict is Verdict.PASS, "the original file back: the baseline's numbers"
 
 
+@pytest.mark.process
 def test_a_swap_that_keeps_the_size_and_the_mtime_is_still_seen(ws: Workspace) -> None:
     path = ws.root / "models" / "clf.onnx"
     with running(ws) as daemon:
@@ -106,6 +110,7 @@ def test_a_kept_model_is_hashed_every_n_checks_even_when_nothing_moved(ws: Works
     assert hashed == [True, False, False, True, False, False, True]
 
 
+@pytest.mark.process
 def test_a_benchset_tampered_between_warm_checks_is_a_benchset_error(ws: Workspace) -> None:
     with running(ws) as daemon:
         assert daemon.run_now("clf").verdict is Verdict.PASS
@@ -115,6 +120,8 @@ def test_a_benchset_tampered_between_warm_checks_is_a_benchset_error(ws: Workspa
     assert tampered.verdict is Verdict.ERROR and tampered.reasons[0].code == "benchset_error", tampered.reasons
 
 
+@pytest.mark.database
+@pytest.mark.process
 def test_a_reload_stops_the_workers_of_changed_and_removed_models_and_keeps_the_others(ws: Workspace) -> None:
     with running(ws) as daemon:
         daemon.run_now("clf"), daemon.run_now("spin")
@@ -138,6 +145,7 @@ def test_a_reload_stops_the_workers_of_changed_and_removed_models_and_keeps_the_
         assert "warm" not in daemon.run_now("clf").details
 
 
+@pytest.mark.process
 def test_stop_returns_with_no_warm_worker_left(ws: Workspace) -> None:
     with running(ws) as daemon:
         daemon.run_now("clf"), daemon.run_now("spin")
@@ -147,6 +155,8 @@ def test_stop_returns_with_no_warm_worker_left(ws: Workspace) -> None:
         assert [pid for pid in pids if pid_alive(pid)] == []
 
 
+@pytest.mark.database
+@pytest.mark.process
 def test_sigterm_stops_a_warm_daemon_and_leaves_no_child_behind(ws: Workspace) -> None:
     served = Served(ws, free_port())
     try:
@@ -165,6 +175,8 @@ def test_sigterm_stops_a_warm_daemon_and_leaves_no_child_behind(ws: Workspace) -
     assert "Traceback" not in (ws.root / "serve.log").read_text()
 
 
+@pytest.mark.database
+@pytest.mark.process
 def test_a_benchset_manifest_edited_between_warm_checks_is_read_again(ws: Workspace) -> None:
     """The manifest's parse is memoized by its full text: one changed byte and it is parsed (and judged) anew."""
     with running(ws) as daemon:
@@ -179,6 +191,8 @@ def test_a_benchset_manifest_edited_between_warm_checks_is_read_again(ws: Worksp
         assert daemon.run_now("clf").verdict is Verdict.PASS
 
 
+@pytest.mark.database
+@pytest.mark.process
 @pytest.mark.parametrize("change", [{"warm_workers": 1}, {"rehash_every": 7}, {"worker": "fresh"}])
 def test_a_reload_that_resizes_the_pool_never_kills_a_warm_check_in_flight(
     ws: Workspace, change: dict[str, Any]
