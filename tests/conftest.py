@@ -185,7 +185,7 @@ _REFUSED = pytest.StashKey[dict[str, list[str]]]()
 
 
 def _guarded_phase(item: pytest.Item, when: str) -> Iterator[None]:
-    with tiers.guarding(item, when) as found:
+    with tiers.guarding(item) as found:
         yield
     item.stash.setdefault(_REFUSED, {})[when] = found
 

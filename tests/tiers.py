@@ -3,8 +3,8 @@
 A test is ``unit`` when it carries none of the markers in ``NOT_UNIT`` (tests/conftest.py adds the
 marker at collection). While a ``unit`` test runs (setup, call and teardown), starting a process
 (``subprocess``, ``os.fork``/``posix_spawn``/``system``, a ``multiprocessing`` child), listening on a
-socket (any server) or connecting to a database server (psycopg) fails the test with what to mark it;
-so does a call phase that uses more than ``CPU_BUDGET_S`` seconds of CPU time (mark it ``slow``).
+socket (any server) or connecting to a database server (psycopg) fails the test with what to mark it.
+Time is never a failure (tests don't time): ``slow`` is marked by hand from a recorded ``--durations`` run.
 The guard fails the test even when the code under test catches the exception (a server thread, an
 ``except BaseException``): what was refused is also kept and turns the phase's report into a failure.
 Threads that were running before the test began (a daemon left by an earlier, non-unit test) are not
@@ -17,7 +17,6 @@ import multiprocessing.process
 import multiprocessing.util
 import os
 import platform
-import resource
 import socket
 import subprocess
 import threading
@@ -40,9 +39,6 @@ NOT_UNIT = (
     "slow",
 )
 """A test with any of these markers is not in the fast tier."""
-
-CPU_BUDGET_S = 2.0
-"""CPU seconds (this process, all threads) a unit test's call phase may use; module fixtures are set up before it."""
 
 WHAT = {
     "process": "starts a process",
@@ -110,14 +106,9 @@ def install() -> None:
     psycopg.connect = psycopg.Connection.connect  # the module's alias was bound at its import
 
 
-def _cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 @contextmanager
-def guarding(item: pytest.Item, when: str) -> Iterator[list[str]]:
-    """Refuse, during one phase of ``item`` when it is ``unit``; yields what was refused (and over budget)."""
+def guarding(item: pytest.Item) -> Iterator[list[str]]:
+    """Refuse, during one phase of ``item`` when it is ``unit``; yields what was refused."""
     global _active
     found: list[str] = []
     if item.get_closest_marker("unit") is None:
@@ -127,16 +118,12 @@ def guarding(item: pytest.Item, when: str) -> Iterator[list[str]]:
     _earlier.clear()
     _earlier.update(t.ident for t in threading.enumerate() if t.ident is not None and t is not threading.main_thread())
     _active = True
-    started = _cpu_seconds()
     try:
         yield found
     finally:
         _active = False
-        used = _cpu_seconds() - started
         found.extend(_refused)
         _refused.clear()
-        if when == "call" and used > CPU_BUDGET_S:
-            found.append(f"this unit test used {used:.1f} s of CPU (more than {CPU_BUDGET_S} s): mark it `slow`")
 
 
 F = TypeVar("F", bound=Callable[..., Any])
