@@ -3,7 +3,8 @@
 A swapped model must never pass silently, so a baseline records the sha256 (and md5,
 which many teams already compare) of the model file and of every external-data file it
 references. Reading only the protobuf header (``load_external_data=False``) keeps this
-cheap for multi-gigabyte models.
+cheap for multi-gigabyte models, and a check worker's ``stamped.Digests`` answers the digests of
+files whose stat stamp has not moved since they were hashed.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import onnx
 
 from monitor.errors import ModelError
+from monitor.files.stamped import Digests
 from monitor.files.tensors import open_regular
 
 
@@ -55,13 +57,17 @@ def file_digests(path: Path) -> tuple[str, str]:
     return sha.hexdigest(), md5.hexdigest()
 
 
-def identify(path: Path) -> ModelIdentity:
-    """Hash ``path`` and its external data; ``ModelError`` if missing or not an ONNX model."""
+def identify(path: Path, digests: Digests | None = None) -> ModelIdentity:
+    """Hash ``path`` and its external data; ``ModelError`` if missing or not an ONNX model.
+
+    ``digests`` (a check worker's) answers a file's digests while its stamp is unchanged.
+    """
     path = Path(path)
+    digest = file_digests if digests is None else lambda p: digests.digest(p, file_digests)
     if not path.exists():
         raise ModelError(f"model file {path} not found")
     try:
-        sha256, md5 = file_digests(path)
+        sha256, md5 = digest(path)
     except OSError as exc:
         raise ModelError(f"model file {path} cannot be read: {exc.strerror or exc}") from None
     try:
@@ -76,7 +82,7 @@ def identify(path: Path) -> ModelIdentity:
         if not data_file.exists():
             raise ModelError(f"model file {path} references external data {location!r}, which is missing")
         try:
-            external[location] = file_digests(data_file)[0]
+            external[location] = digest(data_file)[0]
         except OSError as exc:
             raise ModelError(
                 f"external data {location!r} of model {path} cannot be read: {exc.strerror or exc}"
