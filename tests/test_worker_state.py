@@ -191,3 +191,19 @@ def test_the_constant_parts_are_probed_once_and_the_rest_at_every_snapshot() -> 
         k: v for k, v in plain.fields.items() if k not in volatile
     }
     assert again.fingerprint == plain.fingerprint
+
+
+def test_onnxmon_checks_path_asks_a_worker_of_its_own_once(plan: CheckPlan) -> None:
+    """``onnxmon check`` (``child.run_isolated`` without a pool): the daemon's worker code, one check, then gone."""
+    from monitor.daemon import child
+    from tests.test_isolate import pid_alive
+
+    result, captured = child.run_isolated(plan, job=child.measure_only)
+    note = result.details["worker"]
+    assert result.verdict is Verdict.PASS and captured is None
+    assert note["checks"] == 1 and note["session_built"] is True and note["pid"] != os.getpid()
+    deadline = time.monotonic() + 5
+    while pid_alive(note["pid"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(note["pid"]), "the worker stops after its one check"
+    assert numbers(result) == numbers(run_check(plan))

@@ -3,12 +3,13 @@
 A file's *stamp* is ``os.stat``'s size, mtime_ns, ctime_ns, inode and device (no read). Any write
 moves the ctime (a process can set the mtime back, never the ctime), and a file replaced by another
 has another inode. ``Digests`` is the one table a check worker keeps of its files between checks:
-``path -> (stamp, sha256, md5)``, so an unchanged model file (gigabytes, with its external data) is
-not hashed again at every check. A digest is answered from the table only while the file shows the
-stamp it was hashed under; it is kept only when the file showed the same stamp before and after it
-was read, and only once the file has been unchanged for ``SETTLE_NS`` (a second write in the same
-tick of the kernel's coarse clock would leave the stamp as it was: git's "racily clean" rule).
-Every other file a check uses is read at every check.
+``path -> (stamp, digests)``, so an unchanged model file (gigabytes, with its external data) is not
+read and hashed again at every check (for the model file the digests come with the facts of its
+header, read from the same bytes: ``modelfile.identify``). An entry is answered only while the file
+shows the stamp it was read under; it is kept only when the file showed the same stamp before and
+after it was read, and only once the file has been unchanged for ``SETTLE_NS`` (a second write in
+the same tick of the kernel's coarse clock would leave the stamp as it was: git's "racily clean"
+rule). Every other file a check uses is read at every check.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 Stat = Callable[[Any], os.stat_result]
 StampEntry = tuple[str, int, int, int, int, int]
 Stamp = tuple[StampEntry, ...]
 SETTLE_NS = 2_000_000_000  # a digest is kept only of a file unchanged this long before it was read
-Digest = tuple[str, str]  # (sha256, md5), hex
+T = TypeVar("T")
 
 
 def stamp(paths: Sequence[Path | str], stat: Stat = os.stat) -> Stamp | None:
@@ -43,16 +44,16 @@ class Digests:
 
     def __init__(self, stat: Stat = os.stat) -> None:
         self._stat = stat  # injected: a test stands in a file system whose timestamps do not move
-        self._table: dict[str, tuple[Stamp, Digest]] = {}
+        self._table: dict[str, tuple[Stamp, Any]] = {}
         self.computed = 0  # digests computed (files read), for a check's details and the tests
 
-    def digest(self, path: Path, compute: Callable[[Path], Digest]) -> Digest:
-        """``compute(path)``, or the digest it gave while ``path`` still shows the same stamp."""
+    def digest(self, path: Path, compute: Callable[[Path], T]) -> T:
+        """``compute(path)``, or what it gave while ``path`` still shows the same stamp."""
         key = str(path)
         before = stamp([key], self._stat)
         kept = self._table.get(key)
         if kept is not None and before is not None and kept[0] == before:
-            return kept[1]
+            return cast(T, kept[1])
         self._table.pop(key, None)
         value = compute(path)  # raises for a missing or unreadable file: never kept
         self.computed += 1

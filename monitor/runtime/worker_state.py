@@ -8,7 +8,8 @@ model again and again, ``onnxmon check``'s answers once. Between checks a worker
   session is a CUDA context, cuDNN/cuBLAS handles, algorithm searches and, with TensorRT, an engine
   build, so this is the one thing kept for speed;
 - the table of file digests by stat stamp (``files/stamped.py``: ``Digests``), so an unchanged
-  model file is not hashed again;
+  model file is not read and hashed again (its digests, with its header's facts: opset, producer,
+  external-data files);
 - the environment's process-constant parts (ONNX Runtime, Python, OS: ``envsnap.capture(constant=...)``).
 
 Everything else (the benchmark set's and the baseline's tensors and manifests, ``baseline.json``,
