@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import hashlib
 import json
 import os
@@ -146,9 +147,14 @@ class Baseline:
         found = check.get("mismatches", []) if isinstance(check, dict) else []
         return [str(m.get("description", ""))[:2000] for m in found if isinstance(m, dict)]
 
+    @functools.cached_property
+    def _resolved(self) -> Path:
+        """The directory with its links resolved, once per ``Baseline`` (one check's reading of it)."""
+        return self.directory.resolve()
+
     def _path(self, rel: str) -> Path:
-        path = (self.directory / rel).resolve()
-        if not path.is_relative_to(self.directory.resolve()):
+        path = (self._resolved / rel).resolve()
+        if not path.is_relative_to(self._resolved):
             raise BaselineError(f"baseline {self.id}: file {rel!r} escapes the baseline directory")
         return path
 
