@@ -1,4 +1,4 @@
-"""More models than warm workers, all checked every interval: what a check costs under each eviction rule.
+"""More models than kept workers, all checked every interval: what a check costs under each eviction rule.
 
 Run:  .venv/bin/python bench/bench_warm_pool.py [--models 48] [--workers 16] [--cycles 3]
 
@@ -9,7 +9,7 @@ job is trivial (``tests/isolate_targets.warm_answer``): what is timed is the wor
 - lru:  the old rule, ``evict_idle_s=0``: a full pool stops its least recently used worker and
         starts one for the model asking. On a cycle longer than the pool, every check does so.
 - idle: the rule now (``EVICT_IDLE_S``): only a worker idle that long makes room; otherwise the
-        check runs in a fresh child (``isolate.run``, as the daemon falls back).
+        check runs in a worker started and stopped for it (``warm.ask_once``, inside ``WarmPool.run``).
 
 Both in one run, interleaved per cycle after a first cycle that fills the pools; prints the median
 per-check time of each, the ratio, and how many workers each started. Absolute times are noisy here.
@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor.daemon import isolate, warm
+from monitor.daemon import warm
 from tests import isolate_targets as targets
 
 
@@ -41,8 +41,6 @@ def one_cycle(pool: warm.WarmPool, names: list[str]) -> tuple[float, int]:
     for name in names:
         plan = targets.Plan(name)
         outcome = pool.run(targets.warm_answer, plan, timeout_s=30, memory_limit_bytes=None)
-        if outcome is None:  # the daemon's fallback: a fresh child
-            outcome = isolate.run(targets.answer, 1, timeout_s=30)
         assert outcome.kind == "ok", outcome.detail
         started |= set(pool.pids().values()) - before
     return (time.perf_counter() - began) / len(names), len(started)

@@ -53,7 +53,7 @@ def echo(value: Any) -> dict[str, Any]:
     return {"value": value, "type": type(value).__qualname__}
 
 
-# --- warm workers: jobs are called as job(plan, models=...) ----------------------------------------
+# --- warm workers: jobs are called as job(plan, worker=...) ----------------------------------------
 
 
 @dataclass(frozen=True)
@@ -67,33 +67,33 @@ class Plan:
 _held: list[bytearray] = []
 
 
-def warm_answer(plan: Plan, models: Any = None) -> dict[str, Any]:
+def warm_answer(plan: Plan, worker: Any = None) -> dict[str, Any]:
     from monitor.daemon.warm_worker import memory
 
     return {"value": plan.argument, "pid": os.getpid(), "pgid": os.getpgid(0), **memory()}
 
 
-def warm_hang(plan: Plan, models: Any = None) -> dict[str, Any]:
+def warm_hang(plan: Plan, worker: Any = None) -> dict[str, Any]:
     return hang_with_a_grandchild(plan.argument)
 
 
-def warm_kill(plan: Plan, models: Any = None) -> dict[str, Any]:
+def warm_kill(plan: Plan, worker: Any = None) -> dict[str, Any]:
     return kill_myself()
 
 
-def warm_segfault(plan: Plan, models: Any = None) -> dict[str, Any]:
+def warm_segfault(plan: Plan, worker: Any = None) -> dict[str, Any]:
     return segfault()
 
 
-def warm_raise(plan: Plan, models: Any = None) -> dict[str, Any]:
+def warm_raise(plan: Plan, worker: Any = None) -> dict[str, Any]:
     return raise_error()
 
 
-def warm_allocate(plan: Plan, models: Any = None) -> dict[str, Any]:
+def warm_allocate(plan: Plan, worker: Any = None) -> dict[str, Any]:
     return allocate(plan.argument)
 
 
-def warm_hold(plan: Plan, models: Any = None) -> dict[str, Any]:
+def warm_hold(plan: Plan, worker: Any = None) -> dict[str, Any]:
     """Allocate as many MiB as the file ``plan.argument`` says and keep them: a leak that outlives the check."""
     _held.append(bytearray(int(Path(plan.argument).read_text()) * 1024 * 1024))
     return warm_answer(plan)

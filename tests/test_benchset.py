@@ -310,9 +310,12 @@ def test_yaml_alias_amplification_in_a_manifest_is_refused_fast(small_set: bench
     assert time.monotonic() - started < 5
 
 
-def test_yaml_nested_deeper_than_the_bound_is_refused(small_set: benchsets.Benchset) -> None:
-    path = _write_raw_manifest(small_set, "format: 1\nx: " + "[" * 5000 + "]" * 5000 + "\n")
-    with pytest.raises(BenchsetError, match=rf"^benchset manifest {path} cannot be read: .*nesting deeper than 64"):
+@pytest.mark.parametrize("levels", [100, 5000])
+def test_yaml_nested_deeper_than_the_bound_is_refused(small_set: benchsets.Benchset, levels: int) -> None:
+    path = _write_raw_manifest(small_set, "format: 1\nx: " + "[" * levels + "]" * levels + "\n")
+    # libyaml stops at its own bound (1000) while scanning ahead; below it, onnxmon's (64) refuses
+    refused = "nesting deeper than 64" if levels < 1000 else "(nesting deeper than 64|exceeded maximum nesting depth)"
+    with pytest.raises(BenchsetError, match=rf"^benchset manifest {path} cannot be read: .*{refused}"):
         open_benchset(small_set.directory.parent.parent, "gen")
 
 

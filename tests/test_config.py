@@ -251,3 +251,10 @@ def test_check_and_capture_refuse_a_tolerance_for_an_output_the_model_lacks(
     err = capsys.readouterr().err
     assert "models[0].tolerance.outputs.logitz: 'logitz' is not an output of clf.onnx" in err, err
     assert "Traceback" not in err and not (tmp_path / "baselines" / "clf").exists()
+
+
+def test_a_config_setting_the_removed_rehash_every_fails_naming_it_and_what_to_do(tmp_path: Path) -> None:
+    said = problems(tmp_path, {**MINIMAL, "daemon": {"rehash_every": 100}})
+    assert "daemon" in said and "rehash_every was removed" in said and "delete it" in said, said
+    loaded = settings.load(write(tmp_path, {**MINIMAL, "daemon": {"warm_workers": 4}}), environ={})
+    assert loaded.daemon.warm_workers == 4

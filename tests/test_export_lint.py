@@ -616,3 +616,27 @@ def test_a_real_fp16_conversion_leaves_subnormal_weights_lint_finds(tmp_path: Pa
     hazards = run_lint(path)[1]["hazards"]
     assert [(h["code"], h["node"]) for h in hazards] == [("fp16_subnormal", "proj")]
     assert "holds 2 of 4 subnormal" in hazards[0]["detail"]
+
+
+def test_a_lint_cache_file_answering_another_question_is_linted_again(tmp_path: Path) -> None:
+    from monitor.exportcheck import lint_warnings
+    from monitor.files.tensors import sha256_file
+    from tests import modelzoo
+
+    model = tmp_path / "clf.onnx"
+    modelzoo.save(modelzoo.classifier(), model)
+    digest, cache = sha256_file(model), tmp_path / "lint"
+
+    def lint() -> bool:
+        report, cached = lint_warnings.cached_lint(
+            model, digest, support=None, varied=dict, inputs_key="k", directory=cache
+        )
+        assert report is not None
+        return cached
+
+    assert [lint(), lint(), lint()] == [False, True, True]
+    (entry,) = cache.glob("*.json")
+    data = json.loads(entry.read_text())
+    data["key"]["inputs"] = "another"  # now the file answers another question: lint again
+    entry.write_text(json.dumps(data))
+    assert lint() is False

@@ -1,11 +1,11 @@
-"""The real-model corpus through a warm worker's kept session: the numbers of a fresh check, swaps seen.
+"""The real-model corpus through a kept check worker's state: the numbers of a new worker, swaps seen.
 
-A warm worker (``daemon.worker: warm``) runs ``run_check`` with ``runtime.kept.KeptModels``: the
-same session for every check of the model while its file stays the same. Over every corpus model
-this checks that the kept session measures exactly what a fresh check measures (verdict, reasons,
-every metric of every output, as onnxmon's JSON so a NaN equals itself), that it is reused, and that
-a model file swapped mid-life is ``model_changed`` at the very next check, then passes again once
-the pristine file is back.
+A check worker runs ``run_check`` with its ``runtime.worker_state.WorkerState``: the same session
+for every check of the model while its file stays the same. Over every corpus model this checks that
+a worker's first, second and 20th checks measure exactly what a new worker's first check measures
+(verdict, reasons, every ``OutputStats`` of every output, as onnxmon's JSON so a NaN equals itself),
+that the session is built once, and that a model file swapped mid-life is ``model_changed`` at the
+very next check (its session built again), then passes again once the pristine file is back.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from monitor import jsonsafe
 from monitor.check import run_check
 from monitor.results import CheckResult, Verdict
-from monitor.runtime.kept import KeptModels
+from monitor.runtime.worker_state import WorkerState
 from tests.realmodels import CORPUS, MODELS, Prepared, explain, prepare
 
 pytestmark = pytest.mark.realmodels
@@ -29,31 +29,32 @@ def prepared() -> Iterator[dict[str, Prepared]]:
 
 
 def numbers(result: CheckResult) -> str:
-    outputs = [(o.name, str(o.verdict), o.metrics.to_dict()) for o in result.outputs]
+    outputs = [o.to_dict() for o in result.outputs]
     return jsonsafe.dumps([str(result.verdict), sorted(r.code for r in result.reasons), outputs])
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_a_kept_session_measures_what_a_fresh_one_does_and_sees_a_swap(
+def test_a_kept_worker_measures_what_a_new_one_does_and_sees_a_swap(
     name: str, prepared: dict[str, Prepared], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     item = prepare(prepared, name, tmp_path_factory).captured()
     plan = item.plan()
-    kept = KeptModels()
-    first, second = run_check(plan, models=kept), run_check(plan, models=kept)
+    kept = WorkerState()
+    checks = [run_check(plan, worker=kept) for _ in range(20)]
+    first, second, last = checks[0], checks[1], checks[-1]
     fresh = run_check(plan)
     assert first.verdict is Verdict.PASS, explain(first)
-    assert second.details["warm"]["session_reused"] is True and second.timings["load_s"] == 0.0
-    assert numbers(first) == numbers(second) == numbers(fresh)
+    assert kept.session_builds == 1 and second.timings["load_s"] == 0.0
+    assert numbers(first) == numbers(second) == numbers(last) == numbers(fresh)
     other = "sk-forest-regressor" if name != "sk-forest-regressor" else "sk-logreg-nozipmap"
     try:
         item.path.write_bytes((CORPUS / MODELS[other].relative).read_bytes())
-        swapped = run_check(plan, models=kept)
+        swapped = run_check(plan, worker=kept)
         swapped_fresh = run_check(plan)
     finally:
         item.restore()
     assert any(r.code == "model_changed" for r in swapped.reasons), explain(swapped)
-    assert (kept.note() or {})["model_hashed"] is True, "the swapped file was hashed again"
+    assert kept.session_builds == 2, "the swapped file's session was built"
     assert numbers(swapped) == numbers(swapped_fresh)
-    back = run_check(plan, models=kept)
+    back = run_check(plan, worker=kept)
     assert back.verdict is Verdict.PASS and numbers(back) == numbers(fresh), explain(back)

@@ -1,4 +1,4 @@
-"""A warm worker is as isolated as a fresh child: timeouts, crashes, leaks and changes start a new one.
+"""A check worker is as isolated as a child: timeouts, crashes, leaks and changes start a new one.
 
 These drive ``monitor.daemon.warm.WarmPool`` with the functions of ``tests/isolate_targets.py`` (the
 same hangs, signals and allocations ``test_isolate.py`` gives a fresh child); ``test_warm_daemon.py``
@@ -30,9 +30,7 @@ def pool() -> Iterator[warm.WarmPool]:
 
 
 def run(pool: warm.WarmPool, job: warm.Job, plan: targets.Plan, *, timeout_s: float = 30, cap: int | None = None):  # type: ignore[no-untyped-def]
-    outcome = pool.run(job, plan, timeout_s=timeout_s, memory_limit_bytes=cap)
-    assert outcome is not None, "an idle pool takes the check"
-    return outcome
+    return pool.run(job, plan, timeout_s=timeout_s, memory_limit_bytes=cap)
 
 
 def gone(pid: int, within_s: float = 5) -> bool:
@@ -134,7 +132,7 @@ def test_a_changed_plan_or_cap_starts_a_new_worker(pool: warm.WarmPool) -> None:
 
 
 @pytest.mark.process
-def test_a_second_check_of_a_busy_model_is_left_to_a_fresh_child(pool: warm.WarmPool, tmp_path: Path) -> None:
+def test_a_second_check_of_a_busy_model_runs_in_a_worker_of_its_own(pool: warm.WarmPool, tmp_path: Path) -> None:
     pid_file = tmp_path / "grandchild.pid"
     hung = threading.Thread(
         target=lambda: pool.run(
@@ -145,7 +143,10 @@ def test_a_second_check_of_a_busy_model_is_left_to_a_fresh_child(pool: warm.Warm
     deadline = time.monotonic() + 20
     while not pid_file.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert pool.run(targets.warm_answer, targets.Plan("m", str(pid_file)), timeout_s=5, memory_limit_bytes=None) is None
+    busy = pool.pids()["m"]
+    other = run(pool, targets.warm_answer, targets.Plan("m", str(pid_file)), timeout_s=5)
+    assert other.kind == "ok" and other.value is not None and other.value["pid"] != busy
+    assert gone(other.value["pid"]) and pool.pids()["m"] == busy, "the one-check worker stopped, the kept one stays"
     hung.join(30)
 
 
@@ -161,13 +162,14 @@ def test_the_least_recently_used_worker_makes_room_beyond_the_limit() -> None:
 
 
 @pytest.mark.process
-def test_a_full_pool_of_recently_used_workers_sends_the_next_model_fresh_instead_of_thrashing() -> None:
+def test_a_full_pool_of_recently_used_workers_checks_the_next_model_in_a_worker_of_its_own() -> None:
     now = [1000.0]
     pool = warm.WarmPool(limit=2, evict_idle_s=60, clock=lambda: now[0])
     try:
         kept = {name: run(pool, targets.warm_answer, targets.Plan(name)).value["pid"] for name in "ab"}  # type: ignore[index]
         for _ in range(3):  # a cycle over three models, two workers: no start, no kill
-            assert pool.run(targets.warm_answer, targets.Plan("c"), timeout_s=30, memory_limit_bytes=None) is None
+            once = run(pool, targets.warm_answer, targets.Plan("c")).value
+            assert once is not None and "c" not in pool.pids() and gone(once["pid"])
             assert {n: run(pool, targets.warm_answer, targets.Plan(n)).value["pid"] for n in "ab"} == kept  # type: ignore[index]
         now[0] += 61  # "a" and "b" idle past evict_idle_s: the least recently used makes room
         taken = run(pool, targets.warm_answer, targets.Plan("c")).value
@@ -184,4 +186,19 @@ def test_retain_and_close_leave_no_worker_behind() -> None:
     assert set(pool.pids()) == {"a"} and gone(pids["b"], within_s=0.5)
     pool.close()
     assert all(not pid_alive(pid) for pid in pids.values()), "close() returns after every worker is gone"
-    assert pool.run(targets.warm_answer, targets.Plan("a"), timeout_s=5, memory_limit_bytes=None) is None
+    after = run(pool, targets.warm_answer, targets.Plan("a"), timeout_s=5).value
+    assert after is not None and not pool.pids() and gone(after["pid"]), "a closed pool keeps no worker"
+
+
+def test_ask_once_and_a_pool_of_none_check_in_a_worker_stopped_after_the_check() -> None:
+    once = warm.ask_once(targets.warm_answer, targets.Plan("m", 7), timeout_s=30, memory_limit_bytes=None)
+    assert once.kind == "ok" and once.value is not None and once.value["value"] == 7
+    assert once.value["pgid"] == once.value["pid"] != os.getpid() and gone(once.value["pid"])
+    hung = warm.ask_once(targets.warm_raise, targets.Plan("m"), timeout_s=30, memory_limit_bytes=None)
+    assert hung.kind == "crash" and "child raised" in hung.detail
+    pool = warm.WarmPool(limit=0)  # daemon.worker: fresh
+    try:
+        pids = [run(pool, targets.warm_answer, targets.Plan("m")).value["pid"] for _ in range(2)]  # type: ignore[index]
+        assert pids[0] != pids[1] and not pool.pids() and all(gone(pid) for pid in pids)
+    finally:
+        pool.close(wait_s=1)

@@ -1,8 +1,9 @@
-"""Real checks through warm workers: the same verdicts and numbers as fresh ones, every change still seen.
+"""Real checks through kept check workers: the same verdicts and numbers as new ones, every change still seen.
 
-A warm worker keeps only the session: a swapped model file, a tampered benchmark set, a reload that
-changes a model's plan and a shutdown must each be seen, or stop the workers, exactly when a fresh
-check would.
+A kept worker keeps its session, the model file's digests and the environment's constant parts: a
+swapped model file, a tampered benchmark set, a reload that changes a model's plan and a shutdown
+must each be seen, or stop the workers, exactly when a new worker would; its session is built once
+while the model file is unchanged (``onnxmon_worker_session_builds_total``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import pytest
 
 from monitor.daemon.root import Daemon
 from monitor.results import CheckResult, Verdict
-from monitor.runtime.kept import KeptModels
 from monitor.store import Store
 from tests import modelzoo
 from tests.serving import Served, check_children, free_port, two_models
@@ -48,30 +48,49 @@ def running(ws: Workspace, worker: str = "warm", **daemon: Any) -> Iterator[Daem
 
 
 def warm(result: CheckResult) -> dict[str, Any]:
-    note = result.details.get("warm")
-    assert isinstance(note, dict), f"not a warm check: {result.details.keys()}"
+    note = result.details.get("worker")
+    assert isinstance(note, dict), f"not checked by a worker: {result.details.keys()}"
     return note
 
 
 def numbers(result: CheckResult) -> list[dict[str, Any]]:
-    return [{"name": o.name, "verdict": str(o.verdict), **o.metrics.to_dict()} for o in result.outputs]
+    return [o.to_dict() for o in result.outputs]
+
+
+def session_builds(daemon: Daemon, model: str) -> float | None:
+    return daemon.metrics.registry.get_sample_value("onnxmon_worker_session_builds_total", {"model": model})
 
 
 @pytest.mark.database
 @pytest.mark.process
 def test_a_warm_worker_reuses_its_session_and_measures_what_a_fresh_check_measures(ws: Workspace) -> None:
     with running(ws, "fresh") as daemon:
-        fresh = daemon.run_now("clf")
-        assert "warm" not in fresh.details
+        fresh, again = daemon.run_now("clf"), daemon.run_now("clf")
+        assert warm(fresh)["session_built"] is True and warm(again)["session_built"] is True
+        assert warm(fresh)["pid"] != warm(again)["pid"] and not daemon.pool.pids(), "fresh: a worker per check"
     with running(ws) as daemon:
         first, second, third = (daemon.run_now("clf") for _ in range(3))
     assert fresh.verdict is first.verdict is second.verdict is third.verdict is Verdict.PASS
-    assert warm(first)["session_reused"] is False and first.timings["load_s"] > 0
-    assert warm(second)["session_reused"] is True and second.timings["load_s"] == 0.0
-    assert warm(second)["model_hashed"] is False, "an unchanged file is not hashed again"
-    assert warm(first)["worker_pid"] == warm(third)["worker_pid"] and warm(third)["worker_checks"] == 3
+    assert warm(first)["session_built"] is True and first.timings["load_s"] > 0
+    assert warm(second)["session_built"] is False and second.timings["load_s"] == 0.0
+    assert warm(first)["pid"] == warm(third)["pid"] and warm(third)["checks"] == 3
     assert numbers(fresh) == numbers(first) == numbers(third)
     assert fresh.model_sha256 == third.model_sha256 and fresh.details["model"] == third.details["model"]
+
+
+@pytest.mark.process
+def test_the_session_builds_counter_is_1_after_20_checks_of_an_unchanged_model_and_2_after_it_changes(
+    ws: Workspace,
+) -> None:
+    with running(ws) as daemon:
+        assert session_builds(daemon, "clf") == 0.0
+        results = [daemon.run_now("clf") for _ in range(20)]
+        assert all(r.verdict is Verdict.PASS for r in results) and len({warm(r)["pid"] for r in results}) == 1
+        assert session_builds(daemon, "clf") == 1.0
+        ws.replace_model("clf", modelzoo.classifier(seed=1))
+        assert daemon.run_now("clf").attribution == "model_changed"
+        assert session_builds(daemon, "clf") == 2.0
+        assert daemon.run_now("clf").verdict is Verdict.FAIL and session_builds(daemon, "clf") == 2.0
 
 
 @pytest.mark.process
@@ -81,7 +100,7 @@ def test_a_model_swapped_under_a_warm_worker_is_model_changed_at_its_next_check(
         ws.replace_model("clf", modelzoo.classifier(seed=1))
         swapped = daemon.run_now("clf")
         assert swapped.verdict is Verdict.FAIL and swapped.attribution == "model_changed"
-        assert warm(swapped)["model_hashed"] is True and warm(swapped)["session_reused"] is False
+        assert warm(swapped)["model_hashed"] is True and warm(swapped)["session_built"] is True
         ws.replace_model("clf", modelzoo.classifier(seed=0))
         assert daemon.run_now("clf").verdict is Verdict.PASS, "the original file back: the baseline's numbers"
 
@@ -100,16 +119,6 @@ def test_a_swap_that_keeps_the_size_and_the_mtime_is_still_seen(ws: Workspace) -
     assert swapped.attribution == "model_changed", "the ctime moved: the file was hashed again"
 
 
-def test_a_kept_model_is_hashed_every_n_checks_even_when_nothing_moved(ws: Workspace) -> None:
-    kept = KeptModels(rehash_every=3)
-    path = ws.root / "models" / "clf.onnx"
-    hashed = []
-    for _ in range(7):
-        kept.identify(path)
-        hashed.append((kept.note() or {})["model_hashed"])
-    assert hashed == [True, False, False, True, False, False, True]
-
-
 @pytest.mark.process
 def test_a_benchset_tampered_between_warm_checks_is_a_benchset_error(ws: Workspace) -> None:
     with running(ws) as daemon:
@@ -125,31 +134,31 @@ def test_a_benchset_tampered_between_warm_checks_is_a_benchset_error(ws: Workspa
 def test_a_reload_stops_the_workers_of_changed_and_removed_models_and_keeps_the_others(ws: Workspace) -> None:
     with running(ws) as daemon:
         daemon.run_now("clf"), daemon.run_now("spin")
-        pids = daemon.pool.pids() if daemon.pool else {}
+        pids = daemon.pool.pids()
         assert set(pids) == {"clf", "spin"}
         ws.set("spin", timeout="4s")
         ws.write()
         assert daemon.reload()
-        assert daemon.pool is not None and daemon.pool.pids() == {"clf": pids["clf"]}
+        assert daemon.pool.pids() == {"clf": pids["clf"]}
         assert not pid_alive(pids["spin"]), "the changed model's worker was stopped"
         respawned = daemon.run_now("spin")
-        assert respawned.verdict is Verdict.PASS and warm(respawned)["worker_pid"] != pids["spin"]
+        assert respawned.verdict is Verdict.PASS and warm(respawned)["pid"] != pids["spin"]
         del ws.models["spin"], ws.benchsets["spin"]
         ws.write()
         assert daemon.reload()
-        assert set(daemon.pool.pids()) == {"clf"} and not pid_alive(warm(respawned)["worker_pid"])
+        assert set(daemon.pool.pids()) == {"clf"} and not pid_alive(warm(respawned)["pid"])
         ws.extra["daemon"]["worker"] = "fresh"
         ws.write()
-        assert daemon.reload() and daemon.pool is None
-        assert not pid_alive(pids["clf"]), "switching to fresh checks stops every warm worker"
-        assert "warm" not in daemon.run_now("clf").details
+        assert daemon.reload() and daemon.pool.limit == 0
+        assert not pid_alive(pids["clf"]), "switching to fresh checks stops every kept worker"
+        assert warm(daemon.run_now("clf"))["session_built"] is True and not daemon.pool.pids()
 
 
 @pytest.mark.process
 def test_stop_returns_with_no_warm_worker_left(ws: Workspace) -> None:
     with running(ws) as daemon:
         daemon.run_now("clf"), daemon.run_now("spin")
-        pids = list(daemon.pool.pids().values()) if daemon.pool else []
+        pids = list(daemon.pool.pids().values())
         assert len(pids) == 2
         daemon.stop()
         assert [pid for pid in pids if pid_alive(pid)] == []
@@ -178,7 +187,6 @@ def test_sigterm_stops_a_warm_daemon_and_leaves_no_child_behind(ws: Workspace) -
 @pytest.mark.database
 @pytest.mark.process
 def test_a_benchset_manifest_edited_between_warm_checks_is_read_again(ws: Workspace) -> None:
-    """The manifest's parse is memoized by its full text: one changed byte and it is parsed (and judged) anew."""
     with running(ws) as daemon:
         assert daemon.run_now("clf").verdict is Verdict.PASS
         (manifest,) = (ws.root / "benchsets" / "clf-bench").rglob("manifest.yaml")
@@ -191,9 +199,7 @@ def test_a_benchset_manifest_edited_between_warm_checks_is_read_again(ws: Worksp
         assert daemon.run_now("clf").verdict is Verdict.PASS
 
 
-@pytest.mark.database
-@pytest.mark.process
-@pytest.mark.parametrize("change", [{"warm_workers": 1}, {"rehash_every": 7}, {"worker": "fresh"}])
+@pytest.mark.parametrize("change", [{"warm_workers": 1}, {"worker": "fresh"}])
 def test_a_reload_that_resizes_the_pool_never_kills_a_warm_check_in_flight(
     ws: Workspace, change: dict[str, Any]
 ) -> None:
@@ -209,9 +215,8 @@ def test_a_reload_that_resizes_the_pool_never_kills_a_warm_check_in_flight(
         thread = threading.Thread(target=lambda: results.append(daemon.run_now("spin")))
         thread.start()
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and "spin" not in (daemon.pool.pids() if daemon.pool else {}):
+        while time.monotonic() < deadline and "spin" not in daemon.pool.pids():
             time.sleep(0.05)
-        assert daemon.pool is not None
         pids = daemon.pool.pids()
         ws.extra["daemon"].update(change)
         ws.write()
@@ -225,9 +230,8 @@ def test_a_reload_that_resizes_the_pool_never_kills_a_warm_check_in_flight(
         assert checked.verdict is not Verdict.ERROR, (checked.reasons, f"{took:.1f} s after the reload")
         assert took > 10, f"the check ended {took:.1f} s after the reload: too quick to show the old 10 s kill"
         if "warm_workers" in change:  # the size is 1 now: the busy worker is the one kept
-            assert daemon.pool is not None and daemon.pool.pids() == {"spin": pids["spin"]}
+            assert daemon.pool.pids() == {"spin": pids["spin"]}
         else:
             assert not pid_alive(pids["spin"]), "a retired worker stops once its check is done"
-        if daemon.pool is not None:
-            assert daemon.pool.limit == (1 if "warm_workers" in change else 2)
-            assert daemon.run_now("clf").verdict is Verdict.PASS
+        assert daemon.pool.limit == (1 if "warm_workers" in change else 0)
+        assert daemon.run_now("clf").verdict is Verdict.PASS

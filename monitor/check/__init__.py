@@ -32,8 +32,8 @@ from monitor.config.plan import CheckPlan
 from monitor.errors import BaselineError, BenchsetError, ConfigError, ModelError, MonitorError
 from monitor.results import CheckResult, Verdict, error_result
 from monitor.runtime import footprint
-from monitor.runtime.kept import FreshModels, ModelSource
 from monitor.runtime.session import RunTimeout
+from monitor.runtime.worker_state import WorkerState
 
 __all__ = [
     "Clock",
@@ -63,26 +63,26 @@ def run_check(
     *,
     clock: Clock = time.time,
     capture_env: EnvCapture | None = None,
-    models: ModelSource | None = None,
+    worker: WorkerState | None = None,
 ) -> CheckResult:
     """Check ``plan``'s model against its active baseline. Failures become an ``error`` result.
 
     The plan (``monitor.config.plan.plan_for``) is resolved by the caller, so an unknown model
     name is the caller's usage error, not a check result. A check that could not measure still
-    says when the model file is not the baseline's (``with_model_change``). ``models`` gives the
-    model's identity and session: fresh by default, kept between checks by a warm worker
-    (``runtime.kept.KeptModels``); the benchmark set and the baseline are verified either way.
+    says when the model file is not the baseline's (``with_model_change``). ``worker`` is what the
+    check worker keeps between its checks (``runtime/worker_state.py``: the session, the model
+    file's digests, the environment's constant parts); a new one by default.
     """
-    result = _run_check(plan, clock=clock, capture_env=capture_env, models=models or FreshModels())
+    result = _run_check(plan, clock=clock, capture_env=capture_env, worker=worker or WorkerState())
     result = with_model_change(plan, result) if result.verdict is Verdict.ERROR else result
     return exportcheck.with_export_checks(plan, result, clock=clock)  # lint warnings, batch invariance
 
 
-def _run_check(plan: CheckPlan, *, clock: Clock, capture_env: EnvCapture | None, models: ModelSource) -> CheckResult:
+def _run_check(plan: CheckPlan, *, clock: Clock, capture_env: EnvCapture | None, worker: WorkerState) -> CheckResult:
     started = clock()
     model_name = plan.name
     try:
-        return measure.check(plan, started, clock, capture_env or models.capture_env, models)
+        return measure.check(plan, started, clock, capture_env or worker.capture_env, worker)
     except RunTimeout as exc:
         return error_result(model_name, "timeout", str(exc), started, clock())
     except MonitorError as exc:

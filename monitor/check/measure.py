@@ -1,7 +1,8 @@
 """One check's steps, in order: open what it compares, replay and compare, say why, assemble the result.
 
 - ``open_inputs``: the model's identity, the active baseline, its benchmark set and the session
-  (each read afresh or kept by a warm worker: ``runtime/kept.py``); no baseline is a result;
+  (the session and the model file's digests as the check worker keeps them:
+  ``runtime/worker_state.py``; everything else read afresh); no baseline is a result;
 - ``measure``: the replay through the session, each sample's outputs compared with the
   baseline's as soon as they exist (``Comparison``), the environment snapshot, the
   repeat spread; the timeout covers it all, comparison included: one deadline from the start;
@@ -22,14 +23,14 @@ import numpy as np
 from monitor.check.reasons import attribute, describe_model_change, external_data_changes
 from monitor.check.reasons import env_changes as environment_changes
 from monitor.check.replay import Clock, Replay, replay_benchset, with_repeat_spread
-from monitor.compare import memo
+from monitor.compare.accumulate import Comparison
 from monitor.config.plan import CheckPlan
 from monitor.errors import MonitorError
 from monitor.files import baselines, benchsets, modelfile
 from monitor.results import CheckResult, OutputStats, Reason, Verdict, error_result
 from monitor.runtime import envsnap
-from monitor.runtime.kept import ModelSource
 from monitor.runtime.session import Session
+from monitor.runtime.worker_state import WorkerState
 
 EnvCapture = Callable[[], "envsnap.EnvSnapshot"]
 
@@ -42,8 +43,7 @@ class Opened:
     baseline: baselines.Baseline
     bench: benchsets.Benchset
     session: Session
-    reused: bool  # the session was kept from an earlier check (a warm worker's)
-    files: benchsets.TensorFiles
+    built: bool  # the session was built for this check (not kept by the worker from an earlier one)
 
 
 @dataclass(frozen=True)
@@ -55,35 +55,30 @@ class Measured:
     snapshot: envsnap.EnvSnapshot
 
 
-def check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCapture, models: ModelSource) -> CheckResult:
+def check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCapture, worker: WorkerState) -> CheckResult:
     """The check's steps; raises what ``check._run_check`` turns into an ``error`` result."""
-    opened = open_inputs(plan, models)
+    opened = open_inputs(plan, worker)
     if opened is None:
         name = plan.model.name
         detail = f"no active baseline for {name!r}: run `onnxmon baseline capture {name}`"
         return error_result(name, "no_baseline", detail, started, clock())
-    last = _memo_of(models)
-    measured = measure(plan, opened, deadline=started + plan.timeout_s, clock=clock, capture_env=capture_env, last=last)
+    measured = measure(plan, opened, deadline=started + plan.timeout_s, clock=clock, capture_env=capture_env)
     reasons = reasons_of(plan, opened)
     env_changes = environment_changes(opened.baseline.meta.environment, measured.snapshot)
     verdict = Verdict.worst([o.verdict for o in measured.outputs] + ([Verdict.FAIL] if reasons else []))
-    kept = models.note()
-    kept = {**kept, "comparison_reused": last.reused} if kept is not None else None
-    reasons, details = details_of(plan, opened, reasons, env_changes, kept)
+    reasons, details = details_of(plan, opened, reasons, env_changes)
     return assemble(plan, opened, measured, verdict, reasons, env_changes, details, started, clock())
 
 
-def open_inputs(plan: CheckPlan, models: ModelSource) -> Opened | None:
+def open_inputs(plan: CheckPlan, worker: WorkerState) -> Opened | None:
     """The identity, baseline, set and session of ``plan``'s model; None when it has no active baseline."""
-    (files := models.files).begin_check()  # the set's and baseline's files: read afresh or kept while unchanged
-    identity = models.identify(plan.model.path)
-    baseline = baselines.active(plan.baselines_dir, plan.model.name, files=files)
+    identity = worker.identify(plan.model.path)
+    baseline = baselines.active(plan.baselines_dir, plan.model.name)
     if baseline is None:
         return None
-    named = (baseline.meta.benchset, baseline.meta.benchset_version)
-    bench = benchsets.open_benchset(plan.benchsets_dir, *named, files=files)
-    session, reused = models.session(plan.model, identity)
-    return Opened(identity, baseline, bench, session, reused, files)
+    bench = benchsets.open_benchset(plan.benchsets_dir, baseline.meta.benchset, baseline.meta.benchset_version)
+    session, built = worker.session(plan.model, identity)
+    return Opened(identity, baseline, bench, session, built)
 
 
 def measure(
@@ -93,31 +88,23 @@ def measure(
     deadline: float,
     clock: Clock,
     capture_env: EnvCapture,
-    last: memo.Memo | None = None,
 ) -> Measured:
-    """Replay the set, comparing each sample's outputs with the baseline's as they come; then the snapshot.
-
-    With ``last`` (a warm worker's memo), a check whose every output is bitwise the last one's, against the
-    same kept baseline arrays, is answered with the last comparison's stats (``compare/memo.py``).
-    """
-    baseline, session, files = opened.baseline, opened.session, opened.files
-    comparison = memo.remembered(
+    """Replay the set, comparing each sample's outputs with the baseline's as they come; then the snapshot."""
+    baseline, session = opened.baseline, opened.session
+    comparison = Comparison(
         list(baseline.meta.outputs),
         session.output_names,
         plan.tolerances(session.output_names),
         samples=baseline.meta.sample_count,
-        elements=baseline.element_counts(files=files),
+        elements=baseline.element_counts(),
         decisions=plan.model.decisions,  # counted per sample beside the metrics (compare/decisions.py)
-        memo=last or memo.Memo(),
     )
 
     def feed(index: int, produced: Mapping[str, np.ndarray]) -> None:
         if index < baseline.meta.sample_count:  # a count mismatch is judged by finish()
-            comparison.feed(produced, baseline.sample_outputs(index, files=files))
+            comparison.feed(produced, baseline.sample_outputs(index))
 
-    replay = replay_benchset(
-        session, opened.bench, plan.repeats, deadline=deadline, clock=clock, each=feed, files=files
-    )
+    replay = replay_benchset(session, opened.bench, plan.repeats, deadline=deadline, clock=clock, each=feed)
     snapshot = capture_env()
     outputs = comparison.finish(len(opened.bench))
     return Measured(tuple(with_repeat_spread(o, replay.spread.get(o.name)) for o in outputs), replay, snapshot)
@@ -150,9 +137,8 @@ def details_of(
     opened: Opened,
     reasons: list[Reason],
     env_changes: list[dict[str, Any]],
-    kept: dict[str, Any] | None,
 ) -> tuple[list[Reason], dict[str, Any]]:
-    """The check's details (session, model identity, set version, environment diff, casts, warm note,
+    """The check's details (session, model identity, set version, environment diff, casts,
     the model diff when the file changed) and ``reasons`` with the diff's summary in ``model_changed``."""
     session, bench = opened.session, opened.bench
     details: dict[str, Any] = {
@@ -163,10 +149,9 @@ def details_of(
         "baseline_source": opened.baseline.meta.source,  # a reference is the framework's numbers, not ORT's
     }
     details.update({"input_casts": dict(session.input_casts)} if session.input_casts else {})
-    details.update({"warm": kept} if kept is not None else {})
     if any(r.code == "model_changed" for r in reasons):
         reasons, details["model_diff"] = describe_model_change(reasons, opened.baseline, plan.model.path)
-    current = _current_benchset_version(plan, opened.files)
+    current = _current_benchset_version(plan)
     if current is not None and current != bench.version:
         details["benchset_note"] = (
             f"benchset {bench.name} has a newer version v{current}; the baseline uses v{bench.version}."
@@ -202,24 +187,16 @@ def assemble(
         providers_requested=session.info.requested,
         providers_effective=session.info.effective,
         sample_count=len(bench),
-        # load_s is this check's own session build: 0 when a warm worker reused its session
-        timings={"load_s": 0.0 if opened.reused else session.info.load_seconds, "replay_s": measured.replay.seconds},
+        # load_s is this check's own session build: 0 when the worker kept its session from an earlier check
+        timings={"load_s": session.info.load_seconds if opened.built else 0.0, "replay_s": measured.replay.seconds},
         environment=measured.snapshot.to_dict(),
         attribution=attribute(verdict, reasons, env_changes),
         details=details,
     )
 
 
-def _memo_of(models: ModelSource) -> memo.Memo:
-    """The comparison memo ``models`` keeps between its checks (a fresh source's dies with it)."""
-    kept = models.kept.get("comparison")
-    if not isinstance(kept, memo.Memo):
-        kept = models.kept["comparison"] = memo.Memo()
-    return kept
-
-
-def _current_benchset_version(plan: CheckPlan, files: benchsets.TensorFiles) -> int | None:
+def _current_benchset_version(plan: CheckPlan) -> int | None:
     try:
-        return benchsets.open_benchset(plan.benchsets_dir, plan.model.benchset, files=files).version
+        return benchsets.newest_version(plan.benchsets_dir, plan.model.benchset)
     except MonitorError:
         return None

@@ -41,9 +41,8 @@ def replay_benchset(
     deadline: float | None = None,
     clock: Clock = time.time,
     each: SampleSink | None = None,
-    files: benchsets.TensorFiles = benchsets.FRESH,
 ) -> Replay:
-    """Run every sample ``repeats`` times (inputs read through ``files``); keep the first run and the spread.
+    """Run every sample ``repeats`` times; keep the first run and the spread.
 
     With ``each``, a sample's first-run outputs go to ``each(index, outputs)`` as soon as it has
     run and are not kept (``Replay.outputs`` stays empty): memory holds one sample, not the set.
@@ -55,7 +54,7 @@ def replay_benchset(
     elsewhere = 0.0
     with Deadline(_remaining(deadline, clock)) as guard:
         for index in range(len(bench)):
-            feeds = bench.load_sample(index, files=files)
+            feeds = bench.load_sample(index)
             where = f"benchset {bench.name!r} sample {index}"
             runs = session.run_repeats(feeds, repeats, guard=guard, where=where)
             for name in session.output_names:

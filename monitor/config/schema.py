@@ -352,18 +352,16 @@ class DaemonConfig(StrictModel):
     )
     worker: Literal["fresh", "warm"] = Field(
         default="warm",
-        description="warm: one child per model keeps its ONNX Runtime session between checks (killed and"
-        " started again after a timeout, a crash, 3/4 of memory_limit_mb or a config change); fresh: a new"
-        " child and session per check.",
+        description="Every check runs in an isolated check worker. warm: one per model is kept between checks with"
+        " its ONNX Runtime session (stopped after a timeout, a crash, 3/4 of memory_limit_mb or a config change);"
+        " fresh: a new worker, and session, per check.",
     )
     warm_workers: int = Field(
-        default=16,
+        default=32,
         ge=1,
         le=1024,
-        description="Most warm workers kept at once. A full pool makes room only by stopping a worker idle for 10"
-        " minutes; otherwise the model's check runs in a fresh child (no start and kill per check when more"
-        " models than workers are checked every interval). Each worker holds a session, up to 256 MiB of the"
-        " benchmark set and baseline, and up to 32 MiB of its last check's outputs, in memory.",
+        description="Most check workers kept at once, each holding one model's session. A full pool makes room"
+        " only by stopping a worker idle for 10 minutes; otherwise the check runs in a worker of its own.",
     )
     provider_cache_dir: Path | None = Field(
         default=None,
@@ -390,11 +388,10 @@ class DaemonConfig(StrictModel):
         " memory.enable_memory_arena_shrinkage for each CUDA device in use): between checks a warm worker"
         " then keeps its session and weights but not its activations, at the cost of allocating them again.",
     )
-    rehash_every: int = Field(
-        default=100,
-        ge=1,
-        le=1_000_000,
-        description="A warm worker hashes the model file, and re-reads and re-hashes the benchmark set and"
-        " baseline tensors it keeps in memory, every this many checks, and a file at once whenever its size,"
-        " mtime, ctime or inode change (a 60 MB model costs ~0.4 s to hash: 4 ms a check at 100).",
-    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "rehash_every" in data:
+            raise ValueError("rehash_every was removed (a model file is hashed again when its stat moves): delete it")
+        return data

@@ -2,9 +2,10 @@
 
 The daemon hands the child the model's resolved ``CheckPlan`` (frozen, picklable: it
 crosses the process boundary as is, so the child never re-reads or re-validates the
-config) and gets the ``CheckResult`` back as it is (a frozen value, pickled once across the
-pipe: no ``to_dict`` in the child and ``from_dict`` in the parent, ~0.2 ms of a warm check
-after an idle gap) plus, when a baseline was auto-captured, its metadata.
+config) and gets the ``CheckResult`` back as it is (a frozen value, pickled across the
+pipe) plus, when a baseline was auto-captured, its metadata. A check always runs in a check
+worker (``daemon/warm.py``); capture, the environment snapshot and the other jobs here in a
+plain isolated child (``daemon/isolate.py``).
 """
 
 from __future__ import annotations
@@ -22,17 +23,17 @@ from monitor.errors import MonitorError
 from monitor.files import baselines
 from monitor.results import CheckResult, Verdict, error_result
 from monitor.runtime import envsnap
-from monitor.runtime.kept import ModelSource
+from monitor.runtime.worker_state import WorkerState
 
 GRACE_S = 10.0  # the child's own deadline fires first; the hard kill comes this much later
 
 
-def check_job(plan: CheckPlan, models: ModelSource | None = None) -> dict[str, Any]:
+def check_job(plan: CheckPlan, worker: WorkerState | None = None) -> dict[str, Any]:
     """Run one check; auto-capture a first baseline or localize a failure when configured.
 
-    ``models`` is a warm worker's kept session (``daemon/warm.py``); a fresh child builds its own.
+    ``worker`` is what the check worker keeps between its checks (``runtime/worker_state.py``).
     """
-    result = run_check(plan, models=models)
+    result = run_check(plan, worker=worker)
     payload: dict[str, Any] = {}
     if _lacks_baseline(result) and plan.auto_capture_baseline:
         payload["captured_baseline"] = _auto_capture(plan)
@@ -41,9 +42,9 @@ def check_job(plan: CheckPlan, models: ModelSource | None = None) -> dict[str, A
     return {"result": result, **payload}
 
 
-def measure_only(plan: CheckPlan, models: ModelSource | None = None) -> dict[str, Any]:
+def measure_only(plan: CheckPlan, worker: WorkerState | None = None) -> dict[str, Any]:
     """The check alone (``onnxmon check``): no auto-capture, no localization."""
-    return {"result": run_check(plan, models=models)}
+    return {"result": run_check(plan, worker=worker)}
 
 
 def capture_job(plan: CheckPlan, options: dict[str, Any]) -> dict[str, Any]:
@@ -109,22 +110,22 @@ def run_isolated(
     clock: Callable[[], float] = time.time,
     pool: warm.WarmPool | None = None,
 ) -> tuple[CheckResult, dict[str, Any] | None]:
-    """Run ``job(plan)`` in an isolated child with the plan's hard timeout; the result and any captured baseline.
+    """Run ``job(plan)`` in a check worker with the plan's hard timeout; the result and any captured baseline.
 
     The daemon and the CLI both measure through here, so ``timeout: 5s`` means the same thing to
-    both: the child's own deadline fires first, and its process group is killed ``GRACE_S`` later.
-    A timeout or a crash is an ``error`` result with reason ``timeout`` or ``crash`` (and
+    both: the check's own deadline fires first, and the worker's process group is killed ``GRACE_S``
+    later. A timeout or a crash is an ``error`` result with reason ``timeout`` or ``crash`` (and
     ``model_changed`` when the model file is not the baseline's: a new model that segfaults).
-    With ``pool`` (``daemon.worker: warm``) the check runs in the model's warm worker, under the same
-    timeout and cap; in a fresh child when that worker is busy.
+    With ``pool`` (the daemon's) the check runs in the model's kept worker when it can; without (the
+    CLI), in a worker started for this one check (``warm.ask_once``).
     """
     started = clock()
-    outcome = None
+    cap = memory_limit_mb * 1024 * 1024 if memory_limit_mb else None
+    timeout_s = plan.timeout_s + GRACE_S
     if pool is not None:
-        cap = memory_limit_mb * 1024 * 1024 if memory_limit_mb else None
-        outcome = pool.run(job, plan, timeout_s=plan.timeout_s + GRACE_S, memory_limit_bytes=cap)
-    if outcome is None:
-        outcome = _isolated(job, plan, timeout_s=plan.timeout_s, memory_limit_mb=memory_limit_mb)
+        outcome = pool.run(job, plan, timeout_s=timeout_s, memory_limit_bytes=cap)
+    else:
+        outcome = warm.ask_once(job, plan, timeout_s=timeout_s, memory_limit_bytes=cap)
     if outcome.kind == "ok" and outcome.value is not None:
         return result_of(outcome.value), outcome.value.get("captured_baseline")
     code = "timeout" if outcome.kind == "timeout" else "crash"

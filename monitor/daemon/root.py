@@ -81,7 +81,7 @@ class Daemon:
         # API, so a burst of POST .../check can never fork more children than the config allows.
         self.workers = settings.daemon.workers
         self._slots = threading.BoundedSemaphore(self.workers)
-        self.pool = warm.configured(settings)  # daemon.worker: warm keeps a session per model between checks
+        self.pool = warm.configured(settings)  # the check workers: up to daemon.warm_workers kept, with their sessions
         self._backoff: dict[str, _Backoff] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -298,8 +298,7 @@ class Daemon:
         self._stopping.set()
         if self._scheduler.running:
             self._scheduler.shutdown(wait=True)
-        if self.pool is not None:
-            self.pool.close()  # no warm worker outlives the daemon's stop
+        self.pool.close()  # no check worker outlives the daemon's stop
         log.info("scheduler stopped; results flushed")
 
     def serve(self, *, install_signals: bool = True) -> int:

@@ -1,50 +1,45 @@
-"""Warm check workers: one persistent child per model that keeps its ONNX Runtime session between checks.
+"""Check workers: every check runs in one; a daemon keeps one per model, with its session, between checks.
 
-A fresh check (``isolate.run``) forks a child, builds a session, checks and exits: on a GPU that start
-is a CUDA context, cuDNN/cuBLAS handles, algorithm searches and, with TensorRT, an engine build, every
-interval. A warm worker is forked the same way (from the same forkserver) and isolated the same way:
-its own process group, death with the daemon that owns it, the ``daemon.memory_limit_mb`` cap as
-RLIMIT_AS, a hard timeout after which its whole group is SIGKILLed. It then stays, answering one
-check after another over a pipe; inside, ``runtime.kept.KeptModels`` keeps the session and
-re-verifies the model file cheaply (see there). What comes back is the check's result, computed and
-compared inside the worker: no output tensor crosses the pipe.
+A check worker (``warm_worker.serve``) is forked from the forkserver and isolated as every check
+child is: its own process group, death with the daemon or CLI that owns it, the
+``daemon.memory_limit_mb`` cap as RLIMIT_AS, a hard timeout after which its whole group is
+SIGKILLed. It answers checks over a pipe, keeping between them only what
+``runtime/worker_state.py`` names (the session, the model file's digests, the environment's
+constant parts). What comes back is the check's result, computed and compared inside the worker:
+no output tensor crosses the pipe.
 
-A worker is stopped, and the model's next check starts a new one, when:
+``WarmPool`` keeps up to ``daemon.warm_workers`` of them, one per model. A check that no kept
+worker can take (the model's is busy, the pool is full, ``daemon.worker: fresh``, or the pool is
+closing) runs in a worker started for it and stopped after it (``ask_once``: what ``onnxmon check``
+does for every model). A kept worker is stopped, and the model's next check starts a new one, when:
 
 - it timed out (killed with its process group at the hard cut) or crashed (died without answering,
-  or raised): the check is an ``error`` with reason ``timeout`` or ``crash``, as in a fresh child;
+  or raised): the check is an ``error`` with reason ``timeout`` or ``crash``;
 - its check could not run (reasons ``timeout``, ``run_error``, ``internal_error``): what state the
   session was left in is unknown;
 - the model's ``CheckPlan`` changed (a config reload) or the memory cap did, or a reload shrank
-  ``daemon.warm_workers`` below the workers alive, changed ``rehash_every`` or switched to ``fresh``:
-  a busy worker then stops after its check, never killed mid-check;
+  ``daemon.warm_workers`` below the workers alive or switched to ``fresh``: a busy worker then stops
+  after its check, never killed mid-check;
 - after a check its address space passed 3/4 of the cap: a slow leak recycles the worker between
   checks instead of failing the check that would cross the cap;
-- it is the least recently used, idle for ``EVICT_IDLE_S`` or more, and a new worker needs its place
-  (``daemon.warm_workers``). A full pool whose workers were all used more recently than that does not
-  evict: the check runs in a fresh child. With more models than workers, all checked every interval
-  (200 models, 16 workers), evicting the least recently used would start and kill a worker for every
-  check (the worst case of LRU on a cycle); instead the first ``warm_workers`` models stay warm and
-  the others are checked fresh, as with ``daemon.worker: fresh``. A model no longer checked (its
-  schedule slowed, a reload) frees its worker after ``EVICT_IDLE_S``.
-
-A model's worker runs one check at a time; a second check of the same model asked for meanwhile (an
-API request during a scheduled run) runs in a fresh child, as before.
+- it is the least recently used, idle for ``EVICT_IDLE_S`` or more, and a new worker needs its place.
+  A full pool whose workers were all used more recently than that does not evict: the check runs in
+  a worker of its own. With more models than workers, all checked every interval, evicting the least
+  recently used would start and kill a worker for every check (the worst case of LRU on a cycle);
+  instead the first ``warm_workers`` models stay warm. A model no longer checked (its schedule
+  slowed, a reload) frees its worker after ``EVICT_IDLE_S``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import multiprocessing.connection
 import os
-import select
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from multiprocessing.reduction import ForkingPickler
-from typing import Any, Literal
+from typing import Any
 
 from monitor.config.plan import CheckPlan, plan_for
 from monitor.config.settings import Settings
@@ -54,7 +49,7 @@ from monitor.errors import MonitorError
 from monitor.results import CheckResult
 
 Clock = Callable[[], float]
-Job = Callable[..., Mapping[str, Any]]  # job(plan, models=runtime.kept.KeptModels) -> {"result": CheckResult, ...}
+Job = Callable[..., Mapping[str, Any]]  # job(plan, worker=WorkerState) -> {"result": CheckResult, ...}
 RECYCLE_AT = 0.75  # of the memory cap: a worker whose address space passed it is recycled
 EVICT_IDLE_S = 600.0  # a worker idle this long may make room for another model's (see the docstring)
 _UNSURE_AFTER = frozenset({"timeout", "run_error", "internal_error", "crash"})
@@ -71,75 +66,44 @@ class _Worker:
     checks: int = 0
     last_used: float = 0.0
     retired: bool = False
-    # select.poll over the pipe and the process's sentinel (readable once it exited); polled only by
-    # the thread holding ``busy`` (the check's)
-    watch: Any = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self.watch = select.poll()
-        self.watch.register(self.conn.fileno(), select.POLLIN)
-        self.watch.register(self.process.sentinel, select.POLLIN)
-
-    def alive(self) -> bool:
-        """Whether the process still runs: one ``select`` of its sentinel (``is_alive`` builds a selector).
-
-        Not ``watch``: a poll object is not polled from two threads at once (a check waiting on it)."""
-        return not select.select([self.process.sentinel], [], [], 0)[0]
 
 
 class WarmPool:
-    """The daemon's warm workers, one per model, at most ``limit`` at once."""
+    """The daemon's kept check workers, one per model, at most ``limit`` at once (0: none kept)."""
 
-    def __init__(
-        self,
-        *,
-        limit: int = 16,
-        rehash_every: int = 100,
-        evict_idle_s: float = EVICT_IDLE_S,
-        clock: Clock = time.monotonic,
-    ) -> None:
+    def __init__(self, *, limit: int = 32, evict_idle_s: float = EVICT_IDLE_S, clock: Clock = time.monotonic) -> None:
         self.limit = limit
-        self.rehash_every = rehash_every
         self.evict_idle_s = evict_idle_s
         self._clock = clock
         self._guard = threading.Lock()
         self._workers: dict[str, _Worker] = {}
-        self._requests: dict[Job, bytes] = {}
         self._closed = False
 
-    def run(
-        self, job: Job, plan: CheckPlan, *, timeout_s: float, memory_limit_bytes: int | None
-    ) -> isolate.Outcome | None:
-        """``job(plan, models=...)`` in the model's warm worker, cut at ``timeout_s``.
+    def run(self, job: Job, plan: CheckPlan, *, timeout_s: float, memory_limit_bytes: int | None) -> isolate.Outcome:
+        """``job(plan, worker=...)`` in the model's kept worker, cut at ``timeout_s``.
 
-        None when no warm worker can take it now (the model's worker is busy, every worker is busy
-        and the pool is full, or the pool is closed): the caller runs the check in a fresh child.
+        In a worker of its own (``ask_once``) when no kept worker can take it now: the model's is
+        busy, every worker is busy and the pool is full, or the pool is closed.
         """
         key = (plan, memory_limit_bytes)
         to_stop: list[_Worker] = []
         with self._guard:
-            if self._closed:
-                return None
-            worker = self._workers.get(plan.name)
-            if worker is not None and (worker.key != key or worker.retired or not worker.alive()):
-                if not worker.busy.acquire(blocking=False):
-                    return None  # still busy with the old plan: this check goes fresh
-                del self._workers[plan.name]
-                to_stop.append(worker)
+            worker = None if self._closed else self._workers.get(plan.name)
+            stale = worker is not None and (worker.key != key or worker.retired or not worker.process.is_alive())
+            if worker is not None and stale:
+                if worker.busy.acquire(blocking=False):  # else still busy with the old plan: a worker of its own
+                    del self._workers[plan.name]
+                    to_stop.append(worker)
                 worker = None
-            if worker is None:
-                if len(self._workers) >= self.limit and not self._evict_one(to_stop):
-                    worker = None
-                else:
-                    worker = self._spawn(plan.name, key, memory_limit_bytes)
-                    self._workers[plan.name] = worker
+            elif worker is None and not self._closed and (len(self._workers) < self.limit or self._evict_one(to_stop)):
+                worker = self._workers[plan.name] = spawn(plan.name, key, memory_limit_bytes, self._clock())
             if worker is not None and not worker.busy.acquire(blocking=False):
                 worker = None
         for old in to_stop:
             _stop(old)
             old.busy.release()
         if worker is None:
-            return None
+            return ask_once(job, plan, timeout_s=timeout_s, memory_limit_bytes=memory_limit_bytes)
         try:
             return self._ask(worker, job, plan, timeout_s, memory_limit_bytes)
         finally:
@@ -165,28 +129,18 @@ class WarmPool:
             _stop(worker)
             worker.busy.release()
 
-    def resize(self, limit: int, rehash_every: int) -> None:
-        """A reload's ``warm_workers`` / ``rehash_every``, applied as workers free up: never by killing a check.
+    def resize(self, limit: int) -> None:
+        """A reload's ``warm_workers``, applied as workers free up: never by killing a check.
 
-        Workers over the new size (least recently used first), and every worker when ``rehash_every``
-        changed, are retired: an idle one stops now, a busy one after its check.
+        Workers over the new size, least recently used first, are retired: an idle one stops now, a
+        busy one after its check.
         """
         with self._guard:
             self.limit = limit
-            if rehash_every != self.rehash_every:
-                self.rehash_every = rehash_every
-                for worker in self._workers.values():
-                    worker.retired = True
             kept = sorted((w for w in self._workers.values() if not w.retired), key=lambda w: w.last_used)
             for worker in kept[: max(0, len(kept) - limit)]:
                 worker.retired = True
         self.retain(lambda name, plan: True)
-
-    def drain(self) -> None:
-        """No more warm checks (a reload to ``worker: fresh``): each worker stops once idle, none is killed."""
-        with self._guard:
-            self._closed = True
-        self.resize(0, self.rehash_every)
 
     def close(self, wait_s: float = 10.0) -> None:
         """Stop every worker: an idle one at once, a busy one after its check (killed after ``wait_s``)."""
@@ -206,49 +160,15 @@ class WarmPool:
     def _ask(
         self, worker: _Worker, job: Job, plan: CheckPlan, timeout_s: float, memory_limit_bytes: int | None
     ) -> isolate.Outcome:
-        began = time.monotonic()
-        try:
-            # The worker keeps the plan it was started for (its key: a changed plan starts another
-            # worker), so only the first check sends it; pickling and unpickling a plan costs ~0.2 ms.
-            # Later requests are the same bytes every time: pickled once per job.
-            if worker.checks == 0:
-                worker.conn.send((job, plan))
-            else:
-                worker.conn.send_bytes(self._request(job))
-        except (OSError, ValueError):  # died while idle (the OOM killer, a signal): a crash, as a fresh child's
-            return self._lost(worker, "crash", time.monotonic() - began, memory_limit_bytes)
-        message = _receive(worker, began + timeout_s)
-        elapsed = time.monotonic() - began
-        if message == "timeout":
+        outcome, memory = _exchange(worker, job, plan, timeout_s, memory_limit_bytes)
+        if outcome.kind != "ok":
             self._discard(worker)
-            return isolate.Outcome("timeout", None, isolate.timeout_detail(timeout_s), timeout_s)
-        if message is None:
-            return self._lost(worker, "crash", elapsed, memory_limit_bytes)
-        status, payload = message
-        if status != "ok":
-            self._discard(worker)
-            return isolate.Outcome("crash", None, f"child raised {payload}", elapsed)
+            return outcome
         worker.checks += 1
         worker.last_used = self._clock()
-        memory = payload.pop("worker", {})
-        if worker.retired or _unsure(payload) or _near_cap(memory, memory_limit_bytes):
+        if worker.retired or _unsure(outcome.value or {}) or _near_cap(memory, memory_limit_bytes):
             self._discard(worker)
-        return isolate.Outcome("ok", payload, "", elapsed)
-
-    def _request(self, job: Job) -> bytes:
-        """``(job, None)`` as ``Connection.send`` pickles it: the worker's ``recv`` reads it as one."""
-        request = self._requests.get(job)
-        if request is None:
-            request = self._requests[job] = bytes(ForkingPickler.dumps((job, None)))
-        return request
-
-    def _lost(
-        self, worker: _Worker, kind: isolate.Kind, elapsed: float, memory_limit_bytes: int | None = None
-    ) -> isolate.Outcome:
-        worker.process.join(timeout=5)
-        code = worker.process.exitcode
-        self._discard(worker)
-        return isolate.Outcome(kind, None, isolate.describe_exit(code, memory_limit_bytes), elapsed, code)
+        return outcome
 
     def _discard(self, worker: _Worker) -> None:
         """Forget ``worker`` and kill its group (the caller holds its busy lock)."""
@@ -271,41 +191,74 @@ class WarmPool:
                 return True
         return False
 
-    def _spawn(self, name: str, key: tuple[Any, ...], memory_limit_bytes: int | None) -> _Worker:
-        ctx = isolate.context()
-        mine, theirs = ctx.Pipe(duplex=True)
-        process = ctx.Process(  # type: ignore[attr-defined]
-            target=serve,
-            args=(theirs, os.getpid(), memory_limit_bytes, self.rehash_every),
-            daemon=True,
-            name=f"onnxmon-warm-{name}"[:64],
-        )
-        process.start()
-        theirs.close()  # the worker holds the only other end: EOF here means it died
-        return _Worker(name, key, process, mine, last_used=self._clock())
+
+def spawn(name: str, key: tuple[Any, ...], memory_limit_bytes: int | None, now: float = 0.0) -> _Worker:
+    """A new check worker for ``name``'s checks (``warm_worker.serve``), forked from the forkserver."""
+    ctx = isolate.context()
+    mine, theirs = ctx.Pipe(duplex=True)
+    process = ctx.Process(  # type: ignore[attr-defined]
+        target=serve, args=(theirs, os.getpid(), memory_limit_bytes), daemon=True, name=f"onnxmon-worker-{name}"[:64]
+    )
+    process.start()
+    theirs.close()  # the worker holds the only other end: EOF here means it died
+    return _Worker(name, key, process, mine, last_used=now)
 
 
-def configured(settings: Settings) -> WarmPool | None:
-    """The pool ``daemon.worker: warm`` asks for; None for ``fresh``."""
-    daemon = settings.daemon
-    return WarmPool(limit=daemon.warm_workers, rehash_every=daemon.rehash_every) if daemon.worker == "warm" else None
+def ask_once(job: Job, plan: CheckPlan, *, timeout_s: float, memory_limit_bytes: int | None) -> isolate.Outcome:
+    """``job(plan, worker=...)`` in a check worker started for it and stopped after it, cut at ``timeout_s``."""
+    worker = spawn(plan.name, (plan, memory_limit_bytes), memory_limit_bytes)
+    outcome, _ = _exchange(worker, job, plan, timeout_s, memory_limit_bytes)
+    if outcome.kind == "ok":
+        _stop(worker)
+    else:
+        isolate.kill_group(worker.process)
+        with contextlib.suppress(OSError):
+            worker.conn.close()
+    return outcome
 
 
-def reconfigured(pool: WarmPool | None, settings: Settings) -> WarmPool | None:
-    """The pool after a reload to ``settings``: the same one, resized to ``warm_workers`` and minus the workers
-    whose plan changed or whose model went; None (the old one drained) for ``worker: fresh``.
+def _exchange(
+    worker: _Worker, job: Job, plan: CheckPlan, timeout_s: float, memory_limit_bytes: int | None
+) -> tuple[isolate.Outcome, dict[str, Any]]:
+    """Send ``(job, plan)`` to ``worker`` and wait for its answer: the outcome, and the worker's memory figures."""
+    began = time.monotonic()
+    try:
+        worker.conn.send((job, plan))
+        message = isolate.receive(worker.process, worker.conn, began + timeout_s)
+    except (OSError, ValueError):  # died while idle (the OOM killer, a signal): a crash
+        message = None
+    elapsed = time.monotonic() - began
+    if message == "timeout":
+        return isolate.Outcome("timeout", None, isolate.timeout_detail(timeout_s), timeout_s), {}
+    if message is None or message == "cancelled":
+        worker.process.join(timeout=5)
+        code = worker.process.exitcode
+        return isolate.Outcome("crash", None, isolate.describe_exit(code, memory_limit_bytes), elapsed, code), {}
+    status, payload = message
+    if status != "ok":
+        return isolate.Outcome("crash", None, f"child raised {payload}", elapsed), {}
+    memory = payload.pop("memory", {})
+    return isolate.Outcome("ok", payload, "", elapsed), memory if isinstance(memory, dict) else {}
 
-    A reload never kills a check in flight (issue 30, B4: closing the pool SIGKILLed a busy worker after
-    10 s): a worker to stop stops once its check is done.
+
+def configured(settings: Settings) -> WarmPool:
+    """The daemon's pool: ``daemon.warm_workers`` kept workers, none with ``daemon.worker: fresh``."""
+    return WarmPool(limit=_limit(settings))
+
+
+def reconfigured(pool: WarmPool, settings: Settings) -> WarmPool:
+    """The pool after a reload to ``settings``: the same one, resized to ``warm_workers`` (0 for ``worker:
+    fresh``) and minus the workers whose plan changed or whose model went.
+
+    A reload never kills a check in flight: a worker to stop stops once its check is done.
     """
-    daemon = settings.daemon
-    if pool is not None and daemon.worker == "warm":
-        pool.resize(daemon.warm_workers, daemon.rehash_every)
-        pool.retain(lambda name, plan: _plan_or_none(settings, name) == plan)
-        return pool
-    if pool is not None:
-        pool.drain()
-    return configured(settings)
+    pool.resize(_limit(settings))
+    pool.retain(lambda name, plan: _plan_or_none(settings, name) == plan)
+    return pool
+
+
+def _limit(settings: Settings) -> int:
+    return settings.daemon.warm_workers if settings.daemon.worker == "warm" else 0
 
 
 def _plan_or_none(settings: Settings, model: str) -> CheckPlan | None:
@@ -326,31 +279,6 @@ def _stop(worker: _Worker) -> None:
         worker.conn.close()
     with contextlib.suppress(Exception):
         worker.process.close()
-
-
-def _receive(worker: _Worker, deadline: float) -> tuple[str, Any] | Literal["timeout"] | None:
-    """The worker's answer by ``deadline`` (monotonic), ``"timeout"`` past it, None when it died mute.
-
-    ``isolate.receive``'s contract for one warm worker, waiting on its pipe and its sentinel at once
-    (one ``poll`` per wake-up; a death is seen when it happens, not at the next ``POLL_S``).
-    """
-    conn, sentinel = worker.conn, worker.process.sentinel
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return "timeout"
-        ready = {fd for fd, _ in worker.watch.poll(math.ceil(min(left, isolate.POLL_S) * 1000))}
-        if conn.fileno() in ready:
-            try:
-                message: tuple[str, Any] = conn.recv()
-            except (EOFError, OSError):
-                return None
-            return message
-        if sentinel in ready:
-            # It may have answered and exited between two polls: drain before concluding it died mute.
-            if conn.poll(0):
-                continue
-            return None
 
 
 def _unsure(payload: Mapping[str, Any]) -> bool:

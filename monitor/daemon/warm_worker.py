@@ -1,32 +1,31 @@
-"""A warm check worker's own side: isolate itself, then answer one check after another over its pipe.
+"""A check worker's own side: isolate itself, then answer one check after another over its pipe.
 
 ``daemon/warm.py`` is the daemon's side (the pool: which worker, when to start and stop one, the
-request and the wait). Here, inside the worker, ``serve`` keeps one ``runtime.kept.KeptModels`` (the
-session, the files, the comparison's memo) and the plan of its first check (a changed plan starts
-another worker), and sends each check's payload back with its own memory figures, which the pool
-reads to recycle a worker near its cap.
+request and the wait). Here, inside the worker, ``serve`` keeps one ``runtime.worker_state.WorkerState``
+(the session, the model file's digests, the environment's constant parts) and answers each
+``(job, plan)`` with the job's payload: the ``CheckResult`` as it is, its ``details.worker`` note
+(this process, its checks so far, whether this check built the session or hashed the model file),
+and the process's memory figures, which the pool reads to recycle a worker near its cap.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import multiprocessing.connection
 import os
+from pathlib import Path
 
-from monitor.config.plan import CheckPlan
 from monitor.daemon import isolate
 from monitor.results import CheckResult
-from monitor.runtime.kept import KeptModels
+from monitor.runtime.worker_state import WorkerState
 
 
-def serve(
-    conn: multiprocessing.connection.Connection, owner: int, memory_limit_bytes: int | None, rehash_every: int
-) -> None:
+def serve(conn: multiprocessing.connection.Connection, owner: int, memory_limit_bytes: int | None) -> None:
     """The worker's loop: isolate itself as every check child does, then answer checks until told to stop."""
     isolate.prepare_child(owner, memory_limit_bytes)
-    models = KeptModels(rehash_every=rehash_every)
+    state = WorkerState()
     checks = 0
-    kept_plan: CheckPlan | None = None
     while True:
         try:
             message = conn.recv()
@@ -34,18 +33,21 @@ def serve(
             return  # the daemon closed its end
         if message is None:
             return
-        job, sent = message
-        kept_plan = sent if sent is not None else kept_plan  # None: the plan of the worker's first check
+        job, plan = message
         try:
-            if kept_plan is None:
-                raise RuntimeError("asked to check with no plan: the first check must send one")
-            payload = dict(job(kept_plan, models=models))
+            builds, hashed = state.session_builds, state.digests.computed
+            payload = dict(job(plan, worker=state))
             checks += 1
             result = payload.get("result")
-            warm = result.details.get("warm") if isinstance(result, CheckResult) else None
-            if isinstance(warm, dict):  # the result is this worker's own, fresh value: its note is filled in place
-                warm.update(worker_pid=os.getpid(), worker_checks=checks)
-            payload["worker"] = memory()
+            if isinstance(result, CheckResult):
+                note = {
+                    "pid": os.getpid(),
+                    "checks": checks,
+                    "session_built": state.session_builds > builds,
+                    "model_hashed": state.digests.computed > hashed,
+                }
+                payload["result"] = dataclasses.replace(result, details={**result.details, "worker": note})
+            payload["memory"] = memory()
             conn.send(("ok", payload))
         except BaseException as exc:  # report, then die: the parent records a crash and starts afresh
             with contextlib.suppress(Exception):
@@ -53,18 +55,10 @@ def serve(
             return
 
 
-def memory(statm: str = "/proc/self/statm") -> dict[str, int]:
-    """This process's address space and resident set, in bytes (what RLIMIT_AS caps, and what is in RAM).
-
-    From ``statm``'s first two fields (pages; ``VmSize`` and ``VmRSS`` of ``status``): one short read,
-    ~10 us, where parsing ``status`` took ~70 us after every check.
-    """
+def memory(statm: Path = Path("/proc/self/statm")) -> dict[str, int]:
+    """This process's address space and resident set, in bytes (what RLIMIT_AS caps, and what is in RAM)."""
     try:
-        fd = os.open(statm, os.O_RDONLY)
-        try:
-            fields = os.read(fd, 256).split()
-        finally:
-            os.close(fd)
+        fields = statm.read_text().split()
         page = os.sysconf("SC_PAGE_SIZE")
         return {"address_space_bytes": int(fields[0]) * page, "rss_bytes": int(fields[1]) * page}
     except (OSError, ValueError, IndexError):

@@ -6,17 +6,12 @@ benchmark set's shapes, so they are computed once per combination and kept as a 
 ``$XDG_STATE_HOME/onnxmon/lint/`` (``~/.local/state`` by default, like the result spool). A cache
 that cannot be written (a read-only home) only costs the lint again next time.
 
-A process keeps the reports it read by the cache file's stat stamp (``files/stamped.py``): a warm
-check worker lints the same model at every check and reads an unchanged cache file once. A
-rewritten cache file (another inode) is read again.
-
 The hazards never change the verdict: they go to ``details["lint"]``, and ``onnxmon check``
 prints the errors and warnings under the model's row.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -26,28 +21,16 @@ from typing import Any
 from monitor import bounded, jsonsafe, lint
 from monitor.config.settings import ModelConfig
 from monitor.files import benchsets
-from monitor.files.stamped import Stamp, stamp
 from monitor.files.tensors import sha256_bytes
 
 LINT_FORMAT = 1  # bump when a rule changes: old cache entries are then never read
 SHOWN = 20  # hazards kept in a check's details (the count says how many more)
-_read: dict[Path, tuple[Stamp, Any]] = {}  # cache file -> (its stamp, its decoded JSON), this process's
 
 
 def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """``$XDG_STATE_HOME/onnxmon/lint``, by default ``~/.local/state/onnxmon/lint``.
-
-    Built once per value of the two variables it depends on.
-    """
+    """``$XDG_STATE_HOME/onnxmon/lint``, by default ``~/.local/state/onnxmon/lint``."""
     env = os.environ if environ is None else environ
-    return _cache_dir(env.get("XDG_STATE_HOME") or None, os.environ.get("HOME"))
-
-
-@functools.lru_cache(maxsize=16)
-def _cache_dir(state: str | None, home: str | None) -> Path:
-    # ``home``: part of the key only, this process's $HOME, which is what Path.home() reads (else the
-    # password database), whatever mapping the caller passed for XDG_STATE_HOME
-    return Path(state or str(Path.home() / ".local" / "state")) / "onnxmon" / "lint"
+    return Path(env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")) / "onnxmon" / "lint"
 
 
 def varied_dims(bench: benchsets.Benchset) -> dict[str, dict[int, set[int]]]:
@@ -98,7 +81,7 @@ def cached_lint(
     }
     where = (directory or cache_dir()) / f"{sha256_bytes(json.dumps(key, sort_keys=True).encode())}.json"
     try:
-        data = _cache_file(where)
+        data = jsonsafe.loads(bounded.read_text(where, limit=16 << 20))  # our own cache file, a few KiB
         if isinstance(data, dict) and data.get("key") == key:
             return lint.LintReport.from_dict(data["report"]), True
     except (OSError, ValueError, KeyError, TypeError):
@@ -124,18 +107,3 @@ def details(report: lint.LintReport, *, cached: bool) -> dict[str, Any]:
         "more": max(0, len(report.hazards) - SHOWN),
         "cached": cached,
     }
-
-
-def _cache_file(where: Path) -> Any:
-    """The decoded cache file ``where``: kept while its stamp is unchanged, else read (``OSError``/``ValueError``)."""
-    now = stamp([where])
-    kept = _read.get(where)
-    if kept is not None and now is not None and kept[0] == now:
-        return kept[1]
-    _read.pop(where, None)
-    data = jsonsafe.loads(bounded.read_text(where, limit=16 << 20))  # our own cache file, a few KiB
-    if now is not None and now == stamp([where]):
-        if len(_read) >= 64:  # a worker lints one model; a long-lived process many: stay bounded
-            _read.clear()
-        _read[where] = (now, data)
-    return data

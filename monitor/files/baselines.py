@@ -35,14 +35,12 @@ from monitor import bounded, jsonsafe
 from monitor.errors import BaselineError
 from monitor.files import tensors
 from monitor.files.baseline_meta import BaselineMeta, created_seconds
-from monitor.files.stamped import FreshFiles, TensorFiles
 
 META_FILE = "baseline.json"
 ACTIVE_FILE = "ACTIVE"
 # What a baseline id may look like: one path component, never '.', '..' or hidden.
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 PROMOTIONS_FILE = "promotions.jsonl"
-FRESH: TensorFiles = FreshFiles()
 
 
 # baseline.json (a line per tensor file), model_manifest.json, the promotion log: a bigger one is not ours
@@ -60,35 +58,21 @@ class Baseline:
     def id(self) -> str:
         return self.meta.id
 
-    def sample_outputs(self, index: int, *, files: TensorFiles = FRESH) -> dict[str, np.ndarray]:
-        """The expected outputs of sample ``index``, verified (``files``: read afresh, or kept while unchanged)."""
-        build = functools.partial(self._sample_outputs, index, files)
-        return files.bundle(("outputs", str(self.directory), index), self, build)
-
-    def _sample_outputs(self, index: int, files: TensorFiles) -> dict[str, np.ndarray]:
+    def sample_outputs(self, index: int) -> dict[str, np.ndarray]:
+        """The expected outputs of sample ``index``, each verified against its sha256."""
         result = {}
         for name, spec in self.meta.outputs.items():
             rel = output_file(index, int(spec["index"]))
-            result[name] = self._load(rel, files)
+            result[name] = self._load(rel)
         return result
 
-    def element_counts(self, *, files: TensorFiles = FRESH) -> dict[str, int]:
-        """Elements of every output over all samples, from the ``.npy`` headers (no data is read).
-
-        A warm worker's ``files`` keeps the counts while ``baseline.json``'s stamp is unchanged: an
-        output file rewritten since is caught by its sha256 when the same check loads it.
-        """
-        counted = functools.partial(self._element_counts, files)
-        return dict(files.parsed(self.directory / META_FILE, counted, kind="element_counts"))
-
-    def _element_counts(self, files: TensorFiles) -> dict[str, int]:
+    def element_counts(self) -> dict[str, int]:
+        """Elements of every output over all samples, from the ``.npy`` headers (no data is read)."""
         counts = dict.fromkeys(self.meta.outputs, 0)
         for index in range(self.meta.sample_count):
             for name, spec in self.meta.outputs.items():
                 rel = output_file(index, int(spec["index"]))
-                shape = files.npy_shape(
-                    files.resolve(self.directory, rel, functools.partial(self._path, rel)), error=BaselineError
-                )
+                shape = tensors.npy_shape(self._path(rel), error=BaselineError)
                 counts[name] += int(np.prod(shape, dtype=object))
         return counts
 
@@ -163,18 +147,22 @@ class Baseline:
         found = check.get("mismatches", []) if isinstance(check, dict) else []
         return [str(m.get("description", ""))[:2000] for m in found if isinstance(m, dict)]
 
+    @functools.cached_property
+    def _resolved(self) -> Path:
+        """The directory with its links resolved, once per ``Baseline`` (one check's reading of it)."""
+        return self.directory.resolve()
+
     def _path(self, rel: str) -> Path:
-        path = (self.directory / rel).resolve()
-        if not path.is_relative_to(self.directory.resolve()):
+        path = (self._resolved / rel).resolve()
+        if not path.is_relative_to(self._resolved):
             raise BaselineError(f"baseline {self.id}: file {rel!r} escapes the baseline directory")
         return path
 
-    def _load(self, rel: str, files: TensorFiles = FRESH) -> np.ndarray:
+    def _load(self, rel: str) -> np.ndarray:
         expected = self.meta.files.get(rel)
         if expected is None:
             raise BaselineError(f"baseline {self.id}: {rel} is not listed in {META_FILE}")
-        path = files.resolve(self.directory, rel, functools.partial(self._path, rel))
-        return files.load_npy(path, expect_sha256=expected, error=BaselineError, text=True)
+        return tensors.load_npy(self._path(rel), expect_sha256=expected, error=BaselineError, text=True)
 
 
 # The static description of the model file a baseline was captured from (``monitor.modeldiff``):
@@ -221,16 +209,12 @@ def list_baselines(root: Path, model: str) -> list[Baseline]:
     return sorted(found, key=lambda b: created_seconds(b.meta.created_at))  # by time, whatever the string's form
 
 
-def active_id(root: Path, model: str, *, files: TensorFiles = FRESH) -> str | None:
-    """The id the model's ``ACTIVE`` file names, or None; ``BaselineError`` for an unreadable or hostile one.
-
-    ``files`` (a warm worker's) keeps the id while the file's stat stamp is unchanged: a promotion
-    replaces the file (another inode), so it is seen at the next check.
-    """
+def active_id(root: Path, model: str) -> str | None:
+    """The id the model's ``ACTIVE`` file names, or None; ``BaselineError`` for an unreadable or hostile one."""
     path = Path(root) / model / ACTIVE_FILE
     if not path.exists() and not path.is_symlink():  # a FIFO or a device there is refused, not "none active"
         return None
-    return files.parsed(path, functools.partial(_read_active, path))
+    return _read_active(path)
 
 
 def _read_active(path: Path) -> str | None:
@@ -243,19 +227,15 @@ def _read_active(path: Path) -> str | None:
     return check_id(text, where=f"{path} names") if text else None
 
 
-def active(root: Path, model: str, *, files: TensorFiles = FRESH) -> Baseline | None:
-    """The active baseline of ``model``, or None when there is none.
-
-    ``files`` (a warm worker's, ``files/stamped.py``) keeps the parsed ``ACTIVE`` and ``baseline.json``
-    while each file's stat stamp is unchanged; a fresh check reads both.
-    """
-    baseline_id = active_id(root, model, files=files)
+def active(root: Path, model: str) -> Baseline | None:
+    """The active baseline of ``model``, or None when there is none."""
+    baseline_id = active_id(root, model)
     if baseline_id is None:
         return None
     directory = Path(root) / model / baseline_id
     if not (directory / META_FILE).is_file():
         raise BaselineError(f"{Path(root) / model / ACTIVE_FILE} names {baseline_id!r}, which does not exist")
-    return files.parsed(directory / META_FILE, functools.partial(_open, directory))
+    return _open(directory)
 
 
 def promote(

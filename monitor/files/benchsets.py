@@ -30,7 +30,6 @@ A model is read once per ``materialize``: its input signature feeds both the dec
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -68,7 +67,6 @@ from monitor.files.benchset_sources import (
     read_signature,
 )
 from monitor.files.signature import InputSpec, check_inputs_fit, model_signature
-from monitor.files.stamped import FreshFiles, TensorFiles
 from monitor.files.tensors import fsync_dir, load_npy, resolve_inside, save_npy, sha256_bytes
 
 __all__ = [
@@ -77,7 +75,6 @@ __all__ = [
     "Benchset",
     "InputSpec",
     "TensorEntry",
-    "TensorFiles",
     "check_inputs_fit",
     "ensure",
     "import_files",
@@ -94,7 +91,6 @@ log = logging.getLogger(__name__)
 IMPORT_KINDS = {"npz": "npz", "onnx-test-data": "onnx_test_data", "polygraphy-json": "polygraphy_json"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _VERSION_DIR = re.compile(r"^v(\d+)$")
-FRESH: TensorFiles = FreshFiles()
 
 
 @dataclass(frozen=True)
@@ -114,26 +110,14 @@ class Benchset:
     def __len__(self) -> int:
         return len(self.samples)
 
-    def load_sample(
-        self, index: int, *, verify: bool = True, files: TensorFiles = FRESH
-    ) -> dict[str, np.ndarray[Any, Any]]:
-        """Sample ``index`` as ``{input name: array}``; with ``verify``, every file's sha256 is checked.
-
-        ``files`` is how the files are read: afresh, or kept by a warm worker while unchanged
-        (``files/stamped.py``).
-        """
+    def load_sample(self, index: int, *, verify: bool = True) -> dict[str, np.ndarray[Any, Any]]:
+        """Sample ``index`` as ``{input name: array}``; with ``verify``, every file's sha256 is checked."""
         if not 0 <= index < len(self.samples):
             raise BenchsetError(f"benchset {self.name!r} v{self.version} has samples 0..{len(self) - 1}, not {index}")
-        build = functools.partial(self._load_sample, index, verify, files)
-        return files.bundle(("sample", str(self.directory), index, verify), self, build)
-
-    def _load_sample(self, index: int, verify: bool, files: TensorFiles) -> dict[str, np.ndarray[Any, Any]]:
         sample = {}
         for entry in self.samples[index]:
-            what = f"benchset {self.name!r} v{self.version}"
-            resolver = functools.partial(resolve_inside, self.directory, entry.file, what=what)
-            path = files.resolve(self.directory, entry.file, resolver)
-            sample[entry.name] = files.load_npy(
+            path = resolve_inside(self.directory, entry.file, what=f"benchset {self.name!r} v{self.version}")
+            sample[entry.name] = load_npy(
                 path,
                 expect_dtype=entry.dtype,
                 expect_shape=entry.shape,
@@ -157,11 +141,10 @@ def ensure(cfg: BenchsetConfig, root: Path) -> Benchset:
     return materialize(cfg, root)
 
 
-def open_benchset(root: Path, name: str, version: int | None = None, *, files: TensorFiles = FRESH) -> Benchset:
-    """Version ``version`` of set ``name`` (the newest by default), read from its manifest (``files``: or kept)."""
+def open_benchset(root: Path, name: str, version: int | None = None) -> Benchset:
+    """Version ``version`` of set ``name`` (the newest by default), read from its manifest."""
     set_dir = _set_dir(root, name)
-    # kept on the directory's stamp: a check opens the set twice (its baseline's version, the newest)
-    versions = files.parsed(set_dir, functools.partial(_versions, set_dir), kind="versions")
+    versions = _versions(set_dir)
     if not versions:
         known = [b.name for b in list_benchsets(root)]
         raise BenchsetError(f"no benchset {name!r} in {root}; benchsets are {known}")
@@ -169,7 +152,13 @@ def open_benchset(root: Path, name: str, version: int | None = None, *, files: T
     if chosen not in versions:
         raise BenchsetError(f"benchset {name!r} has no version {chosen}; versions are {versions}")
     version_dir = set_dir / f"v{chosen}"
-    return files.parsed(version_dir / MANIFEST, functools.partial(_read_manifest, version_dir, name, chosen))
+    return _read_manifest(version_dir, name, chosen)
+
+
+def newest_version(root: Path, name: str) -> int | None:
+    """The highest version number of set ``name`` on disk (its directory listing only), or None."""
+    versions = _versions(_set_dir(root, name))
+    return versions[-1] if versions else None
 
 
 def verify(bs: Benchset) -> list[str]:

@@ -3,7 +3,9 @@
 A swapped model must never pass silently, so a baseline records the sha256 (and md5,
 which many teams already compare) of the model file and of every external-data file it
 references. Reading only the protobuf header (``load_external_data=False``) keeps this
-cheap for multi-gigabyte models.
+cheap for multi-gigabyte models, and a check worker's ``stamped.Digests`` answers what was read
+from a file (its digests; for the model file, its header's facts) while its stat stamp has not
+moved since.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import onnx
 
 from monitor.errors import ModelError
+from monitor.files.stamped import Digests
 from monitor.files.tensors import open_regular
 
 
@@ -55,11 +58,54 @@ def file_digests(path: Path) -> tuple[str, str]:
     return sha.hexdigest(), md5.hexdigest()
 
 
-def identify(path: Path) -> ModelIdentity:
-    """Hash ``path`` and its external data; ``ModelError`` if missing or not an ONNX model."""
+@dataclass(frozen=True)
+class _Read:
+    """What one read of a model file gives: its digests and the facts of its header."""
+
+    sha256: str
+    md5: str
+    opset: int | None
+    ir_version: int
+    producer: str
+    locations: tuple[str, ...]  # its external-data files, relative to its directory
+
+
+def identify(path: Path, digests: Digests | None = None) -> ModelIdentity:
+    """Hash ``path`` and its external data; ``ModelError`` if missing or not an ONNX model.
+
+    ``digests`` (a check worker's) answers what was read from a file while its stat stamp is unchanged.
+    """
     path = Path(path)
     if not path.exists():
         raise ModelError(f"model file {path} not found")
+    read = _read(path) if digests is None else digests.digest(path, _read)
+    external: dict[str, str] = {}
+    for location in read.locations:
+        data_file = (path.parent / location).resolve()
+        if not data_file.exists():
+            raise ModelError(f"model file {path} references external data {location!r}, which is missing")
+        try:
+            external[location] = (
+                file_digests(data_file) if digests is None else digests.digest(data_file, file_digests)
+            )[0]
+        except OSError as exc:
+            raise ModelError(
+                f"external data {location!r} of model {path} cannot be read: {exc.strerror or exc}"
+            ) from None
+    return ModelIdentity(
+        path=str(path),
+        sha256=read.sha256,
+        md5=read.md5,
+        size_bytes=path.stat().st_size,
+        external_data=external,
+        opset=read.opset,
+        ir_version=read.ir_version,
+        producer=read.producer,
+    )
+
+
+def _read(path: Path) -> _Read:
+    """The digests and header facts of the model file ``path`` (``ModelError`` when it is not one)."""
     try:
         sha256, md5 = file_digests(path)
     except OSError as exc:
@@ -70,28 +116,9 @@ def identify(path: Path) -> ModelIdentity:
         raise ModelError(f"model file {path} is not a valid ONNX model: {exc}") from None
     if not proto.graph.node and not proto.graph.output:
         raise ModelError(f"model file {path} is not a valid ONNX model: it has no graph")
-    external: dict[str, str] = {}
-    for location in sorted(_external_locations(proto)):
-        data_file = (path.parent / location).resolve()
-        if not data_file.exists():
-            raise ModelError(f"model file {path} references external data {location!r}, which is missing")
-        try:
-            external[location] = file_digests(data_file)[0]
-        except OSError as exc:
-            raise ModelError(
-                f"external data {location!r} of model {path} cannot be read: {exc.strerror or exc}"
-            ) from None
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
-    return ModelIdentity(
-        path=str(path),
-        sha256=sha256,
-        md5=md5,
-        size_bytes=path.stat().st_size,
-        external_data=external,
-        opset=opset,
-        ir_version=proto.ir_version,
-        producer=f"{proto.producer_name} {proto.producer_version}".strip(),
-    )
+    producer = f"{proto.producer_name} {proto.producer_version}".strip()
+    return _Read(sha256, md5, opset, proto.ir_version, producer, tuple(sorted(_external_locations(proto))))
 
 
 def _external_locations(proto: onnx.ModelProto) -> set[str]:

@@ -65,9 +65,7 @@ def cpu_quota_cores(proc_root: Path, sys_root: Path) -> float | None:
 def quota_files(proc_root: Path, sys_root: Path) -> QuotaFiles:
     """Which files hold this process's CPU limit: found through ``/proc/self/cgroup`` and two probes.
 
-    Split from reading them so that a warm worker finds them once (``envwarm.WarmProbes``) and reads
-    only the limit itself at each check: the limit can be resized in place, the cgroup of a running
-    pod does not move.
+    Split from reading them (``quota_from``): where the limit lives, then the limit itself.
     """
     cgroup = sys_root / "fs" / "cgroup"
     own = ""

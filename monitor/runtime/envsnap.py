@@ -45,7 +45,6 @@ from monitor import jsonsafe
 from monitor.runtime import envparts
 from monitor.runtime.compat import compat_entries
 from monitor.runtime.cpu import cpu_entries
-from monitor.runtime.envwarm import WarmProbes
 from monitor.runtime.gpu import Entries, JsonValue, NvmlLike, cuda_entries, default_nvml, describe, nvml_entries
 
 __all__ = [
@@ -62,7 +61,7 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 
-# What a running process cannot change, probed once by a warm worker (``capture(kept=...)``).
+# What a running process cannot change, probed once per check worker (``capture(constant=...)``).
 PROCESS_CONSTANT_PARTS = frozenset({"onnxruntime", "python", "os"})
 
 
@@ -236,19 +235,16 @@ def capture(
     environ: Mapping[str, str] | None = None,
     nvml: NvmlLike | _Default | None = _Default.AUTO,
     load_cuda_libs: bool = True,
-    kept: MutableMapping[str, Entries] | None = None,
-    probes: WarmProbes | None = None,
+    constant: MutableMapping[str, Entries] | None = None,
 ) -> EnvSnapshot:
     """Snapshot this process's environment; never raises (a failing part becomes ``<part>.error``).
 
     ``nvml`` defaults to the real ``pynvml`` when importable, else a ctypes adapter over
     ``libnvidia-ml.so.1``; ``None`` skips GPUs. ``load_cuda_libs=False`` records which CUDA
     libraries are mapped without calling into them; either way none is ever loaded here.
-    ``kept`` (a warm worker's) holds the parts in ``PROCESS_CONSTANT_PARTS`` once probed: what a
-    running process cannot change (its ONNX Runtime, Python, OS). ``probes`` (a warm worker's,
-    ``envwarm.WarmProbes``) keeps what else cannot change between checks (the CPU model, the CUDA
-    libraries' versions while the same files are mapped, a missing NVML); without it env vars, CPU,
-    load, CUDA libraries mapped and GPU clocks are probed in full at every call.
+    ``constant`` (a check worker's, ``runtime/worker_state.py``) holds the parts in
+    ``PROCESS_CONSTANT_PARTS`` once probed: what a running process cannot change (its ONNX Runtime,
+    Python, OS). Every other part is probed in full at every call.
     """
     env = os.environ if environ is None else environ
     entries: Entries = {}
@@ -257,29 +253,16 @@ def capture(
         ("python", envparts.python_entries),
         ("os", envparts.os_entries),
         ("host", envparts.host_entries),
-        ("cpu", lambda: probes.cpu(proc_root, sys_root) if probes else cpu_entries(proc_root, sys_root)),
+        ("cpu", lambda: cpu_entries(proc_root, sys_root)),
         ("env", lambda: envparts.env_entries(env)),
-        (
-            "cuda",
-            lambda: (
-                probes.cuda(proc_root, load_cuda_libs)
-                if probes
-                else cuda_entries(proc_root, query_versions=load_cuda_libs)
-            ),
-        ),
+        ("cuda", lambda: cuda_entries(proc_root, query_versions=load_cuda_libs)),
     ]
-    if probes is not None:
-        probes.begin()
     if nvml is not None:
-        given = None if isinstance(nvml, _Default) else nvml
-        if probes is not None:
-            parts.append(("nvml", lambda: probes.nvml(given)))
-        else:
-            nvml_api = default_nvml() if given is None else given
-            parts.append(("nvml", lambda: nvml_entries(nvml_api)))
+        nvml_api = default_nvml() if isinstance(nvml, _Default) else nvml
+        parts.append(("nvml", lambda: nvml_entries(nvml_api)))
     for part, probe in parts:
-        if kept is not None and part in kept:
-            entries.update(kept[part])
+        if constant is not None and part in constant:
+            entries.update(constant[part])
             continue
         try:
             found = probe()
@@ -287,8 +270,8 @@ def capture(
             entries[f"{part}.error"] = (describe(exc), False)
             continue
         entries.update(found)
-        if kept is not None and part in PROCESS_CONSTANT_PARTS:
-            kept[part] = dict(found)
+        if constant is not None and part in PROCESS_CONSTANT_PARTS:
+            constant[part] = dict(found)
     entries.update(compat_entries(entries))  # ORT / CUDA / cuDNN / TensorRT outside the release's ranges
     fields = {name: Field(value, stable) for name, (value, stable) in entries.items()}
     # Quantized to the microseconds its RFC 3339 form keeps, so a snapshot read back equals the original.

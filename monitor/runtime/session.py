@@ -61,7 +61,6 @@ _ORT_TYPES = {
 
 _PLACEMENT_KEY = "session.record_ep_graph_assignment_info"
 _SHRINK_KEY = "memory.enable_memory_arena_shrinkage"
-_FITTING_KEPT = 1024  # input layouts remembered as fitting the signature (``Session.check_inputs``)
 
 
 class RunTimeout(Exception):
@@ -193,7 +192,6 @@ class Session:
             for spec in self.info.inputs
         ]
         self.input_casts: dict[str, str] = {}
-        self._fitting: set[tuple[tuple[str, Any, Any], ...]] = set()  # layouts known to fit: see check_inputs
         self.run_config = _run_config(cfg.run_config_entries, effective)
 
     @property
@@ -233,19 +231,8 @@ class Session:
         return feeds if fitted is None else fitted
 
     def check_inputs(self, feeds: Mapping[str, np.ndarray], *, where: str = "inputs") -> None:
-        """Raise ``ModelError`` naming the input and the expectation if ``feeds`` do not fit.
-
-        Whether feeds fit depends only on their names, dtypes and shapes: a layout that fitted once
-        is remembered (a warm worker replays the same layouts at every check; the full check is
-        ~7 us a sample, the lookup ~1 us). A layout that does not fit is checked again every time.
-        """
-        layout = tuple((name, getattr(v, "dtype", None), getattr(v, "shape", None)) for name, v in feeds.items())
-        if layout in self._fitting:
-            return
+        """Raise ``ModelError`` naming the input and the expectation if ``feeds`` do not fit."""
         check_inputs_fit(feeds, self._signature, where=where)
-        if len(self._fitting) >= _FITTING_KEPT:
-            self._fitting.clear()
-        self._fitting.add(layout)
 
     def run(
         self,

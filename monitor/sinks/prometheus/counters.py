@@ -123,6 +123,7 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.session_builds = Counter("onnxmon_worker_session_builds", "Sessions workers built.", ["model"], registry=r)
         self.reload_ok = Gauge(
             "onnxmon_config_last_reload_successful", "1 when the last config (re)load succeeded.", registry=r
         )
@@ -188,6 +189,7 @@ class Metrics:
             counter.labels(name)
         self.missed_runs.labels(name)
         self.skipped_runs.labels(name)
+        self.session_builds.labels(name)
         self.run_duration.labels(name)
         # run_failures{reason} children appear with their first run: 23 reasons x every model
         # pre-declared were 30 % of a 200-model scrape. Alerts use the pre-declared run_errors.
@@ -201,9 +203,8 @@ class Metrics:
             self._remove_output(model, output)
         for per_model in (self.runs, self.run_errors, self.environment_changes, self.baseline_promotions):
             _remove(per_model, model)
-        _remove(self.missed_runs, model)
-        _remove(self.skipped_runs, model)
-        _remove(self.run_duration, model)
+        for one in (self.missed_runs, self.skipped_runs, self.session_builds, self.run_duration):
+            _remove(one, model)
         for reason in state.reasons_seen:
             _remove(self.run_failures, model, reason)
 
@@ -231,6 +232,8 @@ class Metrics:
             self.run_duration.labels(name).observe(max(0.0, result.duration_s))
             if result.verdict is Verdict.ERROR:
                 self.run_errors.labels(name).inc()
+            if isinstance(worker := result.details.get("worker"), Mapping) and worker.get("session_built") is True:
+                self.session_builds.labels(name).inc()
             if result.verdict is not Verdict.PASS:
                 reason = label_values.primary_reason(result)
                 state.reasons_seen.add(reason)
