@@ -190,6 +190,7 @@ def test_retain_and_close_leave_no_worker_behind() -> None:
     assert after is not None and not pool.pids() and gone(after["pid"]), "a closed pool keeps no worker"
 
 
+@pytest.mark.process
 def test_ask_once_and_a_pool_of_none_check_in_a_worker_stopped_after_the_check() -> None:
     once = warm.ask_once(targets.warm_answer, targets.Plan("m", 7), timeout_s=30, memory_limit_bytes=None)
     assert once.kind == "ok" and once.value is not None and once.value["value"] == 7

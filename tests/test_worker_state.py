@@ -193,6 +193,7 @@ def test_the_constant_parts_are_probed_once_and_the_rest_at_every_snapshot() -> 
     assert again.fingerprint == plain.fingerprint
 
 
+@pytest.mark.process
 def test_onnxmon_checks_path_asks_a_worker_of_its_own_once(plan: CheckPlan) -> None:
     """``onnxmon check`` (``child.run_isolated`` without a pool): the daemon's worker code, one check, then gone."""
     from monitor.daemon import child
