@@ -199,6 +199,7 @@ def test_a_benchset_manifest_edited_between_warm_checks_is_read_again(ws: Worksp
         assert daemon.run_now("clf").verdict is Verdict.PASS
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("change", [{"warm_workers": 1}, {"worker": "fresh"}])
 def test_a_reload_that_resizes_the_pool_never_kills_a_warm_check_in_flight(
     ws: Workspace, change: dict[str, Any]

@@ -6,6 +6,8 @@ import multiprocessing
 import threading
 import time
 
+import pytest
+
 from monitor.runtime.watchdog import Deadline
 
 
@@ -37,6 +39,7 @@ def _fires_in_child(queue: multiprocessing.Queue) -> None:  # type: ignore[type-
         queue.put(guard.fired.wait(5))
 
 
+@pytest.mark.process
 def test_a_forked_child_gets_a_watchdog_of_its_own() -> None:
     with Deadline(0.2):  # the parent's thread exists before the fork
         context = multiprocessing.get_context("fork")
