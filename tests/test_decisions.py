@@ -287,12 +287,12 @@ def test_decisions_and_warnings_round_trip_through_the_store_row() -> None:
 
 @pytest.mark.process
 def test_check_json_prints_each_outputs_decisions_and_exits_1_on_a_decision_change(tmp_path: Path) -> None:
-    from tests.test_cli_scripting import invoke
+    from tests.conftest import onnxmon
 
     model = modelzoo.labelled_classifier()
     ws = captured(tmp_path, model, decisions={"label": {"kind": "equal"}, "probabilities": ARGMAX})
     ws.replace_model("m", modelzoo.labelled_classifier(scale=1.6))
-    done = invoke("check", "m", "-o", "json", "--no-store", "-c", str(ws.config_file))
+    done = onnxmon("check", "m", "-o", "json", "--no-store", "-c", str(ws.config_file))
     assert done.exit_code == 1, done.output
     (printed,) = json.loads(done.stdout)  # one record per model
     outputs = {o["name"]: o for o in printed["outputs"]}

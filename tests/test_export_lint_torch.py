@@ -22,6 +22,8 @@ from monitor.lint import lint_model
 from tests.conftest import need_torch
 from tests.workspace import Workspace
 
+pytestmark = pytest.mark.torch  # torch's tests start processes once torch is there (tests/tiers.py)
+
 try:
     import torch
     from torch import nn

@@ -29,6 +29,8 @@ import yaml
 from monitor.cli import main
 from tests.conftest import need_torch
 
+pytestmark = pytest.mark.torch  # torch's tests start processes once torch is there (tests/tiers.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 MODELS_PY = ROOT / "examples" / "torch" / "models.py"
 SAMPLES = 3
