@@ -19,6 +19,8 @@ from hypothesis import HealthCheck, settings
 
 from tests import tiers
 
+pytest_plugins = ["tests.scenario_fixtures"]  # scenario and store, shared by the surface tests
+
 # Hypothesis profiles. CI runs derandomized ("ci"), so a change can never fail on an example drawn
 # by chance; a laptop draws fresh examples ("dev"); `--hypothesis-profile fuzz` is the long random
 # run to do before handing work in (a case it finds becomes an @example). `--hypothesis-profile`

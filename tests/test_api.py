@@ -6,7 +6,6 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,23 +16,13 @@ from monitor.api.app import create_app
 from monitor.config.settings import Settings
 from monitor.results import AppliedTolerance, CheckResult, OutputMetrics, OutputStats, Verdict
 from monitor.store import RunRecord, Store
-from tests.test_metrics import RealDaemon, Scenario, build_scenario, migrated_store
+from tests.test_metrics import RealDaemon, Scenario
 
 TOKEN = "s3cret-token-value-9f2c"
 
 
 def with_api(settings: Settings, **api: object) -> Settings:
     return settings.model_copy(update={"api": settings.api.model_copy(update=api)})
-
-
-@pytest.fixture(scope="module")
-def scenario(tmp_path_factory: pytest.TempPathFactory) -> Scenario:
-    return build_scenario(tmp_path_factory)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    yield from migrated_store(tmp_path)
 
 
 @pytest.fixture

@@ -7,26 +7,13 @@ machine and interpreter).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from fastapi.testclient import TestClient
 
 from monitor.api.app import create_app
 from monitor.runtime import envsnap
 from monitor.store import Store
-from tests.test_metrics import RealDaemon, Scenario, build_scenario, migrated_store
-
-
-@pytest.fixture(scope="module")
-def scenario(tmp_path_factory: pytest.TempPathFactory) -> Scenario:
-    return build_scenario(tmp_path_factory)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    yield from migrated_store(tmp_path)
+from tests.test_metrics import RealDaemon, Scenario
 
 
 @pytest.fixture

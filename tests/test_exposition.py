@@ -10,7 +10,6 @@ the store failing. Each scrape is taken twice in each format, and both must be t
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,19 +24,9 @@ from monitor.config.plan import plan_for
 from monitor.config.settings import ModelConfig
 from monitor.sinks.database import DatabaseSink
 from monitor.store import Store
-from tests.test_metrics import RealDaemon, Scenario, build_scenario, migrated_store
+from tests.test_metrics import RealDaemon, Scenario
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
-
-
-@pytest.fixture(scope="module")
-def scenario(tmp_path_factory: pytest.TempPathFactory) -> Scenario:
-    return build_scenario(tmp_path_factory)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    yield from migrated_store(tmp_path)
 
 
 def assert_served_by_the_client(daemon: RealDaemon) -> str:

@@ -138,11 +138,6 @@ class Scenario:
     baseline_id: str
 
 
-@pytest.fixture(scope="module")
-def scenario(tmp_path_factory: pytest.TempPathFactory) -> Scenario:
-    return build_scenario(tmp_path_factory)
-
-
 def build_scenario(tmp_path_factory: pytest.TempPathFactory) -> Scenario:
     """Capture a baseline of ``clf``, check it, drift it and check again; check ``fresh`` (no baseline)."""
     ws = Workspace(tmp_path_factory.mktemp("ws"))
@@ -163,11 +158,6 @@ def build_scenario(tmp_path_factory: pytest.TempPathFactory) -> Scenario:
     no_baseline = run_check(plan_for(settings, "fresh"))
     assert (passing.verdict, failing.verdict, no_baseline.verdict) == (Verdict.PASS, Verdict.FAIL, Verdict.ERROR)
     return Scenario(ws, settings, passing, failing, no_baseline, baseline.id)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    yield from migrated_store(tmp_path)
 
 
 def migrated_store(tmp_path: Path) -> Iterator[Store]:

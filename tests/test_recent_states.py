@@ -9,24 +9,12 @@ The statements are cut into chunks of two models so that joining chunks is exerc
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from monitor.results import CheckResult, Verdict
 from monitor.store import RECENT_RUNS, RecentState, Store, events, recent
-from tests.test_metrics import Scenario, build_scenario, migrated_store
-
-
-@pytest.fixture(scope="module")
-def scenario(tmp_path_factory: pytest.TempPathFactory) -> Scenario:
-    return build_scenario(tmp_path_factory)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    yield from migrated_store(tmp_path)
+from tests.test_metrics import Scenario
 
 
 def expected(store: Store, model: str, node: str) -> RecentState:

@@ -14,7 +14,6 @@ import subprocess
 import threading
 import time
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ from monitor.daemon.root import Daemon
 from monitor.store import Store, incidents
 from tests import modelzoo
 from tests.serving import Served, free_port
-from tests.test_metrics import RealDaemon, Scenario, build_scenario, migrated_store
+from tests.test_metrics import RealDaemon, Scenario
 from tests.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,16 +67,6 @@ def concrete(path: str, scenario: Scenario) -> str:
 def assert_no_secret(text: str, where: str) -> None:
     for secret in SECRETS:
         assert secret not in text, f"secret {secret[:4]}… appears in {where}"
-
-
-@pytest.fixture(scope="module")
-def scenario(tmp_path_factory: pytest.TempPathFactory) -> Scenario:
-    return build_scenario(tmp_path_factory)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    yield from migrated_store(tmp_path)
 
 
 def app_over(scenario: Scenario, store: Store, **api_fields: object) -> TestClient:
