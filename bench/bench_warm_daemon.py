@@ -41,8 +41,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import bench_worker  # noqa: E402
 
-from monitor import capture  # noqa: E402
-from monitor.config.plan import CheckPlan, plan_for  # noqa: E402
+from monitor.config.plan import CheckPlan  # noqa: E402
 from tests import realmodels  # noqa: E402
 from tests.workspace import Workspace  # noqa: E402
 
@@ -87,28 +86,14 @@ def _workspace(
     model: realmodels.CorpusModel, root: Path, samples: int, interval: str, timeout: str
 ) -> tuple[CheckPlan, Workspace]:
     """``bench_worker.workspace``'s files, with the schedule and the kept worker of a daemon."""
-    pristine = realmodels.source_file(model)
-    path = root / "models" / model.name / pristine.name
-    path.parent.mkdir(parents=True)
-    shutil.copyfile(pristine, path)
-    if model.external_data:
-        shutil.copyfile(pristine.parent / model.external_data, path.parent / model.external_data)
-    ws = Workspace(root)
-    ws.benchsets[model.name] = {
-        "name": f"{model.name}-bench",
-        "generate": {"model": str(path.relative_to(root)), "seed": 0, **model.generate, "count": samples},
-    }
-    ws.models[model.name] = {
-        "name": model.name,
-        "path": str(path.relative_to(root)),
-        "benchset": f"{model.name}-bench",
-        "schedule": {"interval": interval},
-        "timeout": timeout,
-    }
-    ws.extra["daemon"] = {"worker": "warm", "startup_spread": 0}
-    plan = plan_for(ws.settings(), model.name)
-    capture.capture_baseline(plan)
-    return plan, ws
+    return bench_worker.corpus_workspace(
+        model,
+        root,
+        samples,
+        daemon={"worker": "warm", "startup_spread": 0},
+        schedule={"interval": interval},
+        timeout=timeout,
+    )
 
 
 def _measure(plan: CheckPlan, ws: Workspace, checks: int) -> tuple[list[float], list[float]]:

@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -99,6 +100,13 @@ class Row:
 
 def workspace(model: realmodels.CorpusModel, root: Path, samples: int) -> CheckPlan:
     """A copy of ``model`` with a benchmark set of ``samples`` and a captured baseline; its plan."""
+    return corpus_workspace(model, root, samples)[0]
+
+
+def corpus_workspace(
+    model: realmodels.CorpusModel, root: Path, samples: int, daemon: dict[str, Any] | None = None, **fields: Any
+) -> tuple[CheckPlan, Workspace]:
+    """``workspace``'s files, the model's config ``fields`` (a schedule, a timeout) and ``daemon`` section added."""
     pristine = realmodels.source_file(model)
     path = root / "models" / model.name / pristine.name
     path.parent.mkdir(parents=True)
@@ -106,15 +114,21 @@ def workspace(model: realmodels.CorpusModel, root: Path, samples: int) -> CheckP
     if model.external_data:
         shutil.copyfile(pristine.parent / model.external_data, path.parent / model.external_data)
     ws = Workspace(root)
-    generate = {**model.generate, "count": samples}
     ws.benchsets[model.name] = {
         "name": f"{model.name}-bench",
-        "generate": {"model": str(path.relative_to(root)), "seed": 0, **generate},
+        "generate": {"model": str(path.relative_to(root)), "seed": 0, **model.generate, "count": samples},
     }
-    ws.models[model.name] = {"name": model.name, "path": str(path.relative_to(root)), "benchset": f"{model.name}-bench"}
+    ws.models[model.name] = {
+        "name": model.name,
+        "path": str(path.relative_to(root)),
+        "benchset": f"{model.name}-bench",
+        **fields,
+    }
+    if daemon is not None:
+        ws.extra["daemon"] = daemon
     plan = plan_for(ws.settings(), model.name)
     capture.capture_baseline(plan)
-    return plan
+    return plan, ws
 
 
 def bare_loop(plan: CheckPlan) -> Callable[[], None]:
