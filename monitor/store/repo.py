@@ -26,7 +26,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import Session
 
-from monitor.config.settings import StoreConfig, mask_url
+from monitor.config.dburl import mask_url
+from monitor.config.settings import StoreConfig
 from monitor.errors import BaselineError
 from monitor.results import CheckResult, fingerprint_of
 from monitor.store import convert, events, health, leases, queries, recent, retention, schema, text, writes
