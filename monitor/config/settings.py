@@ -25,15 +25,12 @@ from pydantic import (
 from monitor import bounded
 from monitor.config import dburl
 from monitor.config.schema import (
-    ApiConfig,
     BatchInvariance,
     BenchsetConfig,
-    DaemonConfig,
     Defaults,
     Duration,
     GenerateSpec,
     GraphOptLevel,
-    LoggingConfig,
     ModelChecks,
     ModelConfig,
     ModelTolerance,
@@ -46,6 +43,7 @@ from monitor.config.schema import (
     TopK,
     parse_duration,
 )
+from monitor.config.serve_schema import ApiConfig, DaemonConfig, LoggingConfig
 from monitor.errors import ConfigError
 from monitor.results import AppliedTolerance
 
