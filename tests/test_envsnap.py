@@ -27,8 +27,9 @@ from typer.testing import CliRunner
 from monitor.cli import env_cmd
 from monitor.errors import MonitorError
 from monitor.runtime import cpu, envsnap
+from monitor.runtime.cudalibs import mapped_libraries
 from monitor.runtime.envsnap import EnvSnapshot, Field, FieldChange
-from monitor.runtime.gpu import CtypesNvml, decode_clock_event_reasons, mapped_libraries, nvml_entries
+from monitor.runtime.gpu import CtypesNvml, decode_clock_event_reasons, nvml_entries
 
 FIXTURES = Path(__file__).parent / "fixtures" / "envsnap"
 REPO = Path(__file__).resolve().parent.parent

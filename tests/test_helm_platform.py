@@ -17,7 +17,8 @@ from typing import Any, get_args
 import pytest
 import yaml
 
-from monitor.config.schema import DaemonConfig, Defaults, StoreConfig
+from monitor.config.schema import Defaults, StoreConfig
+from monitor.config.serve_schema import DaemonConfig
 from tests.chart import CHART, UniqueKeyLoader, helm_binary, render, run_helm, validate_objects
 
 pytestmark = pytest.mark.helm

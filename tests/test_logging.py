@@ -120,7 +120,7 @@ def test_the_config_level_and_format_apply_where_no_flag_is_given() -> None:
     import logging
 
     from monitor.cli import logs
-    from monitor.config.schema import LoggingConfig
+    from monitor.config.serve_schema import LoggingConfig
 
     root = logging.getLogger()
     kept, level = list(root.handlers), root.level

@@ -9,7 +9,8 @@
 - ``reasons_of``: what differs from the baseline besides the numbers (provider fallback, model,
   external data, benchmark set, the reference's inputs);
 - ``details_of``: what the run page and the API show beside the verdict;
-- ``assemble``: the ``CheckResult``.
+- ``assemble``: the ``CheckResult``, from what was opened, measured and judged (``Judged``: the verdict,
+  its reasons, the environment's changes, the details).
 """
 
 from __future__ import annotations
@@ -55,6 +56,16 @@ class Measured:
     snapshot: envsnap.EnvSnapshot
 
 
+@dataclass(frozen=True)
+class Judged:
+    """The verdict and what it rests on: the reasons, the environment's changes, the details shown with it."""
+
+    verdict: Verdict
+    reasons: tuple[Reason, ...]
+    env_changes: list[dict[str, Any]]
+    details: dict[str, Any]
+
+
 def check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCapture, worker: WorkerState) -> CheckResult:
     """The check's steps; raises what ``check._run_check`` turns into an ``error`` result."""
     opened = open_inputs(plan, worker)
@@ -67,7 +78,8 @@ def check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCapture
     env_changes = environment_changes(opened.baseline.meta.environment, measured.snapshot)
     verdict = Verdict.worst([o.verdict for o in measured.outputs] + ([Verdict.FAIL] if reasons else []))
     reasons, details = details_of(plan, opened, reasons, env_changes)
-    return assemble(plan, opened, measured, verdict, reasons, env_changes, details, started, clock())
+    judged = Judged(verdict, tuple(reasons), env_changes, details)
+    return assemble(plan, opened, measured, judged, started, clock())
 
 
 def open_inputs(plan: CheckPlan, worker: WorkerState) -> Opened | None:
@@ -161,24 +173,17 @@ def details_of(
 
 
 def assemble(
-    plan: CheckPlan,
-    opened: Opened,
-    measured: Measured,
-    verdict: Verdict,
-    reasons: list[Reason],
-    env_changes: list[dict[str, Any]],
-    details: dict[str, Any],
-    started: float,
-    finished: float,
+    plan: CheckPlan, opened: Opened, measured: Measured, judged: Judged, started: float, finished: float
 ) -> CheckResult:
     """The frozen result of the steps above."""
     session, bench = opened.session, opened.bench
+    verdict, reasons = judged.verdict, judged.reasons
     return CheckResult(
         model=plan.model.name,
         verdict=verdict,
         started_at=started,
         finished_at=finished,
-        reasons=tuple(reasons),
+        reasons=reasons,
         outputs=measured.outputs,
         baseline_id=opened.baseline.id,
         model_sha256=opened.identity.sha256,
@@ -190,8 +195,8 @@ def assemble(
         # load_s is this check's own session build: 0 when the worker kept its session from an earlier check
         timings={"load_s": session.info.load_seconds if opened.built else 0.0, "replay_s": measured.replay.seconds},
         environment=measured.snapshot.to_dict(),
-        attribution=attribute(verdict, reasons, env_changes),
-        details=details,
+        attribution=attribute(verdict, list(reasons), judged.env_changes),
+        details=judged.details,
     )
 
 

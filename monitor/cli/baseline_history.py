@@ -17,7 +17,8 @@ import typer
 
 from monitor import jsonsafe
 from monitor.cli import common
-from monitor.config.settings import Settings, mask_url
+from monitor.config.dburl import mask_url
+from monitor.config.settings import Settings
 from monitor.errors import ConfigError, MonitorError
 from monitor.files import baselines
 

@@ -22,7 +22,7 @@ import typer
 
 from monitor import bounded
 from monitor.cli import common, output
-from monitor.config.settings import mask_url
+from monitor.config.dburl import mask_url
 from monitor.errors import MonitorError
 from monitor.runtime import envsnap
 

@@ -21,7 +21,7 @@ from typing import IO, Any
 import typer
 
 from monitor import jsonsafe
-from monitor.config.schema import LOG_FORMATS, LOG_LEVELS, LoggingConfig
+from monitor.config.serve_schema import LOG_FORMATS, LOG_LEVELS, LoggingConfig
 
 LEVELS = LOG_LEVELS
 FORMATS = LOG_FORMATS

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from monitor.cli import common
-from monitor.config.settings import Settings, mask_url
+from monitor.config.dburl import mask_url
+from monitor.config.settings import Settings
 from monitor.results import CheckResult
 from monitor.sinks import spool
 from monitor.sinks.database import DatabaseSink, is_outage

@@ -77,7 +77,7 @@ def _nested(annotation: Any) -> tuple[type[BaseModel] | None, str]:
 def _type_name(annotation: Any) -> str:
     text = str(annotation).replace("typing.", "").replace("pathlib.", "")
     text = text.replace("monitor.config.schema.", "").replace("monitor.config.settings.", "")
-    text = text.replace("monitor.config.decisions.", "")
+    text = text.replace("monitor.config.decisions.", "").replace("monitor.config.serve_schema.", "")
     text = text.replace("<class '", "").replace("'>", "")
     if "BeforeValidator(func=<function parse_duration" in text:
         text = "duration" + (" \\| None" if "None" in text else "")

@@ -9,11 +9,9 @@ against the directory of the config file, so a config works from any working dir
 
 from __future__ import annotations
 
-import errno
 import os
 import re
-import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +23,14 @@ from pydantic import (
 )
 
 from monitor import bounded
-from monitor.config.fields import has_control_characters
+from monitor.config import dburl
 from monitor.config.schema import (
-    URL_SHAPE,
-    ApiConfig,
     BatchInvariance,
     BenchsetConfig,
-    DaemonConfig,
     Defaults,
     Duration,
     GenerateSpec,
     GraphOptLevel,
-    LoggingConfig,
     ModelChecks,
     ModelConfig,
     ModelTolerance,
@@ -49,6 +43,7 @@ from monitor.config.schema import (
     TopK,
     parse_duration,
 )
+from monitor.config.serve_schema import ApiConfig, DaemonConfig, LoggingConfig
 from monitor.errors import ConfigError
 from monitor.results import AppliedTolerance
 
@@ -83,7 +78,6 @@ __all__ = [
     "format_error",
     "from_mapping",
     "load",
-    "mask_url",
     "parse_duration",
 ]
 
@@ -140,7 +134,7 @@ class Settings(StrictModel):
     def redacted(self) -> dict[str, Any]:
         """The settings as JSON-safe data with secrets masked: for ``config show``, logs and pages."""
         data = self.model_dump(mode="json")
-        data["store"]["url"] = mask_url(self.store.url)
+        data["store"]["url"] = dburl.mask_url(self.store.url)
         if data["api"].get("token"):
             data["api"]["token"] = "***"
         return data
@@ -175,36 +169,6 @@ class Settings(StrictModel):
 
     def schedule_for(self, model: ModelConfig) -> Schedule:
         return model.schedule if model.schedule is not None else self.defaults.schedule
-
-
-# Query parameters that carry a secret in SQLAlchemy/libpq URLs (``?password=``, ``?sslpassword=``...).
-_MAX_URL_FILE = 64 * 1024  # a database URL is one line; a bigger "secret" is a mistake
-_SECRET_PARAMETER = re.compile(r"pass|pwd|secret|token|key", re.IGNORECASE)
-_SECRET_PARAMETER_EXCEPTIONS = frozenset({"sslkey", "sslrootkey"})  # paths of key files, not secrets
-
-
-def mask_url(url: str) -> str:
-    """``postgresql://user:***@host/db?password=***``: a URL with every password replaced, the rest unchanged.
-
-    Both places a driver reads a password from are masked: the ``user:password@`` part and query
-    parameters such as ``password``, ``sslpassword`` or ``token``.
-    """
-    parts = urllib.parse.urlsplit(url)
-    netloc = parts.netloc
-    if parts.password is not None:
-        netloc = netloc.replace(f":{parts.password}@", ":***@", 1)
-    query = parts.query
-    if query:
-        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
-        masked = [
-            (key, "***" if _SECRET_PARAMETER.search(key) and key.lower() not in _SECRET_PARAMETER_EXCEPTIONS else value)
-            for key, value in pairs
-        ]
-        if masked != pairs:
-            query = urllib.parse.urlencode(masked, safe="*/")
-    if netloc == parts.netloc and query == parts.query:
-        return url
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 def config_path(explicit: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Path:
@@ -331,41 +295,13 @@ def _copy(value: Any) -> Any:
     return value
 
 
-def _url_from_file(store: StoreConfig, rel: Callable[[Path], Path]) -> str:
-    """``store.url_file``'s content (one line, a mounted secret); the URL itself never appears in an error."""
-    assert store.url_file is not None
-    if "url" in store.model_fields_set:
-        raise ConfigError("store: set store.url or store.url_file, not both")
-    path = rel(store.url_file)
-    try:
-        url = bounded.read_text(path, limit=_MAX_URL_FILE).strip()
-    except bounded.FileRefused as exc:
-        too_big = exc.errno == errno.EFBIG
-        what = f"is larger than {_MAX_URL_FILE} bytes" if too_big else "is not a regular file"
-        expected = "one line: the database URL" if too_big else "a file holding the database URL"
-        raise ConfigError(f"store.url_file: {path} {what} (expected {expected})") from None
-    except FileNotFoundError:
-        raise ConfigError(f"store.url_file: {path} not found (expected a file holding the database URL)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        why = getattr(exc, "strerror", None) or type(exc).__name__
-        raise ConfigError(f"store.url_file: {path} cannot be read: {why}") from None
-    if not url:
-        raise ConfigError(f"store.url_file: {path} is empty (expected one line: the database URL)")
-    if not URL_SHAPE.match(url) or has_control_characters(url):  # a NUL, an escape, a second line
-        raise ConfigError(
-            f"store.url_file: {path} does not hold a database URL (expected one line like"
-            " 'postgresql+psycopg://user:password@host/db')"
-        )
-    return url
-
-
 def _resolve_paths(settings: Settings, base: Path, origin: Path | None) -> Settings:
     def rel(path: Path) -> Path:
         return path if path.is_absolute() else (base / path)
 
     store = settings.store.model_copy(
         update={
-            "url": _url_from_file(settings.store, rel) if settings.store.url_file else settings.store.url,
+            "url": dburl.from_file(settings.store, rel) if settings.store.url_file else settings.store.url,
             "url_file": rel(settings.store.url_file) if settings.store.url_file else None,
             "baselines_dir": rel(settings.store.baselines_dir),
             "benchsets_dir": rel(settings.store.benchsets_dir),

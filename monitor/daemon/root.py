@@ -28,16 +28,14 @@ from monitor.config import scope, settings
 from monitor.config.identity import identity
 from monitor.config.plan import CheckPlan, plan_for
 from monitor.config.settings import Settings
-from monitor.daemon import attach, child, scheduler, warm
+from monitor.daemon import attach, child, scheduler, warm, wiring
 from monitor.errors import BusyError, MonitorError
 from monitor.files import baseline_meta, baselines
 from monitor.results import CheckResult, Verdict, error_result
 from monitor.runtime import envsnap
 from monitor.sinks import Sink
-from monitor.sinks.database import DatabaseSink
 
 log = logging.getLogger("onnxmon.daemon")
-_RESULTS = logging.getLogger("onnxmon.results")  # the log sink's logger: a diagnosis line joins its check's
 
 # Reasons that mean "the check could not run at all": these back a model off.
 _RUN_FAILURES = frozenset({"timeout", "crash", "model_error", "run_error", "internal_error"})
@@ -73,9 +71,12 @@ class Daemon:
         here = identity()
         self.node = node if node is not None else here.node
         self.pod = pod if pod is not None else here.pod
-        self.registry, self.metrics = _metrics(registry, self)
-        self.database_sink = _database_sink(self)
-        self.sinks: list[Sink] = _sinks(self)
+        self.metrics = wiring.metrics(
+            registry, self.store, settings, node=self.node, clock=clock, worker_pids=self._worker_pids
+        )
+        self.registry = self.metrics.registry
+        self.database_sink = wiring.database_sink(self.store, settings, self.metrics, node=self.node, pod=self.pod)
+        self.sinks: list[Sink] = wiring.sinks(self.database_sink, self.metrics)
         self.devices = scheduler.DeviceLocks()
         # Every isolated check holds one of daemon.workers slots, scheduled or asked for through the
         # API, so a burst of POST .../check can never fork more children than the config allows.
@@ -94,6 +95,11 @@ class Daemon:
             first_run_within=settings.daemon.startup_spread,
         )
         self.started_at = clock()
+
+    def _worker_pids(self) -> dict[str, int]:
+        """Each check worker's pid by model, read at each scrape (the pool is made after the metrics)."""
+        pool = getattr(self, "pool", None)
+        return pool.pids() if pool is not None else {}
 
     # --- state the API reads --------------------------------------------------------------
 
@@ -213,7 +219,13 @@ class Daemon:
             if self._settings.daemon.diagnose_on_fail:  # still holding the device: experiments run on it
                 budget = self._settings.daemon.diagnose_budget
                 result = attach.attach(
-                    plan, result, run_id, budget_s=budget, store=self.store, stop=self._stopping, results_log=_RESULTS
+                    plan,
+                    result,
+                    run_id,
+                    budget_s=budget,
+                    store=self.store,
+                    stop=self._stopping,
+                    results_log=wiring.RESULTS_LOG,
                 )
         return result
 
@@ -330,26 +342,6 @@ class Daemon:
         return 0
 
 
-def _metrics(registry: Any | None, daemon: Daemon) -> tuple[Any, Any]:
-    from monitor.sinks.prometheus import collector, gpu_memory
-
-    metrics = collector.install(
-        registry,
-        daemon.store,
-        daemon.settings,
-        node=daemon.node,
-        startup_environment=envsnap.capture(load_cuda_libs=False).to_dict(),
-        clock=daemon.clock,
-    )
-
-    def worker_pids() -> dict[str, int]:  # the pool is made after the metrics: read it at each scrape
-        pool = getattr(daemon, "pool", None)
-        return pool.pids() if pool is not None else {}
-
-    gpu_memory.install(metrics.registry, worker_pids)
-    return metrics.registry, metrics
-
-
 # Settings a running daemon cannot switch: its database, spool and worker pool are built once at
 # start. A reload that changes one is refused, not reported as applied. (The HTTP socket is bound
 # once too, possibly from --host/--port: a reload keeps serving where it serves.)
@@ -373,26 +365,3 @@ def _refuse_restart_only_changes(current: Settings, fresh: Settings) -> None:
     ]
     if changed:
         raise MonitorError(f"{', '.join(changed)} changed: restart onnxmon to apply (a reload cannot switch them)")
-
-
-def _database_sink(daemon: Daemon) -> DatabaseSink:
-    """The history sink; results measured while the database is down wait in a bounded on-disk spool."""
-    from monitor.sinks import spool
-
-    fallback = spool.configured(daemon.settings.store)
-    stall = 3 * daemon.settings.store.write_timeout + 10  # a write never holds the writer's turn this long
-    sink = DatabaseSink(daemon.store, node=daemon.node, pod=daemon.pod, spool=fallback, stall_after_s=stall)
-    store, m = daemon.store, daemon.metrics
-    for gauge, count in ((m.spooled, lambda: sink.spooled), (m.unspooled, lambda: sink.unspooled),
-                         (m.refused, lambda: sink.refused), (m.spool_set_aside, lambda: fallback.set_aside),
-                         (m.text_replaced, lambda: getattr(store, "text_replaced", 0))):  # fmt: skip
-        gauge.set_function(lambda count=count: float(count()))
-    return sink
-
-
-def _sinks(daemon: Daemon) -> list[Sink]:
-    """Every sink a result goes to, the database first (a failing sink never stops the others)."""
-    from monitor.sinks.log import LogSink
-    from monitor.sinks.prometheus.sink import PrometheusSink
-
-    return [daemon.database_sink, PrometheusSink(daemon.metrics), LogSink(_RESULTS)]

@@ -70,7 +70,7 @@ def diagnose(
     began = clock()
     if run.verdict is Verdict.PASS:
         return nothing_to_diagnose(plan.name, run_id=run_id)
-    deadline = began + budget_s
+    children = _Children(isolate, began + budget_s, per_experiment_s, clock)
     notes: list[str] = []
     experiments: list[Experiment] = []
     baseline = baselines.active(plan.baselines_dir, plan.name)
@@ -86,20 +86,18 @@ def diagnose(
     elif run.verdict is Verdict.ERROR:
         notes.append("the run could not measure (verdict error): no replay, evidence only")
     else:
-        before, samples = _scan(plan, isolate, deadline, per_experiment_s, max_samples, scan_cap, clock)
+        before, samples = _scan(plan, children, max_samples, scan_cap)
         experiments.append(before)
         if not before.measured:
             notes.append(f"the current setup could not be replayed ({before.note or 'no ratio'}): evidence only")
         else:
-            experiments += _sweep(
-                plan, baseline.meta.session, run, samples, isolate, deadline, per_experiment_s, clock, notes, share
-            )
+            experiments += _sweep(plan, baseline.meta.session, run, samples, children, notes, share)
     localization = run.details.get("localization")
     if localization is None and before is not None and before.measured and before.within_tolerance is False:
         stored = {int(s) for s in baseline.meta.intermediates.get("samples", ())} if baseline is not None else set()
         chosen = [s for s in samples if s in stored]
         if chosen:  # against the baseline's own intermediates: what changed inside the model, exactly
-            localization = _localize(plan, isolate, chosen[0], deadline, clock, notes)
+            localization = _localize(plan, children, chosen[0], notes)
         else:
             notes.append("no localization: the baseline keeps no intermediates of a failing sample (--intermediates)")
     if isinstance(localization, Mapping) and "error" not in localization:
@@ -156,18 +154,39 @@ def _not_reproduced(before: Experiment, experiments: Sequence[Experiment], outpu
     return line
 
 
-def _scan(
-    plan: CheckPlan,
-    isolate: Isolator,
-    deadline: float,
-    per_experiment_s: float,
-    max_samples: int,
-    scan_cap: int,
-    clock: Clock,
-) -> tuple[Experiment, list[int]]:
+@dataclasses.dataclass(frozen=True)
+class _Children:
+    """How a diagnosis runs its experiments: each in a child of ``isolate``, cut at ``per_experiment_s``
+    and at the budget's ``deadline`` (on ``clock``), whichever comes first (never under a second)."""
+
+    isolate: Isolator
+    deadline: float
+    per_experiment_s: float
+    clock: Clock
+
+    def left(self) -> float:
+        """Seconds of the budget left."""
+        return self.deadline - self.clock()
+
+    def run(
+        self,
+        args: tuple[Any, ...],
+        job: Callable[..., Mapping[str, Any]] = measure,
+        *,
+        experiments: int = 1,
+    ) -> Mapping[str, Any]:
+        """``job(*args)`` in a child, given ``experiments`` experiments' time; a failure is its ``error``."""
+        timeout = max(1.0, min(self.per_experiment_s * experiments, self.left()))
+        try:
+            return self.isolate(job, args, timeout)
+        except Exception as exc:  # the isolator is the caller's: its failure is still one experiment's note
+            return {"error": f"{type(exc).__name__}: {exc}"[:500]}
+
+
+def _scan(plan: CheckPlan, children: _Children, max_samples: int, scan_cap: int) -> tuple[Experiment, list[int]]:
     """The current setup over the benchmark set: the "before" ratio and the failing samples."""
     current = knobs.current(plan.model)
-    value = _run(isolate, (plan, current, None, False, scan_cap), deadline, per_experiment_s, clock)
+    value = children.run((plan, current, None, False, scan_cap))
     experiment = _experiment(current, value)
     ratios = [float(r) for r in value.get("per_sample") or []]
     failing = [i for i, r in sorted(enumerate(ratios), key=lambda p: -p[1]) if r > 1][:max_samples]
@@ -181,15 +200,12 @@ def _sweep(
     baseline_session: Mapping[str, Any],
     run: CheckResult,
     samples: Sequence[int],
-    isolate: Isolator,
-    deadline: float,
-    per_experiment_s: float,
-    clock: Clock,
+    children: _Children,
     notes: list[str],
     share: bool,
 ) -> list[Experiment]:
     current = knobs.current(plan.model)
-    repeat_value = _run(isolate, (plan, current, list(samples), True, 0), deadline, per_experiment_s, clock)
+    repeat_value = children.run((plan, current, list(samples), True, 0))
     repeat = _experiment(
         knobs.Variation("repeat", "same setup twice", "nondeterminism", current.providers, current.session),
         repeat_value,
@@ -211,7 +227,7 @@ def _sweep(
     skipped = []
     variations = knobs.variations(plan.model, baseline_session, in_use)
     shared = [i for i, v in enumerate(variations) if share and knobs.may_share_a_child(v, plan.model)]
-    answers = _run_shared(plan, [variations[i] for i in shared], samples, isolate, deadline, per_experiment_s, clock)
+    answers = _run_shared(plan, [variations[i] for i in shared], samples, children)
     if answers is None:
         notes.append("the shared replay child did not answer: each of its knobs replayed alone")
     measured = dict(zip(shared, answers or (), strict=False))
@@ -219,10 +235,10 @@ def _sweep(
         if index in measured:
             found.append(_experiment(variation, measured[index]))
             continue
-        if deadline - clock() < 1.0:
+        if children.left() < 1.0:
             skipped.append(f"{variation.knob}={variation.value}")
             continue
-        value = _run(isolate, (plan, variation, list(samples), False, 0), deadline, per_experiment_s, clock)
+        value = children.run((plan, variation, list(samples), False, 0))
         found.append(_experiment(variation, value))
     if skipped:
         notes.append(f"time budget spent; not run: {', '.join(skipped)}")
@@ -233,35 +249,30 @@ def _run_shared(
     plan: CheckPlan,
     variations: Sequence[knobs.Variation],
     samples: Sequence[int],
-    isolate: Isolator,
-    deadline: float,
-    per_experiment_s: float,
-    clock: Clock,
+    children: _Children,
 ) -> list[Mapping[str, Any]] | None:
     """``variations`` replayed in one child, cut at the sum of their timeouts: their answers in order.
 
     [] when there is nothing to share (fewer than two) or no budget left; None when the child did not answer.
     """
-    if len(variations) < 2 or deadline - clock() < 1.0:
+    if len(variations) < 2 or children.left() < 1.0:
         return []
     args = (plan, list(variations), list(samples))
-    value = _run(isolate, args, deadline, per_experiment_s * len(variations), clock, measure_shared)
+    value = children.run(args, measure_shared, experiments=len(variations))
     answers = value.get("measured")
     if not isinstance(answers, list) or len(answers) != len(variations):
         return None
     return [a if isinstance(a, Mapping) else {"error": "no answer"} for a in answers]
 
 
-def _localize(
-    plan: CheckPlan, isolate: Isolator, sample: int, deadline: float, clock: Clock, notes: list[str]
-) -> Mapping[str, Any] | None:
+def _localize(plan: CheckPlan, children: _Children, sample: int, notes: list[str]) -> Mapping[str, Any] | None:
     """Localize a failing sample in a child, with what the budget leaves (evidence for the rules)."""
-    left = deadline - clock()
+    left = children.left()
     if left < 5.0:
         notes.append("no localization: the time budget is spent")
         return None
     try:
-        found = isolate(localize_job, (plan, sample, left / 2), left)
+        found = children.isolate(localize_job, (plan, sample, left / 2), left)
     except Exception as exc:
         found = {"error": f"{type(exc).__name__}: {exc}"[:500]}
     if "error" in found:
@@ -278,21 +289,6 @@ def localize_job(plan: CheckPlan, sample: int, budget_s: float) -> dict[str, Any
     try:
         return configured.localize_model(plan, LocalizeRequest(sample=sample, time_budget_s=budget_s)).to_dict()
     except Exception as exc:  # localization is evidence: its failure is a note
-        return {"error": f"{type(exc).__name__}: {exc}"[:500]}
-
-
-def _run(
-    isolate: Isolator,
-    args: tuple[Any, ...],
-    deadline: float,
-    per_experiment_s: float,
-    clock: Clock,
-    job: Callable[..., Mapping[str, Any]] = measure,
-) -> Mapping[str, Any]:
-    timeout = max(1.0, min(per_experiment_s, deadline - clock()))
-    try:
-        return isolate(job, args, timeout)
-    except Exception as exc:  # the isolator is the caller's: its failure is still one experiment's note
         return {"error": f"{type(exc).__name__}: {exc}"[:500]}
 
 

@@ -227,10 +227,11 @@ def _materialize(cfg: BenchsetConfig, root: Path, clock: Callable[[], datetime])
     samples, labels = build(cfg, signature)
     if not samples:
         raise BenchsetError(f"benchset {cfg.name!r}: source {cfg.source} yielded no samples")
+    built = _Built(cfg, decl, decl_sha, samples, labels)
     for _ in range(10):  # another process may take version N first: then try N+1
         version = (versions[-1] if versions else 0) + 1
         try:
-            return _write_version(set_dir, cfg, version, decl, decl_sha, samples, labels, clock()), True
+            return _write_version(set_dir, built, version, clock()), True
         except FileExistsError:
             versions = _versions(set_dir)
             current = _read_manifest(set_dir / f"v{versions[-1]}", cfg.name, versions[-1])
@@ -243,20 +244,22 @@ def _materialize(cfg: BenchsetConfig, root: Path, clock: Callable[[], datetime])
     raise BenchsetError(f"benchset {cfg.name!r}: could not claim a new version in {set_dir}")
 
 
-def _write_version(
-    set_dir: Path,
-    cfg: BenchsetConfig,
-    version: int,
-    decl: dict[str, Any],
-    decl_sha: str,
-    samples: list[Sample],
-    labels: list[str],
-    now: datetime,
-) -> Benchset:
+@dataclass(frozen=True)
+class _Built:
+    """What a new version of a set holds, built once: every try at a version number writes the same."""
+
+    cfg: BenchsetConfig
+    declaration: dict[str, Any]
+    declaration_sha256: str
+    samples: list[Sample]
+    labels: list[str]
+
+
+def _write_version(set_dir: Path, built: _Built, version: int, now: datetime) -> Benchset:
     set_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-v{version}-", dir=set_dir))
     try:
-        manifest = _manifest(tmp, cfg, version, decl, decl_sha, samples, labels, now)
+        manifest = _manifest(tmp, built, version, now)
         write_manifest(tmp / MANIFEST, manifest)
         fsync_dir(tmp)
         bs = _benchset(manifest, set_dir / f"v{version}")
@@ -273,20 +276,12 @@ def _write_version(
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _manifest(
-    directory: Path,
-    cfg: BenchsetConfig,
-    version: int,
-    decl: dict[str, Any],
-    decl_sha: str,
-    samples: list[Sample],
-    labels: list[str],
-    now: datetime,
-) -> Manifest:
-    """Save every tensor of ``samples`` into ``directory`` and return the manifest describing them."""
+def _manifest(directory: Path, built: _Built, version: int, now: datetime) -> Manifest:
+    """Save every tensor of ``built.samples`` into ``directory`` and return the manifest describing them."""
+    cfg = built.cfg
     try:
         rows = []
-        for index, sample in enumerate(samples):
+        for index, sample in enumerate(built.samples):
             row = []
             for position, (input_name, raw) in enumerate(sample.items()):
                 array = np.asarray(raw)
@@ -303,9 +298,9 @@ def _manifest(
             created_at=now.isoformat(timespec="seconds"),
             source=cfg.source,
             sha256=_set_sha256(rows),
-            declaration_sha256=decl_sha,
-            declaration=decl,
-            samples=[ManifestSample(label=label, tensors=row) for label, row in zip(labels, rows, strict=True)],
+            declaration_sha256=built.declaration_sha256,
+            declaration=built.declaration,
+            samples=[ManifestSample(label=label, tensors=row) for label, row in zip(built.labels, rows, strict=True)],
         )
     except ValidationError as exc:  # e.g. an npz key longer than a manifest allows
         raise BenchsetError(f"benchset {cfg.name!r} cannot be recorded: {describe_errors(exc)}") from None

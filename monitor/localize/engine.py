@@ -69,7 +69,8 @@ from monitor.localize.report import LocalizationReport, NodeDivergence, top_node
 from monitor.localize.request import LocalizeRequest
 from monitor.localize.rule import DEFAULT_TOLERANCE, Rule, tensor_error
 from monitor.localize.search import DEQUANTIZED_SUFFIX as _DQ
-from monitor.localize.search import Budget, ObserverEffect, Repeated, Search, SearchResult, TensorSource
+from monitor.localize.search import Budget, ObserverEffect, Search, SearchResult
+from monitor.localize.sources import Repeated, TensorSource
 from monitor.localize.sqnr import LayerSQNR, per_layer_sqnr
 from monitor.results import AppliedTolerance
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from monitor.config.settings import ProviderSpec, SessionConfig
 from monitor.files import stamped
-from monitor.localize.search import Repeated, TensorSource
+from monitor.localize.sources import Repeated, TensorSource
 
 KEPT_REFERENCES = 32
 Key = tuple[object, ...]
@@ -67,10 +67,10 @@ def forget() -> None:
 class KeptNoise(Repeated):
     """A reference source whose floor is measured where it matters and kept for the next localization.
 
-    As ``search.Repeated``: one run per fetch, a second run of the same chunk only when a tensor
+    As ``sources.Repeated``: one run per fetch, a second run of the same chunk only when a tensor
     of it differs from the subject and has no floor yet. A floor kept from an earlier
     localization of the same reference on the same input (``key``) answers without that second
-    run. ``key=None`` keeps nothing and behaves as ``search.Repeated``.
+    run. ``key=None`` keeps nothing and behaves as ``sources.Repeated``.
     """
 
     def __init__(self, source: TensorSource, key: Key | None) -> None:

@@ -3,9 +3,8 @@
 Both searches measure tensors through two sources with a ``fetch(names)`` method (an
 ``ExposingRunner`` or ``StoredTensors``): the *subject* and the *reference*. Only per-tensor
 statistics are kept; the arrays of a chunk are dropped before the next one, so peak memory
-is bounded by ``chunk_size`` tensors, not by the model. A ``Repeated`` source runs a chunk of its
-side a second time when a tensor of it differs from the other side, and keeps the per-tensor
-spread: the noise floor, and the evidence of a nondeterministic side.
+is bounded by ``chunk_size`` tensors, not by the model. A source that measures its noise floor
+(``sources.Repeated``) is told which tensors of each chunk differ from the other side.
 
 Tensors are paired by name; an ORT-generated prefix (``InsertedPrecisionFreeCast_``) is stripped,
 and against a *different* model a QDQ subject's ``T_DequantizeLinear_Output`` is paired with the
@@ -36,30 +35,20 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal
 
 import numpy as np
 
 from monitor.localize.graph import GraphNode
 from monitor.localize.optimized import GENERATED_PREFIXES, Origin
 from monitor.localize.report import NodeDivergence
-from monitor.localize.rule import Rule, TensorError, needs_floor, spread
+from monitor.localize.rule import Rule, TensorError, needs_floor
+from monitor.localize.sources import TensorSource, settle
 
 CONFIRM_BEFORE = 3
 GROWTH_SAMPLES = 16
 DEQUANTIZED_SUFFIX = "_DequantizeLinear_Output"
 Predicate = Literal["changed", "out_of_tolerance"]
-
-
-class TensorSource(Protocol):
-    @property
-    def producible(self) -> frozenset[str]: ...
-    @property
-    def runs(self) -> int: ...
-    @property
-    def skipped(self) -> dict[str, str]: ...
-
-    def fetch(self, names: Iterable[str]) -> dict[str, np.ndarray]: ...
 
 
 class ObserverEffect(Exception):
@@ -78,67 +67,6 @@ class Budget:
     def check(self) -> None:
         if self.seconds is not None and time.perf_counter() - self.started > self.seconds:
             raise OutOfTime
-
-
-class Repeated:
-    """A source whose run-to-run spread (its noise floor, in ``noise``) is measured where it can matter.
-
-    ``fetch`` runs the chunk once. The floor of a tensor only decides anything when the tensor
-    differs from the other side (a bitwise-equal tensor is unchanged whatever the floor:
-    ``rule.needs_floor``), so ``Search`` calls ``settle`` with the tensors of that chunk that
-    differ, and only then is the same chunk run a second time (the same exposure, so the same
-    graph) and every tensor's spread recorded. Upstream of a change, where both sides agree to
-    the bit, the second run is never paid. ``noise`` therefore holds the floors of the chunks
-    that needed one; a tensor missing from it never needed one. ``every_fetch`` runs every chunk
-    twice at once instead (a capture, which must know that two exposed passes agree).
-    """
-
-    def __init__(self, source: TensorSource, *, every_fetch: bool = False) -> None:
-        self._source = source
-        self.producible = source.producible
-        self.skipped = source.skipped
-        self.noise: dict[str, float] = {}
-        self.every_fetch = every_fetch  # a capture's faithfulness check: every chunk run twice, at once
-        self._last: tuple[list[str], dict[str, np.ndarray]] | None = None  # the fetch to settle
-
-    @property
-    def runs(self) -> int:
-        return self._source.runs
-
-    @property
-    def observer_mismatch(self) -> str | None:
-        return getattr(self._source, "observer_mismatch", None)
-
-    def fetch(self, names: Iterable[str]) -> dict[str, np.ndarray]:
-        wanted = list(names)
-        first = self._source.fetch(wanted)
-        if self.every_fetch:
-            self._record(first, self._source.fetch(wanted))
-        else:
-            self._last = (wanted, first)
-        return first
-
-    def settle(self, differing: Iterable[str]) -> None:
-        """Measure the last fetch's floors when a tensor in ``differing`` (it differs from the other
-        side) has none yet; then forget that fetch (its arrays are not kept past its chunk)."""
-        last, self._last = self._last, None
-        if last is None:
-            return
-        wanted, first = last
-        if any(name in first and name not in self.noise for name in differing):
-            self._record(first, self._source.fetch(wanted))
-
-    def _record(self, first: Mapping[str, np.ndarray], second: Mapping[str, np.ndarray]) -> None:
-        for name, value in first.items():
-            if name in second:
-                self.noise[name] = spread(value, second[name])
-
-
-def settle(source: TensorSource, differing: Iterable[str]) -> None:
-    """``source.settle(differing)`` for a source that measures floors (``Repeated``); else nothing."""
-    settle_floor = getattr(source, "settle", None)
-    if settle_floor is not None:
-        settle_floor(list(differing))
 
 
 @dataclass

@@ -8,6 +8,7 @@ how, but ``max_abs_change`` stays None. Tensors and list attributes are visited 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -44,12 +45,11 @@ def compare(
     old_files = {t.location for t in old.tensors.values() if t.location is not None}
     new_files = {t.location for t in new.tensors.values() if t.location is not None}
     external = {"added": tuple(sorted(new_files - old_files)), "removed": tuple(sorted(old_files - new_files))}
-    summary = summarize(tensors, lists, added, removed, changed, header, graph_io, external, new)
-    return ModelDiff(
+    diff = ModelDiff(
         old=names[0],
         new=names[1],
         exact=exact,
-        summary=summary,
+        summary=(),
         header=header,
         graph_io=graph_io,
         changed_tensors=tuple(sorted(tensors, key=_severity)),
@@ -59,6 +59,7 @@ def compare(
         nodes_changed=changed,
         external_data=external,
     )
+    return dataclasses.replace(diff, summary=summarize(diff, new))
 
 
 def _severity(change: TensorChange) -> tuple[int, float]:

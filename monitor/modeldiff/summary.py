@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from monitor.modeldiff.facts import ModelFacts
-from monitor.modeldiff.result import IOChange, ListChange, NodeChange, NodeEntry, TensorChange
+from monitor.modeldiff.result import IOChange, ModelDiff, NodeEntry, TensorChange
 
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
 INTEGER_OPS = frozenset({"MatMulInteger", "ConvInteger", "QLinearConv", "QLinearMatMul", "DynamicQuantizeMatMul"})
@@ -34,21 +34,13 @@ def _noun(kind: str, n: int) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
-def summarize(
-    tensors: Sequence[TensorChange],
-    lists: Sequence[ListChange],
-    added: Sequence[NodeEntry],
-    removed: Sequence[NodeEntry],
-    changed: Sequence[NodeChange],
-    header: Mapping[str, tuple[Any, Any]],
-    graph_io: Sequence[IOChange],
-    external: Mapping[str, Sequence[str]],
-    new: ModelFacts,
-) -> tuple[str, ...]:
-    """The summary lines, the most telling first: conversions, then structure, then values, then header."""
+def summarize(diff: ModelDiff, new: ModelFacts) -> tuple[str, ...]:
+    """The summary lines of ``diff`` (its own ``summary`` unread), the most telling first: conversions, then
+    structure, then values, then header. ``new`` is the newer model's facts (what a QDQ pair sits around)."""
+    added, removed, changed, lists = diff.nodes_added, diff.nodes_removed, diff.nodes_changed, diff.changed_attributes
     lines: list[str] = []
-    lines += _tensor_lines(tensors)
-    lines += _io_lines(graph_io)
+    lines += _tensor_lines(diff.changed_tensors)
+    lines += _io_lines(diff.graph_io)
     lines += _quantization_lines(added, new)
     if added:
         lines.append(f"{len(added)} node{'s' * (len(added) != 1)} added ({by_kind(Counter(n.op_type for n in added))})")
@@ -63,10 +55,10 @@ def summarize(
     if lists:
         statuses = Counter(f"{c.attribute} {c.status}" for c in lists)
         lines.append(f"{len(lists)} list attribute{'s' * (len(lists) != 1)} ({by_kind(statuses)})")
-    for field, (old, new_value) in header.items():
+    for field, (old, new_value) in diff.header.items():
         lines.append(f"{field} {_show(old)}→{_show(new_value)}")
     for status in ("added", "removed"):
-        for location in external.get(status, ()):
+        for location in diff.external_data.get(status, ()):
             lines.append(f"external data file {location!r} {status}")
     return tuple(lines)
 

@@ -2,7 +2,7 @@
 
 Each ``*_entries`` function probes one part for ``envsnap.capture`` and returns its ``Entries``
 (``{dotted name: (value, stable)}``); ``envsnap.py`` keeps the snapshot value, its fingerprint and
-its diff, the hardware parts live in ``cpu.py`` and ``gpu.py``. Standard library only at import
+its diff, the hardware parts live in ``cpu.py``, ``gpu.py`` and ``cudalibs.py``. Standard library only at import
 time (ONNX Runtime is imported by the probe that reports it).
 """
 

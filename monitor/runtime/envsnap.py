@@ -45,7 +45,8 @@ from monitor import jsonsafe
 from monitor.runtime import envparts
 from monitor.runtime.compat import compat_entries
 from monitor.runtime.cpu import cpu_entries
-from monitor.runtime.gpu import Entries, JsonValue, NvmlLike, cuda_entries, default_nvml, describe, nvml_entries
+from monitor.runtime.cudalibs import cuda_entries
+from monitor.runtime.gpu import Entries, JsonValue, NvmlLike, default_nvml, describe, nvml_entries
 
 __all__ = [
     "EnvSnapshot",

@@ -45,7 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from monitor import bounded, jsonsafe
-from monitor.config.settings import StoreConfig, mask_url
+from monitor.config.dburl import mask_url
+from monitor.config.settings import StoreConfig
 from monitor.results import CheckResult
 
 log = logging.getLogger("onnxmon.spool")

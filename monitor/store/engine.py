@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-from monitor.config.settings import mask_url
+from monitor.config.dburl import mask_url
 from monitor.errors import ConfigError
 from monitor.store import convert
 from monitor.store.health import StoreUnavailable

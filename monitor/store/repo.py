@@ -26,10 +26,22 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import Session
 
-from monitor.config.settings import StoreConfig, mask_url
-from monitor.errors import BaselineError
-from monitor.results import CheckResult, fingerprint_of
-from monitor.store import convert, events, health, leases, queries, recent, retention, schema, text, writes
+from monitor.config.dburl import mask_url
+from monitor.config.settings import StoreConfig
+from monitor.results import CheckResult
+from monitor.store import (
+    baseline_writes,
+    convert,
+    events,
+    health,
+    leases,
+    queries,
+    recent,
+    retention,
+    schema,
+    text,
+    writes,
+)
 from monitor.store.engine import make_engine
 from monitor.store.recent import RecentState
 from monitor.store.records import (
@@ -216,60 +228,9 @@ class Store:
         A ``run_id`` this store does not know is recorded as unknown (``None``). ``active: True``
         (with optional ``promoted_by``/``promoted_at``) mirrors a baseline already active on disk.
         """
-        for key in ("baseline_id", "model", "created_at"):
-            if not meta.get(key):
-                raise BaselineError(f"baseline metadata: '{key}' is missing (got keys {sorted(meta)})")
-        try:
-            created = convert.parse_when(meta["created_at"], "baseline metadata 'created_at'")
-        except ValueError as exc:
-            raise BaselineError(f"baseline {meta['baseline_id']}: {exc}") from None
-        environment = meta.get("environment") or {}
-        fingerprint = fingerprint_of(environment)
+        created = baseline_writes.created_at(meta)
         with self._session(write=True) as session:
-            model_id = writes.model_id(session, str(meta["model"]), created, None)
-            if fingerprint:
-                writes.touch_environment(session, fingerprint, environment, created)
-            benchset_id = None
-            if meta.get("benchset") and meta.get("benchset_sha256"):
-                benchset_id = writes.benchset_id(
-                    session, str(meta["benchset"]), str(meta["benchset_sha256"]), meta.get("benchset_version"), created
-                )
-            run_id = meta.get("run_id")
-            if run_id is not None and session.get(schema.Run, int(run_id)) is None:
-                run_id = None
-            values: dict[str, Any] = {
-                "model_id": model_id,
-                "created_at": created,
-                "source": str(meta.get("source") or "captured"),
-                "model_sha256": meta.get("model_sha256"),
-                "benchset_id": benchset_id,
-                "environment_fingerprint": fingerprint,
-                "path": str(meta["path"]) if meta.get("path") else None,
-                "run_id": int(run_id) if run_id is not None else None,
-            }
-            row = session.scalars(select(schema.Baseline).filter_by(baseline_id=meta["baseline_id"])).first()
-            if row is not None:
-                for key, value in values.items():
-                    setattr(row, key, value)
-            else:
-                row = schema.Baseline(baseline_id=str(meta["baseline_id"]), is_active=False, **values)
-                session.add(row)
-                session.add(
-                    schema.Event(
-                        model_id=model_id,
-                        node="",
-                        kind=events.BASELINE_CAPTURED,
-                        at=created,
-                        run_id=values["run_id"],
-                        new=str(meta["baseline_id"]),
-                        detail={"source": values["source"], "environment": fingerprint},
-                    )
-                )
-                session.flush()
-            if meta.get("active") and not row.is_active:  # mirror a baseline already active on disk
-                by = str(meta.get("promoted_by") or "baselines directory")
-                when = convert.parse_when(meta["promoted_at"], "promoted_at") if meta.get("promoted_at") else created
-                writes.promote(session, row, by, when, str(meta.get("promotion_note") or ""))
+            baseline_writes.record(session, meta, created)
 
     def record_promotion(
         self, model: str, baseline_id: str, by: str, *, at: datetime | None = None, note: str = ""
@@ -280,14 +241,7 @@ class Store:
         """
         at = at or datetime.now(UTC)
         with self._session(write=True) as session:
-            model_id = session.scalar(select(schema.Model.id).where(schema.Model.name == model))
-            row = session.scalars(select(schema.Baseline).filter_by(baseline_id=baseline_id, model_id=model_id)).first()
-            if model_id is None or row is None:
-                raise BaselineError(
-                    f"baseline '{baseline_id}' of model '{model}' is not recorded in the store; record it first"
-                )
-            if not row.is_active:  # promoting the active baseline again changes nothing
-                writes.promote(session, row, by, at, note)
+            baseline_writes.promote(session, model, baseline_id, by, at=at, note=note)
 
     def claim(self, model: str, slot: int, holder: str) -> bool:
         """Take the lease of ``model`` for schedule ``slot`` (sharded replicas); False if taken."""
