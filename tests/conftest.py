@@ -202,9 +202,8 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     return (yield from _guarded_phase(item, "call"))
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
-    return (yield from _guarded_phase(item, "teardown"))
+# Teardown is not guarded: it also finalizes module- and session-scoped fixtures that another,
+# non-unit test set up (a PostgreSQL schema dropped after the module's last test, a sqlite one).
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,7 +1,7 @@
 """The fast tier: ``pytest -m unit`` runs every test that starts nothing, and a guard keeps the markers true.
 
 A test is ``unit`` when it carries none of the markers in ``NOT_UNIT`` (tests/conftest.py adds the
-marker at collection). While a ``unit`` test runs (setup, call and teardown), starting a process
+marker at collection). While a ``unit`` test runs (setup and call; teardown also finalizes wider fixtures other tests set up), starting a process
 (``subprocess``, ``os.fork``/``posix_spawn``/``system``, a ``multiprocessing`` child), listening on a
 socket (any server) or connecting to a database server (psycopg) fails the test with what to mark it.
 Time is never a failure (tests don't time): ``slow`` is marked by hand from a recorded ``--durations`` run.
