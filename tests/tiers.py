@@ -1,9 +1,10 @@
 """The fast tier: ``pytest -m unit`` runs every test that starts nothing, and a guard keeps the markers true.
 
 A test is ``unit`` when it carries none of the markers in ``NOT_UNIT`` (tests/conftest.py adds the
-marker at collection). While a ``unit`` test runs (setup and call; teardown also finalizes wider fixtures other tests set up), starting a process
-(``subprocess``, ``os.fork``/``posix_spawn``/``system``, a ``multiprocessing`` child), listening on a
-socket (any server) or connecting to a database server (psycopg) fails the test with what to mark it.
+marker at collection). While a ``unit`` test's setup and call run, starting a process (``subprocess``,
+``os.fork``/``posix_spawn``/``system``, a ``multiprocessing`` child), listening on a socket (any
+server) or connecting to a database server (psycopg) fails the test with what to mark it. Teardown is
+not watched: it also finalizes wider fixtures that other tests set up.
 Time is never a failure (tests don't time): ``slow`` is marked by hand from a recorded ``--durations`` run.
 The guard fails the test even when the code under test catches the exception (a server thread, an
 ``except BaseException``): what was refused is also kept and turns the phase's report into a failure.
