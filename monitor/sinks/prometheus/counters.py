@@ -22,7 +22,6 @@ import contextlib
 import copy
 import logging
 import math
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -34,9 +33,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from monitor import __version__
 from monitor.config.settings import ModelConfig, Settings
-from monitor.files import baseline_meta, baselines, stamped
+from monitor.files import baseline_meta, stamped
 from monitor.results import CheckResult, Verdict
 from monitor.sinks.prometheus import label_values, model_facts
+from monitor.sinks.prometheus.active_baselines import ActiveBaselines
 from monitor.store import RunRecord, Store, pick_latest
 
 log = logging.getLogger(__name__)
@@ -83,8 +83,7 @@ class Metrics:
         self.environment: Mapping[str, Any] = dict(startup_environment or {})
         self._states: dict[str, ModelState] = {}
         self._lock = threading.RLock()
-        self._baseline_meta: dict[str, baseline_meta.BaselineMeta] = {}
-        self._active_ids: dict[tuple[str, str], tuple[stamped.Stamp | None, str | None]] = {}
+        self._baselines = ActiveBaselines()
         r = registry
         self.runs = Counter("onnxmon_runs", "Runs finished, any verdict.", ["model"], registry=r)
         self.run_failures = Counter(
@@ -165,7 +164,7 @@ class Metrics:
         signature = stamped.stamp([model.path])
         if new or signature != state.facts_signature:
             state.facts, state.facts_signature = model_facts.read_model_facts(model.path), signature
-        meta = self._active_baseline(settings.store.baselines_dir, model.name)
+        meta = self._baselines.meta(settings.store.baselines_dir, model.name)
         active = meta.id if meta else None
         if not new and not first and active and active != state.baseline_id:
             self.baseline_promotions.labels(model.name).inc()
@@ -298,38 +297,8 @@ class Metrics:
             return {name: _copy(state) for name, state in self._states.items()}
 
     def active_baseline(self, root: Path, model: str) -> baseline_meta.BaselineMeta | None:
-        """The active baseline's metadata (ACTIVE re-read each time; metadata cached, baselines are write-once)."""
-        return self._active_baseline(root, model)
-
-    def _active_baseline(self, root: Path, model: str) -> baseline_meta.BaselineMeta | None:
-        try:
-            baseline_id = self._active_id(root, model)
-            if baseline_id is None:
-                return None
-            if baseline_id not in self._baseline_meta:
-                found = baselines.active(root, model)
-                if found is None:
-                    return None
-                self._baseline_meta[baseline_id] = found.meta
-            return self._baseline_meta[baseline_id]
-        except Exception as exc:  # a broken ACTIVE file or baseline.json: reported as "no baseline"
-            log.warning("active baseline of %r unreadable: %s", model, exc)
-            return None
-
-    def _active_id(self, root: Path, model: str) -> str | None:
-        """``baselines.active_id``, read again only when the ``ACTIVE`` file's identity changed (a stat per scrape).
-
-        A promotion replaces the file (a new inode), an edit changes its size or times; reading
-        200-1000 of them per scrape was a fifth of its time.
-        """
-        path = os.path.join(root, model, baselines.ACTIVE_FILE)  # no Path objects: 1,000 per scrape
-        signature = stamped.stamp([path])
-        cached = self._active_ids.get((str(root), model))
-        if signature is not None and cached is not None and cached[0] == signature:
-            return cached[1]
-        baseline_id = baselines.active_id(root, model)
-        self._active_ids[(str(root), model)] = (signature, baseline_id)
-        return baseline_id
+        """The active baseline's metadata (``active_baselines.py``: ACTIVE re-read when it moves)."""
+        return self._baselines.meta(root, model)
 
     def _latest_runs(self) -> list[RunRecord]:
         if self.store is None:
