@@ -78,16 +78,15 @@ def identify(path: Path, digests: Digests | None = None) -> ModelIdentity:
     path = Path(path)
     if not path.exists():
         raise ModelError(f"model file {path} not found")
-    read = _read(path) if digests is None else digests.digest(path, _read)
+    digests = Digests() if digests is None else digests  # a table of its own: nothing answered from before
+    read = digests.digest(path, _read)
     external: dict[str, str] = {}
     for location in read.locations:
         data_file = (path.parent / location).resolve()
         if not data_file.exists():
             raise ModelError(f"model file {path} references external data {location!r}, which is missing")
         try:
-            external[location] = (
-                file_digests(data_file) if digests is None else digests.digest(data_file, file_digests)
-            )[0]
+            external[location] = digests.digest(data_file, file_digests)[0]
         except OSError as exc:
             raise ModelError(
                 f"external data {location!r} of model {path} cannot be read: {exc.strerror or exc}"
