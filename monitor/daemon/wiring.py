@@ -3,7 +3,7 @@
 ``metrics`` installs the collector (the startup environment, the store's scrape-time reads) and the
 per-worker GPU memory gauges; ``database_sink`` builds the history sink with its bounded on-disk
 spool and hangs the spool's counts on their gauges; ``sinks`` lists every sink a result goes to,
-the database first. The composition root (``root.py``) calls them in that order.
+the counters before the database. The composition root (``root.py``) calls them in that order.
 """
 
 from __future__ import annotations
@@ -67,8 +67,12 @@ def database_sink(store: Any, settings: Settings, metrics: Any, *, node: str | N
 
 
 def sinks(database: DatabaseSink, metrics: Any) -> list[Sink]:
-    """Every sink a result goes to, the database first (a failing sink never stops the others)."""
+    """Every sink a result goes to (a failing sink never stops the others).
+
+    The counters come before the database: the alerts read failing runs from the store, so a scrape
+    between the two writes must never see a stored failure its counters do not count yet.
+    """
     from monitor.sinks.log import LogSink
     from monitor.sinks.prometheus.sink import PrometheusSink
 
-    return [database, PrometheusSink(metrics), LogSink(RESULTS_LOG)]
+    return [PrometheusSink(metrics), database, LogSink(RESULTS_LOG)]
