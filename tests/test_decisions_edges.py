@@ -124,9 +124,7 @@ def test_argmax_over_an_empty_axis_decides_nothing_and_the_check_passes(tmp_path
 
 def test_a_row_that_overflows_to_a_tie_of_infinities_is_a_flipped_decision_under_numeric_warn(tmp_path: Path) -> None:
     pristine, overflowing = scores([2.0, 1.0, 0.5]), scores([3e38, 3e38, 0.0])
-    ws = captured(
-        tmp_path, pristine, {"logits": {"kind": "argmax"}}, tolerance={"default": {"numeric": "warn"}}
-    )
+    ws = captured(tmp_path, pristine, {"logits": {"kind": "argmax"}}, tolerance={"default": {"numeric": "warn"}})
     before, after = plain_outputs(ws, pristine, "logits"), plain_outputs(ws, overflowing, "logits")
     # numpy's ground truth: every row is a tie of +inf, and its argmax is class 0, the baseline's class
     assert all(np.isposinf(a[:, :2]).all() and (np.argmax(a, -1) == 0).all() for a in after)

@@ -10,6 +10,7 @@ of the fire times.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import math
 from pathlib import Path
 from typing import Any
@@ -110,7 +111,7 @@ def walked_shortest_gap(expression: str, days: int) -> float:
         last = fires[-1]
         fires.append(trigger.get_next_fire_time(last, last + dt.timedelta(seconds=1)))
     times = [f for f in fires if f is not None]
-    return min((b - a).total_seconds() for a, b in zip(times, times[1:], strict=False))
+    return min((b - a).total_seconds() for a, b in itertools.pairwise(times))
 
 
 @pytest.mark.parametrize(

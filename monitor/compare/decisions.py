@@ -95,7 +95,8 @@ def decide(rule: DecisionRule, array: np.ndarray) -> np.ndarray:
         assert rule.value is not None
         if array.dtype.kind in "iu":
             return _exceeds_integers(array, rule.value).ravel()
-        wide = array.astype(np.float64, copy=False)  # x > value exactly: a float16 x is widened, never the value rounded
+        # x > value exactly: a float16 x is widened, never the value rounded
+        wide = array.astype(np.float64, copy=False)
         return np.where(np.isnan(wide), NO_DECISION, _exceeds_floats(wide, rule.value)).astype(np.int8).ravel()
     return array.ravel()
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import calendar
 import datetime as dt
 import functools
+import itertools
 import math
 
 from apscheduler.triggers.cron import CronTrigger
@@ -142,9 +143,10 @@ def shortest_gap_seconds(expression: str, day: dt.date) -> float:
         if after.date() != first.date():
             break
         fires.append(after)
-    within = min(((b - a).total_seconds() for a, b in zip(fires, fires[1:], strict=False)), default=math.inf)
-    span = (fires[-1] - fires[0]).total_seconds()
-    firing, days_apart = first.date(), math.inf
+    within: float = min(((b - a).total_seconds() for a, b in itertools.pairwise(fires)), default=math.inf)
+    span: float = (fires[-1] - fires[0]).total_seconds()
+    firing: dt.date = first.date()
+    days_apart: float = math.inf
     horizon = firing + _DAY_WALK
     while days_apart > 1 and firing < horizon:
         following = cron.get_next_fire_time(None, _midnight(firing + dt.timedelta(days=1)))
