@@ -122,14 +122,15 @@ def longest_gap_seconds(expression: str, day: dt.date) -> float:
     return longest if longest > 0 else math.nan
 
 
-@functools.lru_cache(maxsize=256)
-def shortest_gap_seconds(expression: str, day: dt.date) -> float:
+@functools.lru_cache(maxsize=1024)
+def shortest_gap_seconds(expression: str, day: dt.date, under: float = math.inf) -> float:
     """Shortest time between two starts from ``day`` on; NaN for an expression ``trigger`` refuses.
 
-    The minute and hour fields do not depend on the day, so every firing day fires at the same times:
-    the shortest gap is the shortest one within a firing day, or, across two firing days in a row,
-    the fewest days between two firing days less a day's span, over the next 8 years (a minutely
-    cron stops at once: its first two firing days are in a row).
+    The minute and hour fields do not depend on the day, so every firing day fires at the same times
+    (its minutes in each of its hours): the shortest gap is the shortest one within a firing day, or,
+    across firing days, the fewest days between two of them (over the next 8 years) less a day's span.
+    Exact below ``under`` (a check's timeout): a gap of ``under`` or more may be given as any value not
+    below it, so a daily or weekly cron with a short timeout is settled without walking its days.
     """
     try:
         cron = trigger(expression)
@@ -138,13 +139,12 @@ def shortest_gap_seconds(expression: str, day: dt.date) -> float:
     first = cron.get_next_fire_time(None, _midnight(day))
     if first is None:
         return math.nan
-    fires = [first]
-    while (after := cron.get_next_fire_time(fires[-1], fires[-1] + dt.timedelta(seconds=1))) is not None:
-        if after.date() != first.date():
-            break
-        fires.append(after)
-    within: float = min(((b - a).total_seconds() for a, b in itertools.pairwise(fires)), default=math.inf)
-    span: float = (fires[-1] - fires[0]).total_seconds()
+    hours, minutes = _hours(cron, first), _minutes(cron, first)
+    times = sorted(h * 3600.0 + m * 60.0 for h in hours for m in minutes)
+    within: float = min((b - a for a, b in itertools.pairwise(times)), default=math.inf)
+    span = times[-1] - times[0]
+    if DAY_S - span >= under:  # no pair of firing days can come closer than under
+        return min(within, DAY_S - span)
     firing: dt.date = first.date()
     days_apart: float = math.inf
     horizon = firing + _DAY_WALK
@@ -155,3 +155,26 @@ def shortest_gap_seconds(expression: str, day: dt.date) -> float:
         days_apart = min(days_apart, (following.date() - firing).days)
         firing = following.date()
     return min(within, days_apart * DAY_S - span)
+
+
+def _minutes(cron: CronTrigger, first: dt.datetime) -> list[int]:
+    """The minutes a firing hour fires at: those of ``first``'s hour (the first of its day)."""
+    found, current = [first.minute], first
+    while (after := cron.get_next_fire_time(current, current + dt.timedelta(minutes=1))) is not None:
+        if (after.date(), after.hour) != (first.date(), first.hour):
+            break
+        found.append(after.minute)
+        current = after
+    return found
+
+
+def _hours(cron: CronTrigger, first: dt.datetime) -> list[int]:
+    """The hours a firing day fires in: those of ``first``'s day."""
+    found, current = [first.hour], first
+    while current.hour < 23:
+        after = cron.get_next_fire_time(None, current.replace(minute=0) + dt.timedelta(hours=1))
+        if after is None or after.date() != first.date():
+            break
+        found.append(after.hour)
+        current = after
+    return found

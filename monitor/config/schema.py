@@ -10,6 +10,7 @@ a tolerance must not silently do nothing). ``monitor.config.settings`` assembles
 from __future__ import annotations
 
 import datetime as dt
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -124,12 +125,15 @@ class Schedule(StrictModel):
         start = (now or dt.datetime.now(dt.UTC)).replace(minute=0, second=0, microsecond=0)
         return cron.longest_gap_seconds(self.cron, start.date()) + float(self.jitter)
 
-    def shortest_gap_seconds(self, *, now: dt.datetime | None = None) -> float:
-        """Shortest time between two scheduled starts (jitter aside): what a check's timeout must stay under."""
+    def shortest_gap_seconds(self, *, now: dt.datetime | None = None, under: float = math.inf) -> float:
+        """Shortest time between two scheduled starts (jitter aside): what a check's timeout must stay under.
+
+        Exact below ``under``; a gap of ``under`` or more may be given as any value not below it.
+        """
         if self.interval is not None:
             return float(self.interval)
         assert self.cron is not None
-        return cron.shortest_gap_seconds(self.cron, (now or dt.datetime.now(dt.UTC)).date())
+        return cron.shortest_gap_seconds(self.cron, (now or dt.datetime.now(dt.UTC)).date(), under)
 
 
 class StoreConfig(StrictModel):
