@@ -114,6 +114,11 @@ class Settings(StrictModel):
                     f"model {model.name!r}: timeout {timeout:g}s must be shorter than its schedule interval"
                     f" {schedule.interval:g}s, or runs would pile up"
                 )
+            elif schedule.cron is not None and timeout >= (gap := schedule.shortest_gap_seconds(under=timeout + 1)):
+                problems.append(
+                    f"model {model.name!r}: timeout {timeout:g}s must be shorter than the shortest gap between"
+                    f" two starts of its schedule cron {schedule.cron!r} ({gap:g}s), or runs would pile up"
+                )
         if problems:
             raise ValueError("; ".join(problems))
         return self
