@@ -83,6 +83,37 @@ def test_a_cron_that_fires_on_a_rare_date_is_kept() -> None:
 
 
 @pytest.mark.parametrize(
+    ("weekday", "days"),
+    [
+        ("1-5", {"Mon", "Tue", "Wed", "Thu", "Fri"}),
+        ("0", {"Sun"}),
+        ("7", {"Sun"}),
+        ("6,0", {"Sat", "Sun"}),
+        ("*/2", {"Sun", "Tue", "Thu", "Sat"}),
+        ("1-5/2", {"Mon", "Wed", "Fri"}),
+        ("mon-fri", {"Mon", "Tue", "Wed", "Thu", "Fri"}),
+        ("*", {"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"}),
+    ],
+)
+def test_a_cron_weekday_number_means_what_cron_means_sunday_is_0(weekday: str, days: set[str]) -> None:
+    """APScheduler 3 counts 0 as Monday; cron counts 0 (and 7) as Sunday: ``1-5`` is Monday to Friday."""
+    trigger = cron.trigger(f"0 9 * * {weekday}")
+    fires, when = [], dt.datetime(2026, 12, 5, tzinfo=dt.UTC)  # a Saturday
+    for _ in range(21):
+        when = trigger.get_next_fire_time(None, when + dt.timedelta(seconds=1))
+        assert when is not None
+        fires.append(when)
+    assert {f.strftime("%a") for f in fires} == days  # strftime: the C library's calendar, not APScheduler's
+    assert all((f.hour, f.minute) == (9, 0) for f in fires)
+
+
+@pytest.mark.parametrize("weekday", ["8", "5-1", "*/0", "mon-5"])
+def test_a_cron_weekday_past_7_backwards_or_mixed_is_refused(weekday: str) -> None:
+    problem = cron.problem_of(f"0 9 * * {weekday}")
+    assert problem is not None and f"weekday {weekday!r}" in problem
+
+
+@pytest.mark.parametrize(
     ("expression", "seconds"),
     [
         ("0 0 1 * *", 30 * 86400.0),  # 1 April to 1 May
@@ -103,7 +134,9 @@ def test_a_cron_firing_less_than_weekly_has_a_staleness_bound_not_nan(expression
 def walked_shortest_gap(expression: str, days: int) -> float:
     """The shortest gap between two fire times of APScheduler's own walk over ``days`` days from ``DAY``."""
     minute, hour, day, month, weekday = expression.split()
-    trigger = CronTrigger(minute=minute, hour=hour, day=day, month=month, day_of_week=weekday, timezone=dt.UTC)
+    trigger = CronTrigger(
+        minute=minute, hour=hour, day=day, month=month, day_of_week=cron.weekdays(weekday), timezone=dt.UTC
+    )
     start = dt.datetime(DAY.year, DAY.month, DAY.day, tzinfo=dt.UTC)
     end = start + dt.timedelta(days=days)
     fires = [trigger.get_next_fire_time(None, start)]

@@ -61,8 +61,45 @@ def problem_of(expression: str) -> str | None:
 def _parsed(expression: str, jitter: int | None) -> CronTrigger:
     minute, hour, day, month, day_of_week = expression.split()
     return CronTrigger(
-        minute=minute, hour=hour, day=day, month=month, day_of_week=day_of_week, timezone=dt.UTC, jitter=jitter
+        minute=minute,
+        hour=hour,
+        day=day,
+        month=month,
+        day_of_week=weekdays(day_of_week),
+        timezone=dt.UTC,
+        jitter=jitter,
     )
+
+
+_CRON_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat", "sun")  # cron's numbers: 0 and 7 are Sunday
+
+
+def weekdays(field: str) -> str:
+    """A cron weekday field in APScheduler's terms: numbers as cron means them, written as day names.
+
+    Cron counts 0 (and 7) as Sunday and 1 as Monday; APScheduler 3 counts 0 as Monday, so ``1-5``
+    handed over as it is would run Tuesday to Saturday. Every numeric item (``5``, ``1-5``, ``*/2``,
+    ``1-7/2``) becomes the names of the days it means; names and a bare ``*`` pass as they are.
+    ``ValueError`` on a number past 7 or a range that runs backwards.
+    """
+    items = []
+    for item in field.split(","):
+        span, _, step_text = item.partition("/")
+        if span != "*" and not any(ch.isdigit() for ch in span):
+            items.append(item)  # ``mon``, ``mon-fri``, ``mon-fri/2``: APScheduler reads names as cron does
+            continue
+        if span == "*" and not step_text:
+            items.append(item)
+            continue
+        start, _, end = ("0", "", "6") if span == "*" else span.partition("-")
+        if not (start.isdigit() and (end.isdigit() or not end) and (step_text.isdigit() or not step_text)):
+            raise ValueError(f"weekday {item!r}: write days as numbers 0-7 or as names, not both")
+        first, step = int(start), int(step_text or 1)
+        last = int(end) if end else (7 if step_text else first)  # ``5/2``: from Friday to the week's end
+        if not (0 <= first <= last <= 7) or step < 1:
+            raise ValueError(f"weekday {item!r}: cron weekdays are 0-7 (0 and 7 are Sunday), a range low to high")
+        items.extend(_CRON_DAYS[n] for n in range(first, last + 1, step))
+    return ",".join(dict.fromkeys(items))
 
 
 def _no_such_date(day: str, month: str, weekday: str) -> str:

@@ -98,8 +98,9 @@ class Schedule(StrictModel):
     interval: Duration | None = Field(default=None, le=MAX_INTERVAL, description="Run every this long (e.g. 15m).")
     cron: str | None = Field(
         default=None,
-        description="5-field cron expression in UTC (e.g. '*/15 * * * *'); one that never fires ('0 0 31 2 *')"
-        " is refused.",
+        description="5-field cron expression in UTC (e.g. '*/15 * * * *'); weekdays as cron counts them"
+        " (0 and 7 are Sunday, '1-5' is Monday to Friday) or as names ('mon-fri'); one that never fires"
+        " ('0 0 31 2 *') is refused.",
     )
     jitter: Duration = Field(default=0.0, le=MAX_SHORT, description="Random delay up to this long, to spread load.")
 
