@@ -86,7 +86,6 @@ class Daemon:
         self._slots = threading.BoundedSemaphore(self.workers)
         self.pool = warm.configured(settings)  # the check workers: up to daemon.warm_workers kept, with their sessions
         self._backoff: dict[str, _Backoff] = {}
-        self._lock = threading.Lock()
         self._reload_turn = threading.Lock()  # reloads take turns (SIGHUP, POST /-/reload)
         self._stopping = threading.Event()
         self._reasons: dict[str, str] = {}
