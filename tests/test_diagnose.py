@@ -53,8 +53,9 @@ def test_the_right_cause_is_ranked_first(scenario: Scenario, in_tmp: Workspace) 
     assert current.within_tolerance is False and current.error_ratio is not None and current.error_ratio > 1
 
 
-@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s.expected in ("thread_count", "graph_optimization")],
-                         ids=lambda s: s.expected)  # fmt: skip
+@pytest.mark.parametrize(
+    "scenario", [s for s in SCENARIOS if s.expected in ("thread_count", "graph_optimization")], ids=lambda s: s.expected
+)
 def test_a_knob_whose_revert_restores_the_baseline_is_the_evidence(scenario: Scenario, in_tmp: Workspace) -> None:
     plan, result = scenario.build(in_tmp)
     diagnosis = diagnose(plan, result, isolate=isolated)
@@ -140,8 +141,15 @@ def test_a_revert_that_restores_outranks_an_environment_change() -> None:
     drift, restored = Measure(3e-6, 12, 0.6), Measure(0.0, 0, 0.0)
     before = Experiment("current", "as configured", "unknown", 150.0, False, measure=drift)
     threads = Experiment("threads", "intra=1 inter=1", "thread_count", 0.0, True, measure=restored, effect="restores")
-    partly = Experiment("execution_mode", "parallel", "session_settings_changed", 9.0, False,
-                        measure=Measure(1e-7, 1, 0.5), effect="reduces")  # fmt: skip
+    partly = Experiment(
+        "execution_mode",
+        "parallel",
+        "session_settings_changed",
+        9.0,
+        False,
+        measure=Measure(1e-7, 1, 0.5),
+        effect="reduces",
+    )
     version = Hypothesis("runtime_version", 0.7, ("onnxruntime.version: '1.17.3' → '1.20.0'",), "pin it", "evidence")
     found = rank.from_experiments([before, threads, partly], drift, reproduced=True)
     ranked = rank.merge([*found, version])
@@ -327,15 +335,33 @@ def test_an_fp16_or_quantized_file_checked_against_its_framework_suspects_the_co
             def get_next(self) -> dict[str, np.ndarray] | None:
                 return next(self.items, None)
 
-        quantize_static(str(source), str(in_tmp.root / "q.onnx"), Feeds(), quant_format=QuantFormat.QDQ,
-                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)  # fmt: skip
+        quantize_static(
+            str(source),
+            str(in_tmp.root / "q.onnx"),
+            Feeds(),
+            quant_format=QuantFormat.QDQ,
+            activation_type=QuantType.QInt8,
+            weight_type=QuantType.QInt8,
+        )
         ws_model = onnx.load(str(in_tmp.root / "q.onnx"))
     in_tmp.add_model("m", ws_model)
     plan = plan_for(in_tmp.settings(), "m")
-    prob = OutputStats("prob", Verdict.FAIL, OutputMetrics(), AppliedTolerance(atol=1e-5, rtol=1e-4),
-                       reasons=(Reason("atol_rtol", "3.2e2 x tol"),))  # fmt: skip
-    run = CheckResult("m", Verdict.FAIL, 0.0, 1.0, outputs=(prob,), providers_effective=("CPUExecutionProvider",),
-                      details={"baseline_source": "reference"})  # fmt: skip
+    prob = OutputStats(
+        "prob",
+        Verdict.FAIL,
+        OutputMetrics(),
+        AppliedTolerance(atol=1e-5, rtol=1e-4),
+        reasons=(Reason("atol_rtol", "3.2e2 x tol"),),
+    )
+    run = CheckResult(
+        "m",
+        Verdict.FAIL,
+        0.0,
+        1.0,
+        outputs=(prob,),
+        providers_effective=("CPUExecutionProvider",),
+        details={"baseline_source": "reference"},
+    )
     diagnosis = diagnose(plan, run, isolate=isolated, replay=False)
     causes = [h.cause for h in diagnosis.hypotheses]
     expected = "model_precision_changed" if kind == "fp16" else "model_quantized"

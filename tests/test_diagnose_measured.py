@@ -38,7 +38,7 @@ from monitor.check import run_check
 from monitor.cli import main
 from monitor.cli.diagnose_cmd import render
 from monitor.config.plan import CheckPlan, plan_for
-from monitor.config.settings import ModelConfig, SessionConfig
+from monitor.config.settings import ModelConfig, ProviderSpec, SessionConfig
 from monitor.daemon.diagnosis import isolated
 from monitor.diagnose import fixes, knobs
 from monitor.diagnose.engine import diagnose
@@ -171,8 +171,13 @@ def test_check_the_run_page_and_the_stored_diagnosis_say_no_experiment_explains_
 
 
 def test_the_one_knob_that_explains_a_bitwise_drift_ranks_first_with_its_measured_effect(ws: Workspace) -> None:
-    ws.add_model("ln", modelzoo.layernorm_gelu(), count=4, tolerance=BITWISE,
-                 session={**PRODUCTION, "graph_optimization_level": "disable"})  # fmt: skip
+    ws.add_model(
+        "ln",
+        modelzoo.layernorm_gelu(),
+        count=4,
+        tolerance=BITWISE,
+        session={**PRODUCTION, "graph_optimization_level": "disable"},
+    )
     capture.capture_baseline(plan_for(ws.settings(), "ln"))
     ws.set("ln", session=PRODUCTION)  # production fuses LayerNorm and GELU: other low bits
     plan = plan_for(ws.settings(), "ln")
@@ -192,15 +197,23 @@ def test_the_one_knob_that_explains_a_bitwise_drift_ranks_first_with_its_measure
     assert top.production is not None and top.production.baseline_had_it is True
     assert dict(top.production.changes) == {"session.graph_optimization_level": ("all", "disable")}
     line = diagnosis.summary()
-    assert line.startswith("likely cause: graph_optimization (measured: session.graph_optimization_level=disable"
-                           f" restores the baseline: max |error| {fused:.3g} → 0"), line  # fmt: skip
+    assert line.startswith(
+        "likely cause: graph_optimization (measured: session.graph_optimization_level=disable"
+        f" restores the baseline: max |error| {fused:.3g} → 0"
+    ), line
     assert not OLD_PERCENT.search(line)
 
 
 def test_a_setting_already_in_effect_is_never_suggested(ws: Workspace, capsys: pytest.CaptureFixture[str]) -> None:
     """The forest (a tree ensemble, whose rule says "1 thread") already runs one intra-op thread."""
-    ws.add_model("forest", onnx.load(FOREST), count=3, dims={"input:0": 64}, tolerance=BITWISE,
-                 session={"intra_op_num_threads": 1})  # fmt: skip
+    ws.add_model(
+        "forest",
+        onnx.load(FOREST),
+        count=3,
+        dims={"input:0": 64},
+        tolerance=BITWISE,
+        session={"intra_op_num_threads": 1},
+    )
     plan = plan_for(ws.settings(), "forest")
     as_other_release(capture.capture_baseline(plan), "1.20.1")
     config = str(ws.write())
@@ -232,6 +245,13 @@ def test_a_knobs_fix_names_only_what_it_changes_and_whether_the_baseline_had_it(
     assert fixes.baseline_had(threads, {"options": {"inter_op_num_threads": 1}}) is True
     assert fixes.baseline_had(threads, {}) is None  # nothing recorded to compare with
     assert fixes.nondeterminism_fix(SessionConfig(deterministic_compute=True)).count("deterministic") == 0
+    trt = ProviderSpec(
+        name=knobs.TENSORRT,
+        options={"trt_fp16_enable": True, "trt_engine_cache_enable": True, "trt_engine_cache_path": "/cache"},
+    )
+    on_trt = ModelConfig(name="m", path=FOREST, benchset="b", providers=[trt])
+    fp16 = next(v for v in knobs.tensorrt_variations(on_trt) if v.knob == "trt_fp16_enable")
+    assert fixes.changes(fp16, on_trt) == {f"{knobs.TENSORRT}.trt_fp16_enable": ("1", "0")}  # not its own caches
 
 
 def test_a_diagnosis_an_older_onnxmon_stored_still_renders_and_says_where_it_comes_from() -> None:
@@ -240,16 +260,35 @@ def test_a_diagnosis_an_older_onnxmon_stored_still_renders_and_says_where_it_com
         "run_id": 7,
         "seconds": 1.2,
         "hypotheses": [
-            {"cause": "runtime_version", "confidence": 0.7, "evidence": ["onnxruntime.version: '1.20.1' → '1.32.0'"],
-             "fix": "pin the baseline's onnxruntime release", "source": "evidence"},
-            {"cause": "thread_count", "confidence": 0.5, "evidence": ["threads=intra=1 inter=1: error ratio inf → inf"],
-             "fix": "set session.intra_op_num_threads: 1", "source": "experiment"},
+            {
+                "cause": "runtime_version",
+                "confidence": 0.7,
+                "evidence": ["onnxruntime.version: '1.20.1' → '1.32.0'"],
+                "fix": "pin the baseline's onnxruntime release",
+                "source": "evidence",
+            },
+            {
+                "cause": "thread_count",
+                "confidence": 0.5,
+                "evidence": ["threads=intra=1 inter=1: error ratio inf → inf"],
+                "fix": "set session.intra_op_num_threads: 1",
+                "source": "experiment",
+            },
         ],
-        "experiments": [{"knob": "current", "value": "as configured", "error_ratio": "Infinity",
-                         "within_tolerance": False, "cause": "unknown", "seconds": 0.1, "note": ""}],
+        "experiments": [
+            {
+                "knob": "current",
+                "value": "as configured",
+                "error_ratio": "Infinity",
+                "within_tolerance": False,
+                "cause": "unknown",
+                "seconds": 0.1,
+                "note": "",
+            }
+        ],
         "similar_incidents": [],
         "notes": ["signature: env_fields=onnxruntime.version"],
-    }  # fmt: skip
+    }
     found = Diagnosis.from_dict(older)
     assert found.format == 1 and [h.cause for h in found.hypotheses] == ["runtime_version", "thread_count"]
     assert found.summary().startswith("likely cause: runtime_version (diagnosed by an older onnxmon")

@@ -95,8 +95,12 @@ def test_a_rule_whose_fix_is_already_in_effect_is_not_offered() -> None:
     single = Facts(**{**trees.__dict__, "session": {"intra_op_num_threads": 1}})
     assert "tree-ensemble-threads" not in _matched(single)
     assert [r.id for r in rules.in_effect(rules.load(), single)] == ["tree-ensemble-threads"]
-    gemm = Facts(op_types=frozenset({"MatMul"}), providers=frozenset({"CUDAExecutionProvider"}),
-                 metrics=frozenset({"small_drift"}), provider_options={"use_tf32": "1"})  # fmt: skip
+    gemm = Facts(
+        op_types=frozenset({"MatMul"}),
+        providers=frozenset({"CUDAExecutionProvider"}),
+        metrics=frozenset({"small_drift"}),
+        provider_options={"use_tf32": "1"},
+    )
     assert "tf32-gemm-ampere" in _matched(gemm)
     assert "tf32-gemm-ampere" not in _matched(Facts(**{**gemm.__dict__, "provider_options": {"use_tf32": "0"}}))
 
@@ -119,10 +123,18 @@ def test_environment_rules_match_changed_fields_and_current_values() -> None:
 
 
 def test_throttling_reported_by_nvml_becomes_evidence() -> None:
-    run = CheckResult("m", Verdict.FAIL, 0.0, 1.0, environment={"fields": {
-        "gpu.0.clock_event_reasons": {"value": ["sw_thermal_slowdown"], "stable": False},
-        "gpu.0.temperature_c": {"value": 91, "stable": False},
-    }})  # fmt: skip
+    run = CheckResult(
+        "m",
+        Verdict.FAIL,
+        0.0,
+        1.0,
+        environment={
+            "fields": {
+                "gpu.0.clock_event_reasons": {"value": ["sw_thermal_slowdown"], "stable": False},
+                "gpu.0.temperature_c": {"value": 91, "stable": False},
+            }
+        },
+    )
     found = evidence.from_run(run)
     assert [h.cause for h in found] == ["gpu_throttling"]
     assert "91 °C" in found[0].evidence[0]
@@ -171,5 +183,8 @@ def test_the_signature_of_a_run_uses_stable_env_changes_failing_outputs_and_reas
         },
     }
     assert incidents.of_run(run) == {
-        "env_fields": ["cpu.flags"], "op_types": ["Gemm"], "reasons": ["atol_rtol", "model_changed"], "outputs": ["a"],
-    }  # fmt: skip
+        "env_fields": ["cpu.flags"],
+        "op_types": ["Gemm"],
+        "reasons": ["atol_rtol", "model_changed"],
+        "outputs": ["a"],
+    }

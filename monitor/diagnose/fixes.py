@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from monitor.config.settings import ModelConfig, SessionConfig
-from monitor.diagnose.knobs import CUDA, PROVIDER_DEFAULTS, Variation
+from monitor.diagnose.knobs import CUDA, EXPERIMENT_ONLY, PROVIDER_DEFAULTS, Variation
 from monitor.diagnose.measure import ProductionChange
 
 UNSET = "unset"
@@ -42,7 +42,7 @@ def changes(variation: Variation, model: ModelConfig) -> dict[str, tuple[str, st
         for spec in variation.providers:
             now = _options(model, spec.name)
             then = {**PROVIDER_DEFAULTS.get(spec.name, {}), **{k: _option(v) for k, v in spec.options.items()}}
-            for key in sorted(set(now) | set(then)):
+            for key in sorted((set(now) | set(then)) - EXPERIMENT_ONLY):  # its own TensorRT caches: not a fix
                 if now.get(key, UNSET) != then.get(key, UNSET):
                     found[f"{spec.name}.{key}"] = (now.get(key, UNSET), then.get(key, UNSET))
     for name, value in variation.env.items():
