@@ -30,11 +30,12 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import onnx
 
 from monitor.config.plan import CheckPlan
+from monitor.details import Details
 from monitor.diagnose import evidence, knobs, rank
 from monitor.diagnose.replay import measure, measure_shared
 from monitor.diagnose.result import Diagnosis, Experiment, finite_or_none
@@ -348,7 +349,7 @@ def _model_kinds(plan: CheckPlan) -> set[str]:
     return kinds
 
 
-def _with_details(run: CheckResult, **added: Any) -> CheckResult:
+def _with_details(run: CheckResult, **added: Unpack[Details]) -> CheckResult:
     """``run`` with ``added`` in its details (what the diagnosis learnt: the baseline kind, a localization)."""
     return dataclasses.replace(run, details={**run.details, **added})
 
