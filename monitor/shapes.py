@@ -16,7 +16,7 @@ the one definition and every shape follows it:
   the field that does not fit (``ShapeError``, a ``ValueError``). A float field also takes the three
   strings the JSON encoding writes for non-finite floats (``"NaN"``, ``"Infinity"``,
   ``"-Infinity"``), since a JSON document read back may still spell them; nothing else does, so text
-  that spells one stays text. Keys the class does not
+  that spells one stays text (an int too large for a float is a misfit too). Keys the class does not
   have are ignored (derived values such as ``duration_s``, documents from a newer version); a key
   that is missing takes the field's default, and a field without one is an error.
 
@@ -357,7 +357,10 @@ def _scalar_decoder(hint: Any) -> Decoder:
 
 def _float(value: Any) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an int of over 308 digits: no float holds it
+            raise ShapeError(f"an integer of {int(value).bit_length()} bits is out of a float's range") from None
     if isinstance(value, str) and value in NON_FINITE:
         return float(value)
     raise ShapeError(f"expected a number, got {value!r}")

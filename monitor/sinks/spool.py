@@ -17,7 +17,9 @@ a device, a symlink to one or an entry over ``MAX_ENTRY_BYTES`` is set aside at 
 Entries are strict JSON (``monitor.jsonsafe``): a non-finite metric is the string ``"Infinity"``,
 ``"-Infinity"`` or ``"NaN"``, turned back into a float when read where ``CheckResult``'s types say
 float (``monitor.details`` types the details and the environment), so text that spells one stays text;
-entries written before that rule, with bare ``NaN``/``Infinity`` tokens, are still read.
+entries written before that rule, with bare ``NaN``/``Infinity`` tokens, are still read. Numbers are
+bounded when read (``jsonsafe.loads``): an entry with an integer beyond 2**64 or a float literal beyond
+float64 is set aside like any entry that cannot be read, and the write-back goes on with the next.
 An entry the database *refuses* (not an outage: a bug, a constraint), or that cannot be read, is
 moved to ``failed/`` (and counted in ``set_aside``) so that one poison result cannot block the
 queue; it stays on disk for a person to inspect.
@@ -137,14 +139,15 @@ class Spool:
         """Decode one entry; ``ValueError`` naming the file when it is not a spooled result."""
         try:
             raw = bounded.read_bytes(path, limit=MAX_ENTRY_BYTES)
-            payload = jsonsafe.loads(raw.decode("utf-8"))  # floats where CheckResult's types say
+            payload = jsonsafe.loads(raw.decode("utf-8"))  # numbers bounded; floats where CheckResult's types say
             if not isinstance(payload, Mapping) or payload.get("format") != _FORMAT:
                 raise ValueError(f"expected a JSON object with format {_FORMAT}")
             result = CheckResult.from_dict(payload["result"])
         except bounded.FileRefused as exc:
             raise ValueError(f"spool entry {path} cannot be read: {exc.strerror}") from None
-        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-            # anything a hostile file makes the decoder raise (a 200k-deep array is a RecursionError)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, ArithmeticError) as exc:
+            # anything a hostile file makes the decoder raise (a 200k-deep array is a RecursionError; an
+            # integer beyond a float's range, which jsonsafe.loads already refuses, an OverflowError)
             raise ValueError(f"spool entry {path} cannot be read: {type(exc).__name__}: {exc}"[:1000]) from None
         # An entry from before keys gets one from its bytes: the same file always names the same run.
         key = _text(payload.get("key")) or hashlib.sha256(raw).hexdigest()[:32]
