@@ -44,7 +44,7 @@ def resolve_environment(handle: DaemonHandle, ref: str) -> tuple[str | None, dic
     else a baseline id (its recorded environment)."""
     if ref == "current":
         snapshot = envsnap.capture()
-        return snapshot.fingerprint, snapshot.to_dict()
+        return snapshot.fingerprint, dict(snapshot.to_dict())
     if re.fullmatch(HEX_PREFIX, ref):
         found = handle.store.find_environments(ref.lower(), limit=2)
         if found:

@@ -33,9 +33,10 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from monitor.config.plan import CheckPlan
+from monitor.details import Details
 from monitor.diagnose import evidence, fixes, knobs, modelfile, rank
 from monitor.diagnose.measure import Measure, effect
 from monitor.diagnose.replay import measure, measure_shared
@@ -351,7 +352,7 @@ def _with_effect(experiment: Experiment, reference: Measure | None) -> Experimen
     return dataclasses.replace(experiment, effect=effect(reference, experiment.measure, experiment.within_tolerance))
 
 
-def _with_details(run: CheckResult, **added: Any) -> CheckResult:
+def _with_details(run: CheckResult, **added: Unpack[Details]) -> CheckResult:
     """``run`` with ``added`` in its details (what the diagnosis learnt: the baseline kind, a localization)."""
     return dataclasses.replace(run, details={**run.details, **added})
 

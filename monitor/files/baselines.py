@@ -20,7 +20,6 @@ import contextlib
 import datetime as dt
 import functools
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -128,8 +127,8 @@ class Baseline:
         if hashlib.sha256(raw).hexdigest() != expected:
             raise BaselineError(f"baseline {self.id}: {path} does not match its sha256 in {META_FILE}")
         try:
-            data = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            data = jsonsafe.loads(raw)  # its numbers bounded
+        except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, or a number out of range
             raise BaselineError(f"baseline {self.id}: {path} is not JSON: {exc}") from None
         if not isinstance(data, dict):
             raise BaselineError(f"baseline {self.id}: {path} holds {type(data).__name__}, expected an object")
@@ -318,10 +317,10 @@ def promotions(root: Path, model: str) -> list[dict[str, Any]]:
         return []
     try:
         lines = bounded.read_text(path, limit=MAX_DOCUMENT_BYTES).splitlines()
-        return [json.loads(line) for line in lines if line.strip()]
+        return [jsonsafe.loads(line) for line in lines if line.strip()]  # numbers bounded
     except bounded.FileRefused as exc:
         raise BaselineError(f"{path}: cannot read the promotion log: {exc.strerror}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # not UTF-8, not JSON, or a number out of range
         raise BaselineError(f"{path}: cannot read the promotion log: {exc}") from None
 
 
@@ -337,10 +336,10 @@ def last_promotion(root: Path, model: str, baseline_id: str) -> dict[str, Any] |
 def _open(directory: Path) -> Baseline:
     meta_path = directory / META_FILE
     try:
-        data = json.loads(bounded.read_text(meta_path, limit=MAX_DOCUMENT_BYTES))
+        data = jsonsafe.loads(bounded.read_text(meta_path, limit=MAX_DOCUMENT_BYTES))  # numbers bounded
     except bounded.FileRefused as exc:
         raise BaselineError(f"{meta_path}: cannot read baseline metadata: {exc.strerror}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # not UTF-8, not JSON, or a number out of range
         raise BaselineError(f"{meta_path}: cannot read baseline metadata: {exc}") from None
     if not isinstance(data, dict):
         raise BaselineError(f"{meta_path}: expected a JSON object")

@@ -19,7 +19,6 @@ from monitor import jsonsafe
 from monitor.config.plan import CheckPlan
 from monitor.rehearse.candidate import Candidate
 from monitor.results import CheckResult, error_result
-from monitor.sinks.spool import RESULT_FLOATS  # the keys of a printed CheckResult whose non-finite strings are floats
 
 STARTUP_S = 60.0
 """Room for the candidate interpreter to start and import ONNX Runtime, on top of the check's own limits."""
@@ -39,7 +38,7 @@ def replay(candidate: Candidate, plan: CheckPlan, config_file: str, *, diagnose_
     except OSError as exc:
         return error_result(plan.name, "crash", f"the candidate could not run: {exc}", started, time.time())
     try:
-        (found,) = jsonsafe.loads(done.stdout, floats=RESULT_FLOATS)
+        (found,) = jsonsafe.loads(done.stdout)  # CheckResult.from_dict reads floats where its types say
         return CheckResult.from_dict(_epoch_times(found))
     except (ValueError, TypeError, KeyError):
         last = (done.stderr.strip().splitlines() or [done.stdout.strip()[:200] or "no output"])[-1][:500]
