@@ -124,11 +124,11 @@ def likely_cause(result: CheckResult) -> dict[str, Any] | None:
     if not isinstance(hypotheses, list) or not hypotheses or not isinstance(hypotheses[0], Mapping):
         return None
     first = hypotheses[0]
-    return {
-        "cause": str(first.get("cause")),
-        "confidence": float(first.get("confidence") or 0.0),
-        "fix": str(first.get("fix") or ""),
-    }
+    confidence = first.get("confidence")  # vetted when read (rehearse/answer.py); a stored run may be older
+    if not isinstance(confidence, int | float) or isinstance(confidence, bool) or not 0.0 <= confidence <= 1.0:
+        return None
+    fix = str(first.get("fix") or "")[:500]
+    return {"cause": str(first.get("cause"))[:100], "confidence": float(confidence), "fix": fix}
 
 
 def why(result: CheckResult) -> str | None:
