@@ -386,3 +386,36 @@ def test_a_rehearsal_through_the_cli_says_no_go_in_one_line(
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     (model,) = json.loads(done.stdout)["models"]
     assert model["go"] is False and "the answer is about 'other'" in model["why"]
+
+
+_RUN_AND_WAIT = """
+import sys
+from monitor.rehearse import child
+child.run([sys.executable, "-c", sys.argv[1]], limit_s=120, stdout_cap=1 << 20, stderr_cap=1 << 20)
+"""
+
+
+def test_ctrl_c_during_a_rehearsal_takes_the_candidates_session_and_its_escapees_down(
+    tmp_path: Path, pids: Path
+) -> None:
+    """SIGINT to the rehearsing process (not to the candidate: it has a session of its own)."""
+    spawner = f"""
+import os, time
+for how in ("group", "session"):
+    if os.fork() == 0:
+        os.setpgid(0, 0) if how == "group" else os.setsid()
+        open({str(pids)!r}, "a").write(f"{{os.getpid()}}\\n")
+        time.sleep(300)
+        os._exit(0)
+time.sleep(300)
+"""
+    rehearsing = subprocess.Popen([sys.executable, "-c", _RUN_AND_WAIT, spawner], stderr=subprocess.PIPE)
+    end = time.monotonic() + 30
+    while time.monotonic() < end and len(pids.read_text().split() if pids.exists() else []) < 2:
+        time.sleep(0.05)
+    left = [int(p) for p in pids.read_text().split()]
+    assert len(left) == 2
+    rehearsing.send_signal(signal.SIGINT)
+    _, err = rehearsing.communicate(timeout=30)
+    assert b"KeyboardInterrupt" in err
+    assert all(wait_gone(pid) for pid in left), "a process the candidate started outlived Ctrl-C"

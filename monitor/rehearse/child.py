@@ -88,8 +88,10 @@ def run(
             if cut is not None:
                 break
         strays = _end_session(process, pipes, count=not timed_out and cut is None)
-    finally:  # an exception (Ctrl-C) on the way: the session goes too
-        _kill_group(process.pid)
+    finally:  # an exception on the way (Ctrl-C): the session and the holders of its pipes go too
+        _kill_session(process.pid)
+        if pipes.open:
+            _kill_holders(pipes.open)
         pipes.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=GRACE_S)
