@@ -212,6 +212,7 @@ def test_a_pass_with_a_failed_output_or_a_failing_exit_is_no_go(
         ("fingerprint", 'found[0]["environment"]["fingerprint"] = "0" * 64',
          "environment: fingerprint '0000000000000000"),
         ("snapshot", 'found[0]["environment"] = {"fields": 3}', "environment: not a snapshot"),
+        ("reasonless", 'found[0]["verdict"] = "fail"', "a fail with no reason"),
         ("two", "found = found * 2", "expected a list of one check result, got a list of 2"),
         ("object", "found = found[0]", "expected a list of one check result, got an object"),
     ],

@@ -120,6 +120,8 @@ def _vet(result: CheckResult, expected: Expected, returncode: int | None) -> Non
         )
     if result.verdict is Verdict.PASS:
         _vet_pass(result, expected, returncode)
+    elif not result.all_reasons():  # a check's fail or error always says why (the report quotes it)
+        raise BadAnswer(f"a {result.verdict.value} with no reason")
     _vet_diagnosis(result.details.get("diagnosis"))
     _vet_environment(result.environment)
 
