@@ -126,11 +126,14 @@ def likely_cause(result: CheckResult) -> dict[str, Any] | None:
     document = result.details.get("diagnosis")
     if not isinstance(document, Mapping):
         return None
-    found = Diagnosis.from_dict(document)
+    try:  # vetted when read (rehearse/answer.py); a stored run may be older, or junk
+        found = Diagnosis.from_dict(document)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
     first = found.top
     if first is None:
         return None
-    return {"cause": first.cause, "basis": first.basis, "fix": first.fix, "summary": found.summary()}
+    return {"cause": first.cause, "basis": first.basis, "fix": first.fix[:500], "summary": found.summary()[:1000]}
 
 
 def why(result: CheckResult) -> str | None:
