@@ -5,7 +5,8 @@ small real implementation). Reads come from the store and the baselines on disk;
 change something (run a check now, promote a baseline, reload the config) and need
 ``Authorization: Bearer <token>`` where the token is ``api.token`` or the content of
 ``api.token_file``, read at each request so a rotated secret works at once. No token configured
-means those calls are disabled (403); a wrong or missing one is refused (401).
+means those calls are disabled (403); a wrong or missing one is refused (401), from the request
+head before any body is read; bodies are bounded (``gate.py``).
 
 Errors are JSON ``{"detail": ...}``: 404 for an unknown model, run, baseline or environment,
 422 for bad parameters (FastAPI's validation), 503 when the store is unreachable, and a generic
@@ -20,6 +21,7 @@ import errno
 import hmac
 import logging
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,12 +30,14 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client.exposition import choose_encoder
 from pydantic import AfterValidator, BeforeValidator
+from starlette.routing import Match
 
 from monitor import __version__, bounded, jsonsafe
-from monitor.api import environments, incidents, index, params, schemas, web
+from monitor.api import environments, gate, incidents, index, params, schemas, web
 from monitor.api.environments import HEX_PREFIX, NAME
 from monitor.api.guard import ErrorGuard, internal_error, invalid_request
 from monitor.api.handle import DaemonHandle
@@ -78,7 +82,7 @@ _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": schemas.Problem}}
 _METRICS_TYPES: dict[str, Any] = {"text/plain": {}, "application/openmetrics-text": {}}
 
 
-def create_app(handle: DaemonHandle) -> FastAPI:
+def create_app(handle: DaemonHandle, *, body_timeout_s: float = gate.BODY_TIMEOUT_S) -> FastAPI:
     """The HTTP app over ``handle``; the OpenAPI document is at ``/openapi.json``.
 
     No ``/docs`` or ``/redoc``: FastAPI's pages load Swagger UI and ReDoc from a CDN, which the
@@ -97,7 +101,17 @@ def create_app(handle: DaemonHandle) -> FastAPI:
     app.add_exception_handler(RequestValidationError, invalid_request)
     _health_routes(app, handle)
     _read_routes(app, handle)
-    _write_routes(app, handle)
+    authorized = _write_routes(app, handle)
+    # Outermost (added last): the token and the body's size are checked before anything reads the body.
+    guarded = [
+        r for r in app.routes if isinstance(r, APIRoute) and any(d.dependency is authorized for d in r.dependencies)
+    ]
+    app.add_middleware(
+        gate.RequestGate,
+        needs_token=lambda scope: any(route.matches(scope)[0] is Match.FULL for route in guarded),
+        token=lambda: _configured_token(handle.settings),
+        body_timeout_s=body_timeout_s,
+    )
     index.mount(app)  # lists the routes at each request, whatever is mounted after it
     web.mount(app, handle)  # the status page (HTML) at / and beside the API
     return app
@@ -257,18 +271,16 @@ def _read_routes(app: FastAPI, handle: DaemonHandle) -> None:
 # --- writes --------------------------------------------------------------------------------------
 
 
-def _write_routes(app: FastAPI, handle: DaemonHandle) -> None:
+def _write_routes(app: FastAPI, handle: DaemonHandle) -> Callable[..., None]:
+    """Add the mutating routes; returns their token dependency (``gate.RequestGate`` checks it before the body)."""
+
     def authorized(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
         expected = _configured_token(handle.settings)
         if expected is None:
-            raise HTTPException(
-                403,
-                "mutating calls are disabled: set api.token or api.token_file in the config"
-                " (or ONNXMON_API__TOKEN / ONNXMON_API__TOKEN_FILE) and send 'Authorization: Bearer <token>'",
-            )
+            raise HTTPException(403, gate.DISABLED)
         given = credentials.credentials if credentials is not None else ""
         if not hmac.compare_digest(given.encode(), expected.encode()):
-            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+            raise HTTPException(401, gate.WRONG_TOKEN, headers={"WWW-Authenticate": "Bearer"})
 
     guarded: dict[int | str, dict[str, Any]] = {401: {"model": schemas.Problem}, 403: {"model": schemas.Problem}}
     auth = [Depends(authorized)]
@@ -313,6 +325,8 @@ def _write_routes(app: FastAPI, handle: DaemonHandle) -> None:
             reloaded=False, detail="new configuration is invalid; kept the previous one (see the log)"
         )
         return JSONResponse(body.model_dump(), status_code=409)
+
+    return authorized
 
 
 # --- helpers -------------------------------------------------------------------------------------
