@@ -62,12 +62,18 @@ def _iso_only(value: Any) -> Any:
 
 
 def _in_utc_range(when: datetime | None) -> datetime | None:
-    """A valid ISO 8601 time UTC cannot hold (0001-01-01T00:00+01:00) means "from the very beginning"."""
+    """A valid ISO 8601 time UTC cannot hold is clamped to the end it fell past.
+
+    Before year 1 in UTC (0001-01-01T00:00+01:00) is "from the very beginning"; past 9999 in UTC
+    (9999-12-31T23:59:59-14:00) is "after every time there is", so ``since`` finds nothing. It was
+    clamped to the beginning too, and so returned every run.
+    """
     if when is not None and when.tzinfo is not None:
         try:
             when.astimezone(UTC)
         except OverflowError:
-            return datetime.min.replace(tzinfo=UTC)
+            end = datetime.min if when.year == datetime.min.year else datetime.max
+            return end.replace(tzinfo=UTC)
     return when
 
 
