@@ -20,7 +20,6 @@ from __future__ import annotations
 import errno
 import hmac
 import logging
-import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,7 +32,6 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client.exposition import choose_encoder
-from pydantic import AfterValidator, BeforeValidator
 from starlette.routing import Match
 
 from monitor import __version__, bounded, jsonsafe
@@ -51,38 +49,6 @@ _MAX_TOKEN_FILE = 64 * 1024  # a bearer token is one short line; a longer file i
 
 ModelName = Annotated[str, PathParam(pattern=NAME, max_length=200, description="a model name from the config")]
 Limit = Annotated[int, Query(ge=1, le=1000, description="newest first, at most this many")]
-_NUMBER = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
-
-
-def _iso_only(value: Any) -> Any:
-    """Pydantic would read ``since=0.0`` as a unix time; the documented form is ISO 8601 only."""
-    if isinstance(value, str) and _NUMBER.fullmatch(value):
-        raise ValueError("expected an ISO 8601 date-time such as 2026-11-30T12:00:00Z, not a number")
-    return value
-
-
-def _in_utc_range(when: datetime | None) -> datetime | None:
-    """A valid ISO 8601 time UTC cannot hold is clamped to the end it fell past.
-
-    Before year 1 in UTC (0001-01-01T00:00+01:00) is "from the very beginning"; past 9999 in UTC
-    (9999-12-31T23:59:59-14:00) is "after every time there is", so ``since`` finds nothing. It was
-    clamped to the beginning too, and so returned every run.
-    """
-    if when is not None and when.tzinfo is not None:
-        try:
-            when.astimezone(UTC)
-        except OverflowError:
-            end = datetime.min if when.year == datetime.min.year else datetime.max
-            return end.replace(tzinfo=UTC)
-    return when
-
-
-Since = Annotated[
-    datetime | None,
-    BeforeValidator(_iso_only),
-    AfterValidator(_in_utc_range),
-    Query(description="ISO 8601; without a zone it is UTC"),
-]
 _bearer = HTTPBearer(auto_error=False, description="api.token or the content of api.token_file")
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": schemas.Problem}}
 _METRICS_TYPES: dict[str, Any] = {"text/plain": {}, "application/openmetrics-text": {}}
@@ -199,7 +165,7 @@ def _read_routes(app: FastAPI, handle: DaemonHandle) -> None:
     def runs(
         name: ModelName,
         limit: Limit = 50,
-        since: Since = None,
+        since: params.Since = None,
         node: Annotated[str | None, Query(max_length=253)] = None,
         candidates: Annotated[
             bool, Query(description="the rehearsals' candidate runs (onnxmon rehearse) instead of production's")
@@ -265,7 +231,7 @@ def _read_routes(app: FastAPI, handle: DaemonHandle) -> None:
     @app.get("/api/v1/events", tags=["history"])
     def events(
         model: Annotated[str | None, Query(pattern=NAME, max_length=200)] = None,
-        since: Since = None,
+        since: params.Since = None,
         limit: Limit = 100,
         node: Annotated[str | None, Query(max_length=253)] = None,
     ) -> list[schemas.EventOut]:
@@ -309,15 +275,20 @@ def _write_routes(app: FastAPI, handle: DaemonHandle) -> Callable[..., None]:
         return schemas.CheckOut(model=result.model, verdict=result.verdict.value, result=record)
 
     @app.post(
-        "/api/v1/baselines/{baseline_id}/promote", dependencies=auth, responses=guarded | _NOT_FOUND, tags=["actions"]
+        "/api/v1/baselines/{baseline_id}/promote",
+        dependencies=auth,
+        responses=guarded | _NOT_FOUND | {507: {"model": schemas.Problem, "description": "the disk is full"}},
+        tags=["actions"],
     )
     def promote(
         baseline_id: Annotated[str, PathParam(pattern=NAME, max_length=200)],
         by: Annotated[str, Query(min_length=1, max_length=100, description="who promotes, for the log")] = "api",
     ) -> schemas.Promotion:
-        """Make a baseline the active one of its model."""
+        """Make a baseline the active one of its model; 507 when the disk is full (nothing changed)."""
         try:
             model = handle.promote(baseline_id, by)
+        except baselines.NotWritten as exc:  # a full disk (507) or another write error: the old one stays active
+            raise HTTPException(507 if exc.disk_full else 500, str(exc)) from None
         except MonitorError as exc:
             raise HTTPException(404, str(exc)) from None
         return schemas.Promotion(baseline_id=baseline_id, model=model, promoted_by=by)
@@ -381,7 +352,7 @@ def _active_id(settings: Settings, model: str) -> str | None:
 
 
 def _utc(when: datetime | None) -> datetime | None:
-    """``when`` in UTC (naive means UTC); ``_in_utc_range`` has already refused what UTC cannot hold."""
+    """``when`` in UTC (naive means UTC); ``params.Since`` has already clamped what UTC cannot hold."""
     if when is None:
         return None
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
