@@ -124,6 +124,17 @@ def test_every_guarded_route_answers_401_from_the_head_alone(port: int, path: st
     assert headers.get("connection") == "close" and closed(sock)
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "status"), [("GET", "/healthz", 200), ("POST", "/healthz", 405), ("PUT", "/nowhere", 404)]
+)
+def test_a_body_sent_to_a_route_that_takes_none_is_never_read(port: int, method: str, path: str, status: int) -> None:
+    """No token needed there, so no 401; but the gate reads a body only for a route that takes one."""
+    sock = connect(port)
+    sock.sendall(head(path, "Content-Length: 1000000", method=method))  # under the limit: no 413 either
+    answer, headers, _ = response(sock)
+    assert answer == status and headers.get("connection") == "close" and closed(sock)
+
+
 def test_an_authenticated_body_over_the_limit_is_413_before_it_is_read(port: int) -> None:
     sock = connect(port)
     too_big = MAX_BODY_BYTES + 1
@@ -164,7 +175,13 @@ def test_a_chunked_body_over_the_limit_is_413_and_one_within_it_is_served(port: 
 
 @pytest.mark.parametrize(
     "length",
-    ["Content-Length: -1", "Content-Length: 1e3", "Content-Length: abc", "Content-Length: 5\r\nContent-Length: 6"],
+    [
+        "Content-Length: -1",
+        "Content-Length: 1e3",
+        "Content-Length: abc",
+        "Content-Length: 5\r\nContent-Length: 6",
+        f"Content-Length: {len(INCIDENT)}\r\nTransfer-Encoding: chunked",  # which frames the body? (smuggling)
+    ],
 )
 def test_a_content_length_that_is_not_a_size_is_400(port: int, length: str) -> None:
     sock = connect(port)
@@ -217,6 +234,16 @@ def test_an_idle_connection_is_closed_at_the_head_deadline_and_a_kept_alive_one_
     status, _, _ = response(sock)
     assert status == 408
     assert closed(sock)
+
+
+def test_a_flood_of_idle_connections_is_closed_and_the_server_answers_meanwhile(port: int) -> None:
+    idle = [connect(port) for _ in range(300)]
+    idle[0].sendall(b"GET /healthz HTTP/1.1\r\n")  # one half-sent head among them
+    sock = connect(port)
+    sock.sendall(head("/healthz", method="GET"))
+    assert response(sock)[0] == 200
+    time.sleep(2 * HEAD_TIMEOUT_S)
+    assert all(closed(conn) for conn in idle)
 
 
 def test_a_body_that_trickles_is_cut_at_its_deadline(port: int) -> None:

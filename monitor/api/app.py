@@ -32,7 +32,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client.exposition import choose_encoder
-from starlette.routing import Match
+from starlette.routing import Match, Route
 
 from monitor import __version__, bounded, jsonsafe
 from monitor.api import environments, gate, incidents, index, params, schemas, web
@@ -81,6 +81,7 @@ def create_app(handle: DaemonHandle, *, body_timeout_s: float = gate.BODY_TIMEOU
     app.add_middleware(
         gate.RequestGate,
         needs_token=lambda scope: any(route.matches(scope)[0] is Match.FULL for route in guarded),
+        takes_body=lambda scope: scope["method"] not in ("GET", "HEAD") and _routed(app, scope),
         token=lambda: _configured_token(handle.settings),
         body_timeout_s=body_timeout_s,
     )
@@ -331,6 +332,11 @@ def _configured_token(settings: Settings) -> str | None:
             return None
         return token or None
     return None
+
+
+def _routed(app: FastAPI, scope: Any) -> bool:
+    """Some route answers this method on this path (the gate reads a body only for one)."""
+    return any(isinstance(r, Route) and r.matches(scope)[0] is Match.FULL for r in app.router.routes)
 
 
 def _model_names(handle: DaemonHandle) -> list[str]:

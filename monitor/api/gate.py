@@ -9,8 +9,10 @@ runs first, from the request head alone:
    only a head still incomplete, so one that came in a single read could reach 256 KiB);
 1. a route that needs the token (``needs_token``) without the right ``Authorization: Bearer``
    header is answered 403 (no token configured) or 401 at once, the body unread;
-2. a ``Content-Length`` over ``max_body`` is 413 at once, the body unread;
-3. any other body (``Content-Length`` or chunked) is read here, at most ``max_body`` bytes (413
+2. a ``Content-Length`` over ``max_body`` is 413 at once, the body unread (as are a length that is
+   not a number and a length beside ``Transfer-Encoding``: 400);
+3. a body sent to a route that takes none (``takes_body``: a GET, a 404, a 405) is never read;
+4. any other body (``Content-Length`` or chunked) is read here, at most ``max_body`` bytes (413
    past it) within ``body_timeout_s`` (408 past it), and handed on to the app.
 
 An answer given with a body left unread says ``Connection: close``, so the server drops the
@@ -68,12 +70,15 @@ class RequestGate:
         app: App,
         *,
         needs_token: Callable[[Scope], bool],
+        takes_body: Callable[[Scope], bool],
         token: Callable[[], str | None],
         max_body: int = MAX_BODY_BYTES,
         body_timeout_s: float = BODY_TIMEOUT_S,
     ) -> None:
+        """``needs_token``: the request's route wants the bearer token; ``takes_body``: its route reads a body."""
         self.app = app
         self.needs_token = needs_token
+        self.takes_body = takes_body
         self.token = token
         self.max_body = max_body
         self.body_timeout_s = body_timeout_s
@@ -82,32 +87,27 @@ class RequestGate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        fields = scope.get("headers", [])
-        size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
-        size += sum(len(name) + len(value) + 4 for name, value in fields)
-        if size > MAX_HEAD_BYTES or len(fields) > MAX_HEADERS:
-            too_many = f"the request head is over {MAX_HEAD_BYTES} bytes or {MAX_HEADERS} fields"
-            await _answer(send, 431, too_many, close=True)
-            return
         headers = _headers(scope)
-        length, chunked = headers.get(b"content-length"), b"chunked" in headers.get(b"transfer-encoding", b"").lower()
-        if length is not None and not length.isdigit():  # the server refuses these first; never trust that
-            await _answer(send, 400, f"Content-Length {length[:40]!r} is not a number of bytes", close=True)
-            return
-        has_body = chunked or (length is not None and int(length) > 0)
-        if self.needs_token(scope):
+        length = headers.get(b"content-length")
+        has_body = b"transfer-encoding" in headers or (length is not None and length != b"0")
+        refused = _malformed(scope, headers)
+        if refused is None and self.needs_token(scope):
             expected = await run_in_threadpool(self.token)  # a token file is read at each request
             refused = refusal(expected, headers.get(b"authorization", b"").decode("latin-1"))
-            if refused is not None:
-                extra = [(b"www-authenticate", b"Bearer")] if refused[0] == 401 else []
-                await _answer(send, *refused, close=has_body, extra=extra)
-                return
-        if length is not None and int(length) > self.max_body:
-            await _answer(send, 413, self._too_big(), close=True)
-            return
-        if not has_body:
+        if refused is None and length is not None and int(length) > self.max_body:
+            refused = 413, self._too_big()
+        if refused is not None:
+            extra = [(b"www-authenticate", b"Bearer")] if refused[0] == 401 else []
+            await _answer(send, *refused, close=has_body or refused[0] in (400, 413, 431), extra=extra)
+        elif not has_body:
             await self.app(scope, receive, send)
-            return
+        elif not self.takes_body(scope):  # a 404, a 405, a GET: answered without reading what was sent
+            await self.app(scope, _no_body(receive), _closing(send))
+        else:
+            await self._with_body(scope, receive, send)
+
+    async def _with_body(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Read the body (bounded in size and time), then hand it to the app."""
         try:
             body = await asyncio.wait_for(self._read(receive), self.body_timeout_s)
         except TimeoutError:
@@ -148,12 +148,43 @@ class _Disconnected(Exception):
     pass
 
 
+def _malformed(scope: Scope, headers: dict[bytes, bytes]) -> tuple[int, str] | None:
+    """A head too big, or a body's framing the server should have refused (never trust that it did)."""
+    fields = scope.get("headers", [])
+    size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+    size += sum(len(name) + len(value) + 4 for name, value in fields)
+    if size > MAX_HEAD_BYTES or len(fields) > MAX_HEADERS:
+        return 431, f"the request head is over {MAX_HEAD_BYTES} bytes or {MAX_HEADERS} fields"
+    length = headers.get(b"content-length")
+    if length is not None and not length.isdigit():
+        return 400, f"Content-Length {length[:40]!r} is not a number of bytes"
+    if length is not None and b"transfer-encoding" in headers:  # which one frames the body? (request smuggling)
+        return 400, "both Content-Length and Transfer-Encoding: send one"
+    return None
+
+
 def _headers(scope: Scope) -> dict[bytes, bytes]:
     """The request's headers by lower-case name; a repeated one keeps its first value."""
     found: dict[bytes, bytes] = {}
     for name, value in scope.get("headers", []):
         found.setdefault(bytes(name).lower(), bytes(value).strip())
     return found
+
+
+def _no_body(receive: Receive) -> Receive:
+    """``receive`` for a route that takes no body: an empty one, then whatever the server says."""
+    return _replay(b"", receive)
+
+
+def _closing(send: Send) -> Send:
+    """``send`` that asks the server to close the connection after the answer (the body sent was never read)."""
+
+    async def closing(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+        await send(message)
+
+    return closing
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

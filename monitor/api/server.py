@@ -80,6 +80,7 @@ def start(
         port=port,
         http=_deadline_protocol(head_timeout_s),
         h11_max_incomplete_event_size=gate.MAX_HEAD_BYTES,
+        ws="none",  # no WebSocket route: an upgrade request is plain HTTP, no second parser to attack
         log_level="warning",
         access_log=access,
         lifespan="off",
