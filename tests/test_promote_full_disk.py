@@ -122,3 +122,23 @@ def test_undoing_a_promotion_on_a_full_disk_says_what_to_run(disk: Disk) -> None
     assert f"run `onnxmon baseline promote {disk.first}` once it can be written" in str(raised.value)
     assert not [p.name for p in disk.model_dir.iterdir() if p.name.startswith(".ACTIVE")], "no temporary file left"
     filler.unlink()
+
+
+def test_promote_on_a_read_only_disk_is_one_line_exit_3_and_500_from_the_api(disk: Disk, tmp_path: Path) -> None:
+    """Not full but read-only (a volume remounted ro): the same one line, without "the disk is full"; 500 + detail."""
+    import subprocess
+
+    subprocess.run(["mount", "-o", "remount,ro", str(disk.where)], check=True)
+    try:
+        ran = onnxmon("baseline", "promote", disk.second, "-c", disk.ws.config_file)
+        with Store(f"sqlite:///{tmp_path / 'history.db'}") as store:
+            store.upgrade()
+            client = TestClient(create_app(RealDaemon(with_api(disk.ws.settings(), token=TOKEN), store)))
+            answer = client.post(f"/api/v1/baselines/{disk.second}/promote", headers=bearer())
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(disk.where)], check=True)
+    print(f"\nMEASURED exit {ran.exit_code}: {ran.stderr.strip()}; API {answer.status_code} {answer.text}")
+    assert ran.exit_code == 3 and len(ran.stderr.strip().splitlines()) == 1
+    assert "Read-only file system" in ran.stderr and "disk is full" not in ran.stderr
+    assert answer.status_code == 500 and "Read-only file system" in answer.json()["detail"]
+    disk.assert_unchanged()

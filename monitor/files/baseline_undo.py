@@ -50,7 +50,9 @@ def restore(state: ActiveState, *, drop: Path | None = None) -> None:
             temp.write_text(state.active + "\n", encoding="utf-8")
             os.replace(temp, active)
         except OSError as exc:
-            temp.unlink(missing_ok=True)
+            if os.path.lexists(temp):
+                with contextlib.suppress(OSError):
+                    temp.unlink()
             again = f"`onnxmon baseline promote {state.active}` once it can be written"
             raise not_written(active, exc, f"the store did not record the change; to put it back, run {again}") from exc
     log = state.model_dir / PROMOTIONS_FILE

@@ -16,6 +16,7 @@ half-written ever becomes active. Every tensor is checksummed and verified when 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import errno
 import functools
@@ -293,14 +294,21 @@ def promote(
         _write_synced(log, jsonsafe.dumps(record) + "\n", "a")
         tensors.fsync_dir(model_dir)
     except OSError as exc:
-        temp.unlink(missing_ok=True)
+        _discard(temp)
         if replaced:
             _put_back(active_path, kept, log, log_size)
         unchanged = f"{previous} stays active" if previous else "no baseline was made active"
         raise not_written(writing, exc, f"nothing changed: {unchanged}") from exc
     finally:
-        kept.unlink(missing_ok=True)
+        _discard(kept)
     return baseline
+
+
+def _discard(path: Path) -> None:
+    """Remove a temporary file if it is there (a read-only volume refuses even a missing one's unlink)."""
+    if os.path.lexists(path):
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def _write_synced(path: Path, text: str, mode: str) -> None:
