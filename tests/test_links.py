@@ -158,7 +158,8 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 def broken(served: Served) -> list[str]:
     seen, linked_from = crawl(f"http://127.0.0.1:{served.port}")
-    assert len(seen) > 10, seen  # the crawl reached past the overview
+    for page in ("/models/", "/runs/", "/environments/"):  # the crawl reached past the overview
+        assert any(page in url for url in seen), (page, sorted(seen))
     return [f"{status} {url} (linked from {linked_from.get(url)})" for url, status in seen.items() if status != 200]
 
 
