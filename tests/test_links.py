@@ -182,6 +182,8 @@ def test_the_differs_badge_opens_the_diff_against_an_environment_only_a_baseline
     fingerprint = href.split("a=", 1)[1].split("&", 1)[0]
     status, page = many.get(f"/environments/{fingerprint}")
     assert status == 200 and "Known only from the files of the baselines" in page, page[-2000:]
+    status, answer = many.get(f"/api/v1/environments/{fingerprint}")  # the API finds it as the page does
+    assert status == 200 and json.loads(answer)["fingerprint"] == fingerprint, answer
 
 
 def test_the_overview_says_why_each_model_fails(many: Served) -> None:

@@ -37,6 +37,8 @@ def find_environment(handle: DaemonHandle, prefix: str) -> EnvironmentRecord:
     404 when neither knows it, 409 when the prefix names more than one."""
     prefix = prefix.lower()
     found = {e.fingerprint: e for e in handle.store.find_environments(prefix, limit=20)}
+    if prefix in found:  # a whole fingerprint the store knows: no need to read the baselines
+        return found[prefix]
     for recorded in on_disk(handle, prefix):
         found.setdefault(recorded.fingerprint, recorded.record)
     if prefix in found:
