@@ -232,8 +232,9 @@ def test_a_crafted_diagnosis_is_a_no_go_line(workspace: Workspace, answers: dict
     fail = """
         found[0]["verdict"] = "fail"
         found[0]["reasons"] = [{"code": "atol_rtol", "detail": "x"}]
-        found[0]["details"]["diagnosis"] = {"format": 2, "hypotheses": [{"cause": "runtime_version", HYPOTHESIS,
-                                                           "evidence": ["onnxruntime 1.20.1 -> 1.32.0"], "fix": "pin it"}]}
+        found[0]["details"]["diagnosis"] = {"format": 2, "hypotheses": [
+            {"cause": "runtime_version", HYPOTHESIS, "evidence": ["onnxruntime 1.20.1 -> 1.32.0"], "fix": "pin it"}
+        ]}
         done.returncode = 1
     """
     crafted = fail.replace("HYPOTHESIS", '"basis": "high"')
