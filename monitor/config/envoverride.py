@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, SecretStr
 
+from monitor.config.identity import NODE_VARIABLES
 from monitor.errors import ConfigError
 
 ENV_PREFIX = "ONNXMON_"
@@ -32,9 +33,9 @@ ENV_PREFIX = "ONNXMON_"
 # Variables with the prefix that are read elsewhere, not settings: who reads them.
 OTHER_VARIABLES = {
     "ONNXMON_CONFIG": "the config file's path",
-    "ONNXMON_NODE_NAME": "this node's name (else NODE_NAME, else the host name)",
     "ONNXMON_IMAGE_DIGEST": "the container image's digest, recorded in the environment",
     "ONNXMON_FORKSERVER_MAIN": "set by onnxmon for its own worker processes",
+    **{name: "this node's name (config/identity.py)" for name in NODE_VARIABLES if name.startswith("ONNXMON_")},
 }
 # The test suite's and scripts' own switches (docs/development.md): not settings, never warned about.
 HARNESS_PREFIXES = (
