@@ -100,6 +100,7 @@ REQUIRED_METRICS = [
     ("onnxmon_baseline_promoted_timestamp_seconds", "gauge", {"model"}),
     ("onnxmon_recent_runs", "gauge", {"model"}),
     ("onnxmon_recent_error_runs", "gauge", {"model"}),
+    ("onnxmon_recent_failing_runs", "gauge", {"model"}),
     ("onnxmon_output_recent_failing_runs", "gauge", {"model", "output"}),
     ("onnxmon_baseline_promotions_total", "counter", {"model"}),
     ("onnxmon_config_last_reload_successful", "gauge", set()),

@@ -374,6 +374,7 @@ def test_a_restarted_target_exports_the_recent_failures_and_the_environment_chan
     s = scrape(restarted.registry)
     assert value(s, "onnxmon_recent_runs", model="clf") == 3
     assert value(s, "onnxmon_output_recent_failing_runs", model="clf", output="logits") == 2
+    assert value(s, "onnxmon_recent_failing_runs", model="clf") == 2
     assert value(s, "onnxmon_recent_error_runs", model="clf") == 0
     (change,) = store.events(model="clf", kind="environment_changed")
     assert value(s, "onnxmon_environment_changed_timestamp_seconds", model="clf") == change.at.timestamp()
@@ -393,7 +394,28 @@ def test_recent_error_runs_count_error_verdicts_only(daemon: RealDaemon, scenari
     daemon.dispatch(scenario.no_baseline)
     s = scrape(daemon.registry)
     assert value(s, "onnxmon_recent_error_runs", model="fresh") == 2
+    assert value(s, "onnxmon_recent_failing_runs", model="fresh") == 0
     assert value(s, "onnxmon_recent_runs", model="fresh") == 2
+
+
+def test_a_fail_within_tolerance_counts_in_the_models_recent_failing_runs(tmp_path: Path) -> None:
+    # A model re-saved with only its doc_string changed: every run fails as model_changed while
+    # every output is within tolerance; OnnxmonCheckFailing reads this count (issue 40).
+    ws = Workspace(tmp_path / "ws")
+    model = modelzoo.classifier()
+    ws.add_model("clf", model)
+    capture.capture_baseline(plan_for(ws.settings(), "clf"))
+    model.doc_string = "re-saved with another description"
+    ws.replace_model("clf", model)
+    for store in migrated_store(tmp_path):
+        daemon = RealDaemon(ws.settings(), store)
+        results = [daemon.run_now("clf") for _ in range(2)]
+        assert all(r.verdict is Verdict.FAIL and r.all_reasons()[0].code == "model_changed" for r in results)
+        assert all(o.verdict is Verdict.PASS for r in results for o in r.outputs)
+        s = scrape(daemon.registry)
+        assert value(s, "onnxmon_recent_failing_runs", model="clf") == 2
+        assert value(s, "onnxmon_recent_error_runs", model="clf") == 0
+        assert value(s, "onnxmon_output_recent_failing_runs", model="clf", output="logits") == 0
 
 
 def test_a_reload_adds_new_models_and_removes_those_that_left(daemon: RealDaemon, scenario: Scenario) -> None:

@@ -163,6 +163,7 @@ class StoreCollector(Collector):
         if recent is not None:
             f.recent_runs.add_metric([name], float(recent.runs))
             f.recent_errors.add_metric([name], float(recent.errors))
+            f.recent_failed.add_metric([name], float(recent.failed))
             for output in state.outputs:
                 f.recent_failing.add_metric([name, output], float(recent.failing.get(output, 0)))
             f.env_changed_at.add_metric([name], _timestamp(recent.environment_changed_at))
@@ -276,6 +277,11 @@ class _Families:
         )
         self.recent_errors = gauge(
             "onnxmon_recent_error_runs", "Runs of the recent window that ended in error (from the store).", model
+        )
+        self.recent_failed = gauge(
+            "onnxmon_recent_failing_runs",
+            "Runs of the recent window that ended in verdict fail, any reason (from the store).",
+            model,
         )
         self.recent_failing = gauge(
             "onnxmon_output_recent_failing_runs",
