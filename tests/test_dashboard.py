@@ -184,7 +184,7 @@ def query_panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
 _TOKEN = re.compile(
     r"""(?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`)
       |(?P<range>\[[^\]]*\])
-      |(?P<duration>(?:\d+(?:ms|[smhdwy]))+)(?![A-Za-z0-9_:])
+      |(?P<duration>(?:\d+(?:ms|[smhdwy]))+(?![A-Za-z0-9_:])|\$\w+|\$\{\w+\})
       |(?P<number>0x[0-9a-fA-F]+|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
       |(?P<ident>[A-Za-z_:][A-Za-z0-9_:]*)
       |(?P<op>=~|!~|!=|==|>=|<=|[-+*/%^<>=,(){}@])
