@@ -11,6 +11,8 @@ import datetime as dt
 import json
 import logging
 import math
+import os
+import platform
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -304,6 +306,28 @@ def test_a_scrape_passes_promtool_check_metrics(daemon: RealDaemon, scenario: Sc
     text = TestClient(create_app(daemon)).get("/metrics").content  # the body /metrics serves
     done = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=60)
     assert done.returncode == 0 and done.stdout + done.stderr == b"", (done.stdout + done.stderr).decode()
+
+
+def test_the_scrape_carries_the_daemon_process_series_documented_in_the_contract(daemon: RealDaemon) -> None:
+    # prometheus_client's ProcessCollector and PlatformCollector, on the daemon's own registry (issue 40)
+    text = generate_latest(daemon.registry).decode()
+    exported = {
+        sample.name: (family.type, set(sample.labels), sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    documented = {n: v for n, v in documented_metrics().items() if n.startswith(("process_", "python_"))}
+    assert len(documented) >= 7
+    for name, (kind, labels) in documented.items():
+        assert name in exported, f"{name} is in docs/metrics.md but not exported"
+        assert exported[name][:2] == (kind, set(labels)), name
+    ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])  # starttime, since boot
+    boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line[:6] == "btime ")
+    assert exported["process_start_time_seconds"][2] == pytest.approx(boot + ticks / os.sysconf("SC_CLK_TCK"), abs=1)
+    assert exported["process_resident_memory_bytes"][2] > 0
+    assert exported["process_open_fds"][2] == pytest.approx(len(os.listdir("/proc/self/fd")), abs=3)
+    (python,) = [s.labels for f in text_string_to_metric_families(text) for s in f.samples if s.name == "python_info"]
+    assert python["version"] == platform.python_version()
 
 
 # Registered by the daemon's warm pool (daemon/root.py), which this module's RealDaemon has not:

@@ -77,4 +77,3 @@ def test_the_reason_panel_counts_2_for_2_runs_of_a_new_reason_and_of_a_new_targe
         }
     finally:
         prometheus.stop()
-

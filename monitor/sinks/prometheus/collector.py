@@ -6,8 +6,9 @@ the current config and the active baselines on disk, so the gauges survive a res
 drift from the history. Nothing of a scrape is kept for the next one but the tolerances a config
 resolves to (``_tolerance``, held with that config). A store that fails costs these gauges, not
 the scrape: ``onnxmon_store_up`` turns 0 and the counters of
-``monitor.sinks.prometheus.counters.Metrics`` are still served. ``install`` wires both halves into a
-registry; ``/metrics`` is the client's own rendering of it.
+``monitor.sinks.prometheus.counters.Metrics`` are still served. ``install`` wires both halves, and
+the client's ``process_*`` and ``python_info`` collectors, into a registry; ``/metrics`` is the
+client's own rendering of it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 import prometheus_client
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -350,4 +351,8 @@ def install(
     metrics.declare(settings)
     collector = StoreCollector(metrics, store)
     registry.register(collector)
+    # The client's process_* (CPU, memory, file descriptors, start time; read from /proc at each
+    # scrape, none where there is no /proc) and python_info: on this registry, not the global one.
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
     return metrics
