@@ -50,6 +50,7 @@ def assert_served_by_the_client(daemon: RealDaemon) -> str:
             assert steady(body) == steady(expected), (
                 f"{attempt} {accept or 'text'} scrape differs from the client's rendering"
             )
+            assert len(_MOVING.findall(body)) == 4, "the moving process_* samples are served"
     return generate_latest(daemon.registry).decode()
 
 
