@@ -30,6 +30,7 @@ RUNBOOK_URL = f"https://github.com/onnxmon/onnxmon/blob/v{VERSION}/docs/runbook.
 
 REQUIRED_ALERTS = {
     "OnnxmonOutputOutOfTolerance": "critical",
+    "OnnxmonCheckFailing": "critical",
     "OnnxmonChecksStale": "warning",
     "OnnxmonRunErrors": "warning",
     "OnnxmonProviderFallback": "critical",
@@ -139,6 +140,7 @@ def test_alert_has_a_firing_and_a_quiet_unit_test(alert: dict[str, Any]) -> None
 STORE_GAUGES = frozenset(
     {
         "onnxmon_output_recent_failing_runs",
+        "onnxmon_recent_failing_runs",
         "onnxmon_recent_error_runs",
         "onnxmon_environment_changed_timestamp_seconds",
         "onnxmon_last_run_timestamp_seconds",

@@ -100,6 +100,7 @@ REQUIRED_METRICS = [
     ("onnxmon_baseline_promoted_timestamp_seconds", "gauge", {"model"}),
     ("onnxmon_recent_runs", "gauge", {"model"}),
     ("onnxmon_recent_error_runs", "gauge", {"model"}),
+    ("onnxmon_recent_failing_runs", "gauge", {"model"}),
     ("onnxmon_output_recent_failing_runs", "gauge", {"model", "output"}),
     ("onnxmon_baseline_promotions_total", "counter", {"model"}),
     ("onnxmon_config_last_reload_successful", "gauge", set()),
@@ -183,7 +184,7 @@ def query_panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
 _TOKEN = re.compile(
     r"""(?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`)
       |(?P<range>\[[^\]]*\])
-      |(?P<duration>(?:\d+(?:ms|[smhdwy]))+)(?![A-Za-z0-9_:])
+      |(?P<duration>(?:\d+(?:ms|[smhdwy]))+(?![A-Za-z0-9_:])|\$\w+|\$\{\w+\})
       |(?P<number>0x[0-9a-fA-F]+|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
       |(?P<ident>[A-Za-z_:][A-Za-z0-9_:]*)
       |(?P<op>=~|!~|!=|==|>=|<=|[-+*/%^<>=,(){}@])

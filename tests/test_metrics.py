@@ -11,6 +11,8 @@ import datetime as dt
 import json
 import logging
 import math
+import os
+import platform
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -306,6 +308,28 @@ def test_a_scrape_passes_promtool_check_metrics(daemon: RealDaemon, scenario: Sc
     assert done.returncode == 0 and done.stdout + done.stderr == b"", (done.stdout + done.stderr).decode()
 
 
+def test_the_scrape_carries_the_daemon_process_series_documented_in_the_contract(daemon: RealDaemon) -> None:
+    # prometheus_client's ProcessCollector and PlatformCollector, on the daemon's own registry (issue 40)
+    text = generate_latest(daemon.registry).decode()
+    exported = {
+        sample.name: (family.type, set(sample.labels), sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    documented = {n: v for n, v in documented_metrics().items() if n.startswith(("process_", "python_"))}
+    assert len(documented) >= 7
+    for name, (kind, labels) in documented.items():
+        assert name in exported, f"{name} is in docs/metrics.md but not exported"
+        assert exported[name][:2] == (kind, set(labels)), name
+    ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])  # starttime, since boot
+    boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line[:6] == "btime ")
+    assert exported["process_start_time_seconds"][2] == pytest.approx(boot + ticks / os.sysconf("SC_CLK_TCK"), abs=1)
+    assert exported["process_resident_memory_bytes"][2] > 0
+    assert exported["process_open_fds"][2] == pytest.approx(len(os.listdir("/proc/self/fd")), abs=3)
+    (python,) = [s.labels for f in text_string_to_metric_families(text) for s in f.samples if s.name == "python_info"]
+    assert python["version"] == platform.python_version()
+
+
 # Registered by the daemon's warm pool (daemon/root.py), which this module's RealDaemon has not:
 # tests/test_worker_gpu_memory.py scrapes it from a real pool.
 WARM_POOL_ONLY = {"onnxmon_worker_gpu_memory_bytes"}
@@ -374,6 +398,7 @@ def test_a_restarted_target_exports_the_recent_failures_and_the_environment_chan
     s = scrape(restarted.registry)
     assert value(s, "onnxmon_recent_runs", model="clf") == 3
     assert value(s, "onnxmon_output_recent_failing_runs", model="clf", output="logits") == 2
+    assert value(s, "onnxmon_recent_failing_runs", model="clf") == 2
     assert value(s, "onnxmon_recent_error_runs", model="clf") == 0
     (change,) = store.events(model="clf", kind="environment_changed")
     assert value(s, "onnxmon_environment_changed_timestamp_seconds", model="clf") == change.at.timestamp()
@@ -393,7 +418,28 @@ def test_recent_error_runs_count_error_verdicts_only(daemon: RealDaemon, scenari
     daemon.dispatch(scenario.no_baseline)
     s = scrape(daemon.registry)
     assert value(s, "onnxmon_recent_error_runs", model="fresh") == 2
+    assert value(s, "onnxmon_recent_failing_runs", model="fresh") == 0
     assert value(s, "onnxmon_recent_runs", model="fresh") == 2
+
+
+def test_a_fail_within_tolerance_counts_in_the_models_recent_failing_runs(tmp_path: Path) -> None:
+    # A model re-saved with only its doc_string changed: every run fails as model_changed while
+    # every output is within tolerance; OnnxmonCheckFailing reads this count (issue 40).
+    ws = Workspace(tmp_path / "ws")
+    model = modelzoo.classifier()
+    ws.add_model("clf", model)
+    capture.capture_baseline(plan_for(ws.settings(), "clf"))
+    model.doc_string = "re-saved with another description"
+    ws.replace_model("clf", model)
+    for store in migrated_store(tmp_path):
+        daemon = RealDaemon(ws.settings(), store)
+        results = [daemon.run_now("clf") for _ in range(2)]
+        assert all(r.verdict is Verdict.FAIL and r.all_reasons()[0].code == "model_changed" for r in results)
+        assert all(o.verdict is Verdict.PASS for r in results for o in r.outputs)
+        s = scrape(daemon.registry)
+        assert value(s, "onnxmon_recent_failing_runs", model="clf") == 2
+        assert value(s, "onnxmon_recent_error_runs", model="clf") == 0
+        assert value(s, "onnxmon_output_recent_failing_runs", model="clf", output="logits") == 0
 
 
 def test_a_reload_adds_new_models_and_removes_those_that_left(daemon: RealDaemon, scenario: Scenario) -> None:

@@ -1,18 +1,21 @@
 """End to end with a real Prometheus: `onnxmon serve` is scraped, the alert rules are evaluated,
 and every PromQL expression of the dashboard and of the rules returns data once faults are injected.
 
-Two models run every 3 s (timeout 2 s): ``drift`` (a deep MLP) and ``broken`` (a classifier).
+Three models run every 3 s (timeout 2 s): ``drift`` (a deep MLP), ``broken`` and ``resaved`` (classifiers).
 A real ``prometheus`` scrapes the daemon every second and evaluates an *unmodified* copy of
 ``deploy/prometheus/alerts.yaml`` every second. No rule needs shortening: the alert the test waits
 for (``OnnxmonOutputOutOfTolerance``) has no ``for:`` and counts the model's last 4 runs in the
 store, whatever the interval. The alerts with ``for: 5m`` are checked as ``pending``.
 
-Faults injected after both models passed once:
+Faults injected after every model passed once:
 
 - ``drift`` is swapped for its fp16 variant (``convert_float_to_float16(keep_io_types=True)``):
   verdict ``fail``, the output leaves its tolerance, ``OnnxmonOutputOutOfTolerance`` fires;
 - ``broken``'s model file is overwritten with bytes that are not ONNX: verdict ``error``
   (``model_error``), ``OnnxmonRunErrors`` fires;
+- ``resaved`` is re-saved with only its ``doc_string`` changed: verdict ``fail`` (``model_changed``)
+  with every output within tolerance, ``OnnxmonCheckFailing`` fires (and not for ``drift``, whose
+  fail pages as ``OnnxmonOutputOutOfTolerance``);
 - the config file is broken and the daemon gets SIGHUP: ``onnxmon_config_last_reload_successful``
   turns 0, ``OnnxmonConfigReloadFailed`` is pending.
 
@@ -55,14 +58,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.prometheus]
 
 JOB = "onnxmon"  # the job every rule of deploy/prometheus/alerts.yaml selects
 INTERVAL_S = 3
-DRIFT, BROKEN = "drift", "broken"
+DRIFT, BROKEN, RESAVED = "drift", "broken", "resaved"
 
 # Expressions with a condition that the injected faults make true: queried as written.
 HOLDS_NOW: dict[str, str] = {
-    "panel:Time since last success [A]": "both models passed before the faults (last success > 0)",
+    "panel:Time since last success [A]": "every model passed before the faults (last success > 0)",
     "panel:Failing runs by reason [A]": "drift fails (model_changed), broken errors (model_error)",
     "alert:OnnxmonOutputOutOfTolerance": "drift's output fails every run since the fp16 swap",
     "alert:OnnxmonRunErrors": "broken ends in model_error every run since its file was overwritten",
+    "alert:OnnxmonCheckFailing": "resaved fails as model_changed, within tolerance, every run since its re-save",
     "alert:OnnxmonConfigReloadFailed": "the SIGHUP reload of the broken config failed",
 }
 # Expressions whose condition no fault here can make true: queried with `op` -> `op bool`.
@@ -202,7 +206,7 @@ def replace_atomically(path: Path, content: bytes) -> None:
 
 
 class Scenario:
-    """A daemon and a Prometheus scraping it; faults are injected after both models passed."""
+    """A daemon and a Prometheus scraping it; faults are injected after every model passed."""
 
     def __init__(self, ws: Workspace, prometheus_binary: str) -> None:
         self.ws = ws
@@ -217,9 +221,11 @@ class Scenario:
             schedule={"interval": interval},
             decisions={"logits": {"kind": "argmax"}},  # the decision series exist (numeric: warn is nobody's)
         )
+        self.resaved_model = modelzoo.classifier(seed=3)
+        ws.add_model(RESAVED, self.resaved_model, count=2, timeout=timeout, schedule={"interval": interval})
         ws.extra["daemon"] = {"startup_spread": 0}
         settings = ws.settings()
-        for model in (DRIFT, BROKEN):
+        for model in (DRIFT, BROKEN, RESAVED):
             capture.capture_baseline(plan_for(settings, model))
         self.daemon = Served(ws, free_port())
         self.prometheus = Prometheus(prometheus_binary, ws.root / "prometheus", self.daemon.port)
@@ -233,25 +239,28 @@ class Scenario:
         return self.prometheus.value(expr)
 
     def passed_once(self) -> None:
-        """Wait until both models' first runs passed, as Prometheus sees them."""
+        """Wait until every model's first run passed, as Prometheus sees them."""
         self.wait(
-            lambda: len(self.prometheus.query(f'onnxmon_last_run_success{{job="{JOB}"}} == 1')) == 2,
-            "both models' first passing runs in Prometheus",
+            lambda: len(self.prometheus.query(f'onnxmon_last_run_success{{job="{JOB}"}} == 1')) == 3,
+            "every model's first passing run in Prometheus",
         )
 
     def with_faults(self) -> None:
-        """Inject the three faults once (after the first passing runs) and wait until both alerts fire."""
+        """Inject the four faults once (after the first passing runs) and wait until their alerts fire."""
         if not self.faults_injected:
             self.passed_once()
             fp16 = float16.convert_float_to_float16(self.healthy_drift_model, keep_io_types=True)
             replace_atomically(self.ws.root / "models" / f"{DRIFT}.onnx", fp16.SerializeToString())
             replace_atomically(self.ws.root / "models" / f"{BROKEN}.onnx", b"this is not an ONNX model")
+            self.resaved_model.doc_string = "re-saved: only the description changed"
+            replace_atomically(self.ws.root / "models" / f"{RESAVED}.onnx", self.resaved_model.SerializeToString())
             self.ws.config_file.write_text(self.ws.config_file.read_text() + "\nmodels: [this is: not: valid\n")
             self.daemon.process.send_signal(signal.SIGHUP)
             self.faults_injected = True
         for alert, labels in (
             ("OnnxmonOutputOutOfTolerance", {"model": DRIFT, "output": "y"}),
             ("OnnxmonRunErrors", {"model": BROKEN}),
+            ("OnnxmonCheckFailing", {"model": RESAVED}),
         ):
             self.wait(partial(self.alert_is, alert, "firing", **labels), f"{alert} to fire for {labels}")
 
@@ -318,6 +327,21 @@ def test_a_broken_model_file_fires_run_errors_and_a_broken_config_leaves_reload_
     assert scenario.prometheus.alert_state("OnnxmonConfigReloadFailed") == "pending", "it has `for: 5m`"
 
 
+def test_a_model_resaved_within_tolerance_fails_as_model_changed_and_pages_once(scenario: Scenario) -> None:
+    scenario.with_faults()
+    resaved = f'job="{JOB}", model="{RESAVED}"'
+    assert scenario.prometheus.alert_state("OnnxmonCheckFailing", model=RESAVED) == "firing"
+    assert scenario.value(f'onnxmon_last_run_verdict{{{resaved}, verdict="fail"}}') == 1
+    assert (scenario.value(f'onnxmon_run_failures_total{{{resaved}, reason="model_changed"}}') or 0) >= 2
+    assert (scenario.value(f"onnxmon_recent_failing_runs{{{resaved}}}") or 0) >= 2
+    for output in ("logits", "prob"):
+        assert scenario.value(f'onnxmon_output_recent_failing_runs{{{resaved}, output="{output}"}}') == 0
+    assert scenario.prometheus.alert_state("OnnxmonOutputOutOfTolerance", model=RESAVED) is None
+    # drift's runs fail with its output out of tolerance: one page, OnnxmonOutputOutOfTolerance
+    assert (scenario.value(f'onnxmon_recent_failing_runs{{job="{JOB}", model="{DRIFT}"}}') or 0) >= 2
+    assert scenario.prometheus.alert_state("OnnxmonCheckFailing", model=DRIFT) is None
+
+
 def test_every_conditional_expression_is_listed_with_how_it_is_checked() -> None:
     expressions = {key(e): e.expr for e in promql_expressions(substituted=True)}
     conditional = {name for name, expr in expressions.items() if is_conditional(expr)}
@@ -335,4 +359,4 @@ def test_every_dashboard_and_rule_expression_returns_data(scenario: Scenario, ex
     assert result, f"{key(expr)} returned no data: {query}"
     models = {series["metric"]["model"] for series in result if "model" in series["metric"]}
     if expr.kind != "alert" and models:  # a dashboard row or a recording rule shows every configured model
-        assert models == {DRIFT, BROKEN}, f"{key(expr)} shows models {sorted(models)}"
+        assert models == {DRIFT, BROKEN, RESAVED}, f"{key(expr)} shows models {sorted(models)}"

@@ -34,6 +34,7 @@ def expected(store: Store, model: str, node: str) -> RecentState:
     return RecentState(
         runs=len(runs),
         errors=sum(1 for r in runs if r.verdict is Verdict.ERROR),
+        failed=sum(1 for r in runs if r.verdict is Verdict.FAIL),
         failing=failing,
         environment_changed_at=newest(events.ENVIRONMENT_CHANGED),
         baseline_promoted_at=newest(events.BASELINE_PROMOTED),
@@ -72,6 +73,7 @@ def test_the_windows_of_many_models_are_each_models_own(
     assert found["never-seen"] == RecentState()
     # the oracle is not trivial: a full window, errors, failing outputs, an environment change
     assert found["m3"].runs == RECENT_RUNS and found["m3"].errors == 1 and found["m3"].failing
+    assert found["m3"].failed == 2
     assert found["m3"].environment_changed_at is not None
     assert found["m2"].baseline_promoted_at is not None
     assert found["m4"].runs == 2  # node-b's run is not in node-a's window

@@ -6,8 +6,10 @@ checks usually finish before its first scrape, so a counter is already 1 at its 
 it exists for. The store knows the facts whatever the process, so the ``/metrics`` collector
 exports them as gauges, true at the first sample:
 
-* of the model's last ``RECENT_RUNS`` runs on this node, how many ended in error and how many
-  failed each output (the "2 of the last 4 runs" rules count them, not counter increases);
+* of the model's last ``RECENT_RUNS`` runs on this node, how many ended in error, how many failed
+  (verdict ``fail``, any reason: an output out of tolerance, a changed model or benchmark set, a
+  provider fallback) and how many failed each output (the "2 of the last 4 runs" rules count
+  them, not counter increases);
 * when the environment last changed (the newest ``environment_changed`` event of the model on
   this node) and when a baseline was last promoted (the newest ``baseline_promoted`` event).
 
@@ -43,6 +45,8 @@ class RecentState:
     """Runs in the window (``RECENT_RUNS`` once the model has run that often)."""
     errors: int = 0
     """Runs of the window that ended in verdict ``error`` (precision not measured)."""
+    failed: int = 0
+    """Runs of the window that ended in verdict ``fail``, whatever the reason (check-level or an output)."""
     failing: Mapping[str, int] = field(default_factory=dict)
     """Per output: runs of the window in which the output was out of tolerance."""
     environment_changed_at: datetime | None = None
@@ -109,6 +113,7 @@ def recent_states(
         states[model] = RecentState(
             runs=len(window_verdicts),
             errors=sum(1 for verdict in window_verdicts if verdict == Verdict.ERROR.value),
+            failed=sum(1 for verdict in window_verdicts if verdict == Verdict.FAIL.value),
             failing=failing.get(known, {}),
             environment_changed_at=changed.get((known, events.ENVIRONMENT_CHANGED)),
             baseline_promoted_at=changed.get((known, events.BASELINE_PROMOTED)),

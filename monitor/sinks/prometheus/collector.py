@@ -6,8 +6,9 @@ the current config and the active baselines on disk, so the gauges survive a res
 drift from the history. Nothing of a scrape is kept for the next one but the tolerances a config
 resolves to (``_tolerance``, held with that config). A store that fails costs these gauges, not
 the scrape: ``onnxmon_store_up`` turns 0 and the counters of
-``monitor.sinks.prometheus.counters.Metrics`` are still served. ``install`` wires both halves into a
-registry; ``/metrics`` is the client's own rendering of it.
+``monitor.sinks.prometheus.counters.Metrics`` are still served. ``install`` wires both halves, and
+the client's ``process_*`` and ``python_info`` collectors, into a registry; ``/metrics`` is the
+client's own rendering of it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 import prometheus_client
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -163,6 +164,7 @@ class StoreCollector(Collector):
         if recent is not None:
             f.recent_runs.add_metric([name], float(recent.runs))
             f.recent_errors.add_metric([name], float(recent.errors))
+            f.recent_failed.add_metric([name], float(recent.failed))
             for output in state.outputs:
                 f.recent_failing.add_metric([name, output], float(recent.failing.get(output, 0)))
             f.env_changed_at.add_metric([name], _timestamp(recent.environment_changed_at))
@@ -277,6 +279,11 @@ class _Families:
         self.recent_errors = gauge(
             "onnxmon_recent_error_runs", "Runs of the recent window that ended in error (from the store).", model
         )
+        self.recent_failed = gauge(
+            "onnxmon_recent_failing_runs",
+            "Runs of the recent window that ended in verdict fail, any reason (from the store).",
+            model,
+        )
         self.recent_failing = gauge(
             "onnxmon_output_recent_failing_runs",
             "Runs of the recent window in which the output was out of tolerance (from the store).",
@@ -344,4 +351,8 @@ def install(
     metrics.declare(settings)
     collector = StoreCollector(metrics, store)
     registry.register(collector)
+    # The client's process_* (CPU, memory, file descriptors, start time; read from /proc at each
+    # scrape, none where there is no /proc) and python_info: on this registry, not the global one.
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
     return metrics
