@@ -68,14 +68,12 @@ def recent_states(
     ids: dict[str, int] = {}
     for names in _chunks(wanted):
         ids.update(
-            session.execute(select(schema.Model.name, schema.Model.id).where(schema.Model.name.in_(names)))
-            .tuples()
-            .all()
+            session.execute(select(schema.Model.name, schema.Model.id).where(schema.Model.name.in_(names))).all()
         )
     rows: list[tuple[int, int, str]] = []
     for model_ids in _chunks(list(ids.values())):
         params: dict[str, object] = {f"m{index}": found for index, found in enumerate(model_ids)}
-        rows.extend(session.execute(_newest_runs(len(model_ids), window), {**params, "node": node}).tuples())
+        rows.extend(session.execute(_newest_runs(len(model_ids), window), {**params, "node": node}))
     model_of_run: dict[int, int] = {}
     verdicts: dict[int, list[str]] = {}
     for found, run_id, verdict in rows:
@@ -87,7 +85,7 @@ def recent_states(
             select(schema.OutputResult.run_id, schema.OutputResult.name).where(
                 schema.OutputResult.run_id.in_(run_ids), schema.OutputResult.verdict == Verdict.FAIL.value
             )
-        ).tuples()
+        )
         for run_id, name in outputs:
             counts = failing.setdefault(model_of_run[run_id], {})
             counts[name] = counts.get(name, 0) + 1
@@ -101,7 +99,7 @@ def recent_states(
                 schema.Event.node.in_((node, "")),
             )
             .group_by(schema.Event.model_id, schema.Event.kind)
-        ).tuples()
+        )
         changed.update({(found, kind): at for found, kind, at in latest})
     states = {}
     for model in wanted:
