@@ -261,3 +261,37 @@ def test_add_then_check_on_a_fetched_corpus_model(tmp_path: Path, corpus_name: s
     checked = onnxmon(tmp_path, "check", corpus_name)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert plain_ort_agrees(tmp_path / "onnxmon.yaml", corpus_name) == 13
+
+
+@pytest.mark.process
+def test_the_your_model_walkthrough_runs_line_by_line(tmp_path: Path) -> None:
+    """docs/your-model.md's walkthrough, from a copy of the corpus files it names; ``exit code N: TEXT`` is checked."""
+    import re
+    import shutil
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "your-model.md").read_text(encoding="utf-8")
+    block = re.search(r"```sh\n(.*?)```", page[page.index("## Walkthrough") :], re.S)
+    assert block is not None
+    for name in ("sklearn/logreg_nozipmap.onnx", "torch/cnn_dynamo.onnx"):
+        (tmp_path / "tests" / "corpus" / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(CORPUS / name, tmp_path / "tests" / "corpus" / name)
+    script = ["set -u"]
+    steps = 0
+    for line in block.group(1).splitlines():
+        command, _, comment = line.strip().partition("#")
+        if not command.strip():
+            continue
+        expected = re.search(r"exit code (\d)(?::\s*(.+))?", comment)
+        code, printed = (int(expected.group(1)), expected.group(2)) if expected else (0, None)
+        command = re.sub(r"(\.\./)?\.venv/bin/", f"{ONNXMON.parent}/", command.strip())
+        check = f'grep -qF -- "{printed.strip()}" "$T"' if printed else "true"
+        script.append(
+            f'T=$(mktemp); {{ {command}; }} >"$T" 2>&1; rc=$?; cat "$T"; '
+            f'if [ $rc -ne {code} ] || ! {check}; then echo "STEP FAILED (rc $rc): {command}"; exit 99; fi'
+        )
+        steps += 1
+    assert steps >= 8
+    done = subprocess.run(
+        ["bash", "-c", "\n".join(script)], cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
