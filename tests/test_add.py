@@ -257,7 +257,8 @@ def test_add_then_check_on_a_fetched_corpus_model(tmp_path: Path, corpus_name: s
     (tmp_path / "model.onnx").write_bytes(source.read_bytes())
     added = onnxmon(tmp_path, "add", "model.onnx", "--name", corpus_name, *dims, "-o", "json")
     assert added.returncode == 0, added.stderr
-    assert yaml.safe_load(added.stdout)["next"][0] == f"onnxmon check {corpus_name}"
+    document = yaml.safe_load(added.stdout)
+    assert document["next"][0] == f"onnxmon check {corpus_name}" and document["baseline"]["active"] is True
     checked = onnxmon(tmp_path, "check", corpus_name)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert plain_ort_agrees(tmp_path / "onnxmon.yaml", corpus_name) == 13

@@ -32,7 +32,7 @@ from monitor.config.plan import plan_for
 from monitor.config.settings import GenerateSpec, Settings
 from monitor.daemon import child
 from monitor.errors import ConfigError
-from monitor.files import baseline_undo, benchset_generate, signature
+from monitor.files import baseline_undo, baselines, benchset_generate, signature
 
 DEFAULT_DIM = 1
 NEW_CONFIG = """\
@@ -111,7 +111,8 @@ def register(app: typer.Typer) -> None:
         except BaseException:
             _put_back(file, text if not added.created else None)
             raise
-        _report(out, added, baseline.id, baseline.meta.sample_count, str(baseline.directory))
+        active = baselines.active_id(settings.store.baselines_dir, added.name) == baseline.id
+        _report(out, added, baseline.id, baseline.meta.sample_count, str(baseline.directory), active)
 
 
 def _entries(
@@ -233,7 +234,7 @@ def _put_back(file: Path, text: str | None) -> None:
         edit.write_atomic(file, text)
 
 
-def _report(out: output.Output, added: Added, baseline_id: str, samples: int, directory: str) -> None:
+def _report(out: output.Output, added: Added, baseline_id: str, samples: int, directory: str, active: bool) -> None:
     flag = "" if added.file == Path(config.DEFAULT_CONFIG) else f" -c {added.file}"
     following = [f"onnxmon check {added.name}{flag}", f"onnxmon serve{flag}"]
     data = {
@@ -243,7 +244,7 @@ def _report(out: output.Output, added: Added, baseline_id: str, samples: int, di
         "benchset": added.benchset,
         "entry": added.model,
         "defaulted_dims": added.defaulted,
-        "baseline": {"id": baseline_id, "samples": samples, "active": True, "directory": directory},
+        "baseline": {"id": baseline_id, "samples": samples, "active": active, "directory": directory},
         "next": following,
     }
     verb = "created" if added.created else "updated"
@@ -253,7 +254,8 @@ def _report(out: output.Output, added: Added, baseline_id: str, samples: int, di
             f"  dim {key!r} = {size} (a default: choose with --dim {key}=SIZE --replace)"
             for key, size in added.defaulted.items()
         ),
-        f"baseline {baseline_id} captured and active ({samples} samples) in {directory}",
+        f"baseline {baseline_id} captured and {'active' if active else 'NOT active'} ({samples} samples)"
+        f" in {directory}",
         f"next: {following[0]}    (then `{following[1]}` checks it on a schedule)",
     ]
     out.emit(lambda: data, lambda wide: "\n".join(lines))
