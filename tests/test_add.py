@@ -142,7 +142,9 @@ def out_of_range_gather() -> onnx.ModelProto:
 def test_a_failed_capture_leaves_the_config_as_it_was(tmp_path: Path) -> None:
     modelzoo.save(out_of_range_gather(), tmp_path / "lookup.onnx")
     failed = onnxmon(tmp_path, "add", "lookup.onnx")
-    assert failed.returncode != 0 and "Traceback" not in failed.stderr
+    ours = [line for line in failed.stderr.splitlines() if line.startswith("onnxmon: error:")]  # ORT logs its own
+    assert failed.returncode == 3 and "Traceback" not in failed.stderr and len(ours) == 1, failed.stderr
+    assert "indices element out of data bounds" in ours[0] and "nothing was added to onnxmon.yaml" in ours[0]
     assert not (tmp_path / "onnxmon.yaml").exists()
     config = tmp_path / "mine.yaml"
     config.write_text("# mine\nstore: {url: 'sqlite:///m.db'}\n", encoding="utf-8")

@@ -31,7 +31,7 @@ from monitor.config import settings as config
 from monitor.config.plan import plan_for
 from monitor.config.settings import GenerateSpec, Settings
 from monitor.daemon import child
-from monitor.errors import ConfigError
+from monitor.errors import ConfigError, MonitorError
 from monitor.files import baseline_undo, baselines, benchset_generate, signature
 
 DEFAULT_DIM = 1
@@ -97,9 +97,16 @@ def register(app: typer.Typer) -> None:
         store = common.open_store(settings)  # an un-migrated store stops here, before anything is written
         before = baseline_undo.active_state(settings.store.baselines_dir, added.name)
         options = {"promote": before.active is not None, "promoted_by": common.login()}
-        baseline = child.capture_isolated(
-            plan, options, timeout_s=3 * plan.timeout_s, memory_limit_mb=settings.daemon.memory_limit_mb
-        )
+        try:
+            baseline = child.capture_isolated(
+                plan, options, timeout_s=3 * plan.timeout_s, memory_limit_mb=settings.daemon.memory_limit_mb
+            )
+        except MonitorError as exc:  # the model cannot run on the generated inputs: say what to try
+            told = MonitorError(
+                f"{exc}; nothing was added to {file} (inputs outside what the model takes? --range INPUT=LOW,HIGH)"
+            )
+            told.exit_code = exc.exit_code
+            raise told from None
         try:
             edit.write_atomic(file, new_text)
         except OSError as exc:
