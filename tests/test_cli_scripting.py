@@ -65,6 +65,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
 
 # The arguments each printing command runs with here ({config}, {baseline}, {model_file} filled in).
 ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
+    ("add",): ("{model_file}", "--name", "added", "-c", "{fresh_config}"),  # a config of its own: setup's stays
     ("baseline", "capture"): ("clf", "-c", "{config}"),
     ("baseline", "history"): ("clf", "-c", "{config}"),
     ("baseline", "import"): ("clf", "{npz}", "-c", "{config}"),
@@ -123,6 +124,7 @@ def fill(setup: Setup, args: tuple[str, ...], tmp: Path) -> list[str]:
         "baseline": setup.baseline_id,
         "model_file": str(setup.ws.root / "models" / "clf.onnx"),
         "npz_input": str(tmp / "input.npz"),
+        "fresh_config": str(tmp / "added.yaml"),
         "python": sys.executable,
     }
     if "{run}" in args or "{incident}" in args:

@@ -224,13 +224,14 @@ def test_config_validate_reports_unknown_outputs_and_missing_model_files_in_one_
     path = _workspace_with_typo(tmp_path)
     assert main(["config", "validate", "-c", str(path)]) == 2
     err = capsys.readouterr().err
-    assert "2 problem(s)" in err, err
+    assert "3 problem(s)" in err, err  # the generated set of the missing model too: capture would refuse it
+    assert f"benchsets[1].generate: model file {tmp_path / 'models' / 'gone.onnx'} not found" in err
     assert "models[0].tolerance.outputs.logitz: 'logitz' is not an output of clf.onnx;" in err
     assert "outputs are ['logits', 'prob']" in err and "outputs.prob" not in err
     assert f"models[1].path: model file {tmp_path / 'models' / 'gone.onnx'} does not exist" in err
     assert main(["config", "validate", "-c", str(path), "-o", "json"]) == 2
     document = yaml.safe_load(capsys.readouterr().out)
-    assert document["ok"] is False and len(document["problems"]) == 2
+    assert document["ok"] is False and len(document["problems"]) == 3
 
 
 def test_schema_errors_keep_their_paths_beside_the_missing_files(

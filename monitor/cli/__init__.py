@@ -66,6 +66,7 @@ def _register() -> None:
     _registered = True
     # --- command groups: one line each (keep sorted) ---
     from monitor.cli import (
+        add_cmd,
         baseline_cmd,
         benchset_cmd,
         check_cmd,
@@ -83,6 +84,7 @@ def _register() -> None:
         serve_cmd,
     )
 
+    add_cmd.register(app)
     baseline_cmd.register(app)
     benchset_cmd.register(app)
     check_cmd.register(app)

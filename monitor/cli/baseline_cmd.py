@@ -65,7 +65,7 @@ def register(app: typer.Typer) -> None:
                 plan, options, timeout_s=limit, memory_limit_mb=settings.daemon.memory_limit_mb
             )
         with store:
-            _record_or_undo(settings, baseline, before, store=store)
+            record_or_undo(settings, baseline, before, store=store)
         if not quiet:
             _print_baseline(out, settings, baseline, "captured")
 
@@ -103,7 +103,7 @@ def register(app: typer.Typer) -> None:
             promoted_by=common.login(),
             note=note,
         )
-        _record_or_undo(settings, baseline, before)
+        record_or_undo(settings, baseline, before)
         _print_baseline(out, settings, baseline, "imported")
 
     @group.command("list")
@@ -235,7 +235,7 @@ def _record(settings: Settings, baseline: baselines.Baseline, store: Store | Non
     db.record_baseline(record)
 
 
-def _record_or_undo(
+def record_or_undo(
     settings: Settings, baseline: baselines.Baseline, before: baseline_undo.ActiveState, store: Store | None = None
 ) -> None:
     """``_record`` the new baseline, or remove it and put ACTIVE back as ``before`` when the store fails.

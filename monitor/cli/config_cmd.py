@@ -26,13 +26,18 @@ def register(app: typer.Typer) -> None:
 
         The schema, the cross-references between sections, missing model files, and fields naming
         outputs a model does not have (``tolerance.outputs.<name>``, ``decisions.<name>``), decisions an
-        output cannot take (its type or shape), all in one report.
+        output cannot take (its type or shape), generated benchmark sets that capture would refuse (a
+        dynamic dim without a size, a range naming no input), all in one report.
         """
         from monitor.config import crosscheck
-        from monitor.files import signature
+        from monitor.files import benchset_generate, signature
 
         file, problems = crosscheck.file_problems(
-            out.config_file, signature.output_names, files=files, types_of=signature.output_types
+            out.config_file,
+            signature.output_names,
+            files=files,
+            types_of=signature.output_types,
+            generate_check=benchset_generate.spec_problems,
         )
         if problems:
             listed = "\n".join(f"  {p}" for p in problems)

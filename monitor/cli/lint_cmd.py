@@ -91,7 +91,7 @@ def _activation_maxima(model: str, config_file: str | None, benchset: str | None
     import numpy as np
 
     from monitor.files import benchsets
-    from monitor.files.benchset_sources import EDGE_CASES
+    from monitor.files.benchset_generate import EDGE_CASES
     from monitor.localize import engine
 
     try:

@@ -25,10 +25,12 @@ from pydantic import ValidationError
 
 from monitor import bounded
 from monitor.config import decisions, settings
-from monitor.config.settings import ModelConfig, Settings
+from monitor.config.settings import BenchsetConfig, GenerateSpec, ModelConfig, Settings
 from monitor.errors import ConfigError, MonitorError
 
 OutputsOf = Callable[[Path], Sequence[str]]  # the model's output names; MonitorError when unreadable
+# Why capture would refuse a generated set (files.benchset_generate.spec_problems): one line each.
+GenerateCheck = Callable[[GenerateSpec], Sequence[str]]
 
 
 def output_references(model: ModelConfig, where: str) -> list[tuple[str, str]]:
@@ -80,12 +82,29 @@ def _misfits(model: ModelConfig, where: str, types_of: decisions.TypesOf | None)
     return decisions.problems(known, where, types, model.path.name)
 
 
-def problems(settings: Settings, outputs_of: OutputsOf, types_of: decisions.TypesOf | None = None) -> list[str]:
-    """Every cross-check problem of ``settings`` (paths already resolved), in config order."""
+def problems(
+    settings: Settings,
+    outputs_of: OutputsOf,
+    types_of: decisions.TypesOf | None = None,
+    generate_check: GenerateCheck | None = None,
+) -> list[str]:
+    """Every cross-check problem of ``settings`` (paths already resolved), in config order.
+
+    With ``generate_check``, also every generated benchmark set that capture would refuse (an
+    unnamed dynamic dim without a size, a range naming no input, a model it cannot read)."""
     found: list[str] = []
+    for index, benchset in enumerate(settings.benchsets):
+        found += benchset_problems(benchset, f"benchsets[{index}]", generate_check)
     for index, model in enumerate(settings.models):
         found += model_problems(model, f"models[{index}]", outputs_of, types_of)
     return found
+
+
+def benchset_problems(benchset: BenchsetConfig, where: str, generate_check: GenerateCheck | None) -> list[str]:
+    """Why materializing ``benchset`` would be refused, as ``generate_check`` says (generated sets only)."""
+    if generate_check is None or benchset.generate is None:
+        return []
+    return [f"{where}.generate: {problem}" for problem in generate_check(benchset.generate)]
 
 
 def refuse_unknown_outputs(
@@ -120,6 +139,7 @@ def file_problems(
     *,
     files: bool = True,
     types_of: decisions.TypesOf | None = None,
+    generate_check: GenerateCheck | None = None,
 ) -> tuple[Path, list[str]]:
     """Every problem of the config file at ``path``, in one list (``config validate``).
 
@@ -139,8 +159,9 @@ def file_problems(
             return file, [str(exc)]
         schema = _schema_problems(raw, file)
         found = _raw_model_problems(raw, file, outputs_of, types_of, reported=schema) if files else []
+        found += _raw_benchset_problems(raw, file, generate_check) if files else []
         return file, [*schema, *found] or [str(exc)]
-    return file, problems(loaded, outputs_of, types_of) if files else []
+    return file, problems(loaded, outputs_of, types_of, generate_check) if files else []
 
 
 def _raw(file: Path, environ: Mapping[str, str]) -> dict[str, Any] | None:
@@ -204,4 +225,20 @@ def _raw_model_problems(
             path = Path(given) if Path(given).is_absolute() else base / given
             if not path.exists():
                 found.append(f"{where}.path: model file {path} does not exist")
+    return found
+
+
+def _raw_benchset_problems(raw: Mapping[str, Any], file: Path, generate_check: GenerateCheck | None) -> list[str]:
+    """``benchset_problems`` of each generated set of a config that did not load, valid on its own."""
+    base = file.resolve().parent
+    found = []
+    for index, entry in enumerate(raw.get("benchsets") or []):
+        try:
+            valid = BenchsetConfig.model_validate(entry)
+        except ValidationError:
+            continue
+        if valid.generate is not None and not valid.generate.model.is_absolute():
+            spec = valid.generate.model_copy(update={"model": base / valid.generate.model})
+            valid = valid.model_copy(update={"generate": spec})
+        found += benchset_problems(valid, f"benchsets[{index}]", generate_check)
     return found

@@ -3,14 +3,9 @@
 Each source turns a declaration into a list of samples (``{input name: array}``) and a
 *declaration* mapping whose hash decides whether a set must be re-materialized:
 
-- ``generate``: seeded draws from the model's input signature, read with the ``onnx``
-  package. Floats are uniform in ``[low, high)`` (default ``[0, 1)``); integers uniform in
-  ``[low, high]`` inclusive (default ``[0, 9]``); bools fair coin flips. Dynamic dims are
-  fixed by ``dims``, keyed by the dim's name (``batch``) or by ``input:axis`` (``x:0``).
-  ``edge_cases`` appends five samples: ``zeros``, ``low``, ``high``, ``large`` (±7e4, beyond
-  fp16's 65504) and ``denormal`` (±smallest_normal/100, 1.2e-40 for float32); in the last
-  two, non-float inputs take their range's low value. The declaration holds the spec and
-  the model's *input signature*, not its weights: retraining a model does not fork its set.
+- ``generate``: seeded draws from the model's input signature (``benchset_generate``). The
+  declaration holds the spec and the model's *input signature*, not its weights: retraining a
+  model does not fork its set.
 - ``npz``: one ``.npz`` file per sample, keys are input names, read without pickles.
 - ``onnx_test_data``: ONNX backend test data, ``test_data_set_N/input_K.pb`` TensorProtos;
   an unnamed tensor takes the name of the K-th input of the ``.onnx`` model beside the sets.
@@ -30,7 +25,6 @@ from __future__ import annotations
 
 import glob
 import json
-import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -41,18 +35,14 @@ import onnx
 from onnx import numpy_helper
 
 from monitor import bounded
-from monitor.config.settings import BenchsetConfig, GenerateSpec
+from monitor.config.settings import BenchsetConfig
 from monitor.errors import BenchsetError
+from monitor.files.benchset_generate import MAX_TENSOR_BYTES, Sample, generate
 from monitor.files.polygraphy import read_polygraphy_json
 from monitor.files.signature import InputSpec, model_signature
 from monitor.files.tensors import is_plain_dtype, load_npz, sha256_bytes, sha256_file
 
-Sample = dict[str, np.ndarray[Any, Any]]
 GENERATOR_VERSION = 1  # bump when the drawing algorithm changes, so declared sets fork
-EDGE_CASES = ("zeros", "low", "high", "large", "denormal")
-LARGE_MAGNITUDE = 7e4  # above float16's max (65504): shows fp16 overflow
-DEFAULT_FLOAT_RANGE = (0.0, 1.0)
-DEFAULT_INT_RANGE = (0.0, 9.0)
 
 
 def read_signature(cfg: BenchsetConfig) -> list[InputSpec] | None:
@@ -142,129 +132,6 @@ def _required(signature: Sequence[InputSpec] | None, cfg: BenchsetConfig) -> Seq
     if signature is None:
         raise AssertionError(f"benchset {cfg.name!r}: generate needs read_signature(cfg), got None")
     return signature
-
-
-# --- generate ---------------------------------------------------------------------------
-
-
-# Generated sets are held in memory while they are written: bound them before drawing a number.
-MAX_TENSOR_BYTES = 2**32  # 4 GiB for one input of one sample
-MAX_SET_BYTES = 2**34  # 16 GiB for the whole set
-
-
-def generate(spec: GenerateSpec, signature: Sequence[InputSpec], *, where: str) -> tuple[list[Sample], list[str]]:
-    """``spec.count`` seeded random samples drawn to fit ``signature`` (``spec.model``'s), plus the edge cases."""
-    unknown = sorted(set(spec.ranges) - {s.name for s in signature})
-    if unknown:
-        raise BenchsetError(f"{where}: generate.ranges names input(s) {unknown}; model inputs are {_names(signature)}")
-    shapes = {s.name: _fixed_shape(s, spec.dims, where) for s in signature}
-    dtypes = {s.name: _drawable(s, where) for s in signature}
-    _check_size(shapes, dtypes, spec.count + (len(EDGE_CASES) if spec.edge_cases else 0), where)
-    ranges = {s.name: _range(s.name, dtypes[s.name], spec.ranges.get(s.name), where) for s in signature}
-    rng = np.random.default_rng(spec.seed)
-    samples = [
-        {s.name: _draw(rng, dtypes[s.name], shapes[s.name], ranges[s.name]) for s in signature}
-        for _ in range(spec.count)
-    ]
-    labels = ["random"] * spec.count
-    if spec.edge_cases:
-        for case in EDGE_CASES:
-            samples.append({s.name: _edge(case, dtypes[s.name], shapes[s.name], ranges[s.name]) for s in signature})
-            labels.append(case)
-    return samples, labels
-
-
-def _check_size(
-    shapes: Mapping[str, tuple[int, ...]], dtypes: Mapping[str, np.dtype[Any]], samples: int, where: str
-) -> None:
-    """Refuse, before allocating, a set whose declared shapes would not fit in memory (or on disk)."""
-    per_sample = 0
-    for name, shape in shapes.items():
-        size = math.prod(shape) * dtypes[name].itemsize
-        if size > MAX_TENSOR_BYTES:
-            raise BenchsetError(
-                f"{where}: input {name!r} of shape {shape} ({dtypes[name].name}) would take"
-                f" {_gib(size)}; one generated tensor may take at most {_gib(MAX_TENSOR_BYTES)} (check generate.dims)"
-            )
-        per_sample += size
-    if per_sample * samples > MAX_SET_BYTES:
-        raise BenchsetError(
-            f"{where}: {samples} sample(s) of {_gib(per_sample)} would take {_gib(per_sample * samples)};"
-            f" a generated set may take at most {_gib(MAX_SET_BYTES)} (lower generate.count or generate.dims)"
-        )
-
-
-def _gib(size: int) -> str:
-    return f"{size / 2**30:.3g} GiB"
-
-
-def _fixed_shape(spec: InputSpec, dims: Mapping[str, int], where: str) -> tuple[int, ...]:
-    shape = []
-    for axis, dim in enumerate(spec.shape):
-        by_axis = dims.get(f"{spec.name}:{axis}")
-        if by_axis is not None:
-            shape.append(by_axis)
-        elif isinstance(dim, int):
-            shape.append(dim)
-        elif dim != "?" and dim in dims:
-            shape.append(dims[dim])
-        elif dim == "?":
-            raise BenchsetError(
-                f"{where}: input {spec.name!r} axis {axis} is dynamic and unnamed;"
-                f" set generate.dims['{spec.name}:{axis}']"
-            )
-        else:
-            raise BenchsetError(
-                f"{where}: input {spec.name!r} has dynamic dim {dim!r} (axis {axis}) with no value;"
-                f" set generate.dims.{dim} (given dims: {sorted(dims)})"
-            )
-    return tuple(shape)
-
-
-def _drawable(spec: InputSpec, where: str) -> np.dtype[Any]:
-    if spec.dtype is None or not is_plain_dtype(spec.dtype):
-        raise BenchsetError(f"{where}: input {spec.name!r} has type {spec.dtype}, which generate cannot draw")
-    return spec.dtype
-
-
-def _range(name: str, dtype: np.dtype[Any], declared: tuple[float, float] | None, where: str) -> tuple[float, float]:
-    if dtype.kind == "b":
-        return (0.0, 1.0)
-    if dtype.kind in "iu":
-        low, high = declared if declared is not None else DEFAULT_INT_RANGE
-        info = np.iinfo(dtype)
-        if low < info.min or high > info.max or low != int(low) or high != int(high):
-            raise BenchsetError(
-                f"{where}: range [{low}, {high}] for input {name!r} must be whole numbers within"
-                f" {dtype.name} [{info.min}, {info.max}]"
-            )
-        return (low, high)
-    return declared if declared is not None else DEFAULT_FLOAT_RANGE
-
-
-def _draw(rng: np.random.Generator, dtype: np.dtype[Any], shape: tuple[int, ...], span: tuple[float, float]) -> Any:
-    low, high = span
-    if dtype.kind == "b":
-        return rng.random(shape) < 0.5
-    if dtype.kind in "iu":
-        return rng.integers(int(low), int(high), size=shape, endpoint=True).astype(dtype)
-    if dtype.kind == "c":
-        return (rng.uniform(low, high, shape) + 1j * rng.uniform(low, high, shape)).astype(dtype)
-    return rng.uniform(low, high, shape).astype(dtype)
-
-
-def _edge(case: str, dtype: np.dtype[Any], shape: tuple[int, ...], span: tuple[float, float]) -> Any:
-    low, high = span
-    if case == "zeros":
-        return np.zeros(shape, dtype)
-    if case == "high":
-        return np.full(shape, high).astype(dtype)
-    if case == "low" or dtype.kind not in "fc":
-        return np.full(shape, low).astype(dtype)
-    info = np.finfo(dtype)
-    magnitude = min(LARGE_MAGNITUDE, float(info.max)) if case == "large" else float(info.smallest_normal) / 100
-    signs = np.where(np.arange(int(np.prod(shape))) % 2 == 0, 1.0, -1.0).reshape(shape)
-    return (signs * magnitude).astype(dtype)
 
 
 # --- file sources -----------------------------------------------------------------------

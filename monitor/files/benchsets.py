@@ -47,6 +47,7 @@ from pydantic import ValidationError
 
 from monitor.config.settings import BenchsetConfig
 from monitor.errors import BenchsetError
+from monitor.files.benchset_generate import Sample
 from monitor.files.benchset_manifest import (
     FORMAT,
     MANIFEST,
@@ -58,7 +59,6 @@ from monitor.files.benchset_manifest import (
     write_manifest,
 )
 from monitor.files.benchset_sources import (
-    Sample,
     build,
     declaration,
     declaration_sha256,
