@@ -1,8 +1,10 @@
-"""Alembic migrations on SQLite and PostgreSQL: from empty, from the previous revision, and no drift."""
+"""Alembic migrations on SQLite and PostgreSQL: from empty, from every earlier revision with a populated
+history (issue 42 #3: every row survives, nothing half-made is left), and no drift."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from alembic import command
 
 from monitor.results import Verdict
 from monitor.store import Store
+from tests import history_rows
 from tests.databases import BACKENDS, database_url
 from tests.test_store import T0, result
 
@@ -78,3 +81,38 @@ def test_runs_recorded_before_candidate_runs_existed_are_production_runs(empty: 
     assert [r.id for r in empty.runs("resnet", candidates=True)] == [rehearsed]
     assert {r.id for r in empty.latest_per_model()} == {first}
     assert [e.kind for e in empty.events()] == [], "a candidate's fail is no verdict_changed"
+
+
+EARLIER = history_rows.revisions()[:-1]
+
+
+@pytest.mark.parametrize("revision", EARLIER)
+def test_a_populated_history_upgrades_from_every_earlier_revision_keeping_all_rows(empty: Store, revision: str) -> None:
+    """Issue 42 #3: on SQLite, 0007's batch rebuild of ``runs`` (which other tables point at) failed
+    "FOREIGN KEY constraint failed" and left ``_alembic_tmp_runs``: the default store could not be migrated."""
+    empty.upgrade(revision)
+    with empty.engine.begin() as conn:
+        written = history_rows.populate(conn)
+        before = history_rows.dump(conn)
+    assert written["runs"] == 24 and written["latest_runs"] == 2, "the populated history is there to migrate"
+    empty.upgrade()
+    assert empty.current_revision() == empty.head_revision()
+    assert tables(empty) == ALL_TABLES, "no _alembic_tmp_* table is left behind"
+    with empty.engine.connect() as conn:
+        after = history_rows.dump(conn)
+        if empty.engine.dialect.name == "sqlite":
+            assert conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall() == []
+    for table, rows in before.items():
+        kept = [{column: row[column] for column in rows[0]} for row in after[table]]
+        assert kept == rows, f"{table}: rows changed by the upgrade from {revision}"
+    assert all(row["candidate"] is False and row["run_key"] is None for row in after["runs"])
+    # the migrated history reads and takes new runs as one written by the newest onnxmon would
+    assert empty.models() == ["bert-ü", "resnet"]
+    assert len(empty.runs("resnet", limit=100)) == 12
+    stored = empty.run(24)
+    assert stored is not None and [o.name for o in stored.outputs] == ["logits", "features"]
+    assert {b.baseline_id for b in empty.baseline_history("resnet")} == {"m1-20250101-abc"}
+    history_rows.advance_sequences(empty.engine)
+    run_id = empty.record_run(result(T0 + timedelta(days=1), Verdict.FAIL), node="n1")
+    assert run_id == 25
+    assert {r.id for r in empty.latest_per_model() if r.model == "resnet"} == {25}

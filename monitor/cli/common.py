@@ -54,7 +54,9 @@ def open_store(settings: Settings, url: str | None = None) -> Store:
     """
     from monitor.store import Store
 
-    store = Store(url, read_timeout_s=settings.store.read_timeout) if url else Store.configured(settings.store)
+    store = Store.configured(settings.store) if url is None else Store(
+        url, read_timeout_s=settings.store.read_timeout, migrate_timeout_s=settings.store.migrate_timeout
+    )
     try:
         ensure_schema(store, settings.store.migrate)
     except BaseException:
@@ -64,12 +66,21 @@ def open_store(settings: Settings, url: str | None = None) -> Store:
 
 
 def ensure_schema(store: Store, migrate: str = "off") -> None:
-    """Migrate a SQLite file (or any store with ``migrate == "auto"``); refuse a server database that is behind."""
+    """Migrate a SQLite file (or any store with ``migrate == "auto"``); refuse a server database that is behind.
+
+    A database at a revision this onnxmon does not know (``SchemaTooNew``: a newer onnxmon migrated it)
+    and a schema check that waited its time limit for a lock (``SchemaLocked``) end in one line, exit 3;
+    a check's results then go to the spool.
+    """
+    from monitor.store import SchemaLocked, SchemaTooNew
+
     if store.url.startswith("sqlite") or migrate == "auto":
         store.upgrade()
         return
     try:
-        revision = store.current_revision()
+        revision = store.known_revision()
+    except (SchemaTooNew, SchemaLocked):
+        raise
     except Exception:  # unreachable: not this check's business (the outage path spools, /readyz says so)
         return
     head = store.head_revision()

@@ -165,6 +165,14 @@ class StoreConfig(StrictModel):
         description="Longest wait of a write; then the result goes to the spool. Bounds SIGTERM's wait"
         " for a hung database.",
     )
+    migrate_timeout: Duration = Field(
+        default=120.0,
+        gt=0,
+        le=MAX_SHORT,
+        description="Longest wait for the schema lock when a database behind is migrated (another onnxmon"
+        " migrating it, a session locking its tables); then one line and exit 3. The revision check waits"
+        " at most store.read_timeout.",
+    )
     retention_passing: Duration = Field(
         default=30 * 86400.0, le=MAX_RETENTION, description="Prune passing runs older than this."
     )

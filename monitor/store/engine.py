@@ -11,7 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.pool import NullPool
 
 from monitor.config.dburl import mask_url
 from monitor.errors import ConfigError
@@ -19,8 +21,11 @@ from monitor.store import convert
 from monitor.store.health import StoreUnavailable
 
 
-def make_engine(url: str, *, echo: bool = False, write_timeout_s: float = 10.0) -> Engine:
+def make_engine(url: str, *, echo: bool = False, write_timeout_s: float = 10.0, migrating: bool = False) -> Engine:
     """An engine for ``url``; a missing database driver is a ``ConfigError`` naming the extra to install.
+
+    ``migrating`` (SQLite): an engine for one migration only (``migrate.py``), whose transactions are
+    real ones that DDL joins, ``BEGIN IMMEDIATE``, with foreign keys off (see ``_migration_pragmas``).
 
     A URL no SQLAlchemy dialect takes is ``StoreUnavailable``, like an unreachable database: the store's
     own error at its boundary, so callers (``onnxmon check`` spooling, other commands' one line) need
@@ -34,10 +39,9 @@ def make_engine(url: str, *, echo: bool = False, write_timeout_s: float = 10.0) 
     # A database that accepts connections but never answers must not hang a write forever.
     postgres = url.startswith("postgresql")
     connect_args: dict[str, Any] = {"connect_timeout": 10} if postgres else {"timeout": write_timeout_s}
+    pool: dict[str, Any] = {"poolclass": NullPool} if migrating else {"pool_pre_ping": True}
     try:
-        engine = create_engine(
-            url, echo=echo, json_serializer=convert.json_dumps, pool_pre_ping=True, connect_args=connect_args
-        )
+        engine = create_engine(url, echo=echo, json_serializer=convert.json_dumps, connect_args=connect_args, **pool)
     except ModuleNotFoundError as exc:  # the URL's driver is not installed: say which extra brings it
         extra = f"install {_POSTGRES_EXTRA}"
         if url.startswith("postgresql") and exc.name != "psycopg":  # another driver (psycopg2, pg8000, ...)
@@ -53,7 +57,9 @@ def make_engine(url: str, *, echo: bool = False, write_timeout_s: float = 10.0) 
     except (ArgumentError, NoSuchModuleError) as exc:  # a URL no dialect takes: unusable until it is fixed
         raise StoreUnavailable(f"{mask_url(url)}: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
     if engine.dialect.name == "sqlite":
-        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "connect", _migration_pragmas if migrating else _sqlite_pragmas)
+        if migrating:
+            event.listen(engine, "begin", _begin_immediate)
     return engine
 
 
@@ -65,3 +71,27 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA journal_mode=WAL")  # the API reads while the daemon writes
     cursor.close()
+
+
+def _migration_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    """A SQLite connection for a migration: every statement, DDL included, inside the transaction begun.
+
+    pysqlite's legacy transaction handling (Python < 3.12's default) begins a transaction only before
+    INSERT/UPDATE/DELETE, so a migration's CREATE TABLE statements would each commit on their own and
+    a kill in the middle leaves a half-made schema; ``isolation_level = None`` turns that off and
+    ``_begin_immediate`` begins the real transaction (SQLAlchemy's "pysqlite: serializable isolation,
+    savepoints, transactional DDL" recipe). Foreign keys are off because a batch rebuild drops and
+    recreates a table that other tables point at (SQLite's own 12-step ALTER TABLE procedure);
+    ``PRAGMA foreign_keys`` cannot change inside a transaction, so it is set here, before one begins,
+    and ``migrate.py`` runs ``PRAGMA foreign_key_check`` before the commit instead.
+    """
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA foreign_keys=OFF")
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.close()
+
+
+def _begin_immediate(connection: Connection) -> None:
+    """Take SQLite's write lock as the transaction begins: migrations never interleave (the busy timeout bounds it)."""
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
