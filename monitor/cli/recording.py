@@ -49,7 +49,7 @@ class Recorded:
             return f"the history store cannot take results ({self.problem}); {self.lost} result(s) not recorded"
         return (
             f"the history store cannot take results ({self.problem}); {self.spooled} result(s) spooled in"
-            f" {self.spool_dir}, written back by the next check or daemon start"
+            f" {self.spool_dir}, written back by the next check or daemon start that can write to it"
         )
 
 
@@ -109,4 +109,5 @@ def _spool_all(
 
 def _why(exc: BaseException, url: str) -> str:
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return f"{mask_url(url)}: {type(exc).__name__}: {first}"[:300]
+    where = "" if "://" in first else f"{mask_url(url)}: "  # the store's own lines name the database already
+    return f"{where}{type(exc).__name__}: {first}"[:500]

@@ -182,6 +182,12 @@ class StoreConfig(StrictModel):
         description="Prune failing/error runs older than this (events are kept).",
     )
 
+    @field_validator("migrate", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: Any) -> Any:
+        """``migrate: off`` unquoted is YAML 1.1's ``false`` (and so is ``ONNXMON_STORE__MIGRATE=off``): it means "off"."""
+        return "off" if value is False else value
+
     @field_validator("url")
     @classmethod
     def _url_shape(cls, url: str) -> str:
