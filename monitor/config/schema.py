@@ -185,7 +185,7 @@ class StoreConfig(StrictModel):
     @field_validator("migrate", mode="before")
     @classmethod
     def _yaml_off(cls, value: Any) -> Any:
-        """``migrate: off`` unquoted is YAML 1.1's ``false`` (and so is ``ONNXMON_STORE__MIGRATE=off``): it means "off"."""
+        """``migrate: off`` unquoted is YAML 1.1's ``false`` (so is ``ONNXMON_STORE__MIGRATE=off``): "off"."""
         return "off" if value is False else value
 
     @field_validator("url")
