@@ -19,7 +19,7 @@ from typing import Any
 from alembic.config import Config
 from sqlalchemy import Engine, event, make_url, select
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError, DisconnectionError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError
 from sqlalchemy.orm import Session
 
 from monitor.config.dburl import mask_url
@@ -198,6 +198,21 @@ class Store:
         if text.needs_replacing([result.to_dict(), node, pod]):  # kept, never lost: replaced, counted, logged
             self.text_replaced += 1
             log.warning("run of %r stored with characters the store cannot hold replaced by U+FFFD", result.model)
+        try:
+            return self._record_run(result, node, pod, at, key, candidate)
+        except IntegrityError:
+            if key is None:
+                raise
+            # another process wrote the same spool entry back meanwhile (it commits first): written once, as asked
+            with self._session() as session:
+                stored = session.scalar(select(schema.Run.id).where(schema.Run.run_key == key))
+            if stored is None:
+                raise
+            return stored
+
+    def _record_run(
+        self, result: CheckResult, node: str | None, pod: str | None, at: datetime, key: str | None, candidate: bool
+    ) -> int:
         with self._session(write=True) as session:
             if key is not None and (stored := session.scalar(select(schema.Run.id).where(schema.Run.run_key == key))):
                 return stored
