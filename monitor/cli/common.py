@@ -47,16 +47,14 @@ def open_store(settings: Settings, url: str | None = None) -> Store:
     """The configured store (or the one at ``url``), its schema checked before anything reads or writes it.
 
     A SQLite file is created and migrated on first use. A server database (PostgreSQL) is migrated
-    only by ``onnxmon db upgrade`` (the Helm chart runs it in an initContainer, so replicas never
-    race on a migration) or with ``store.migrate: auto``; one that is behind is refused in one line
-    (``ensure_schema``). A database that cannot be reached is handed back as it is: the callers'
+    only by ``onnxmon db upgrade`` (the Helm chart runs it in an initContainer) or with
+    ``store.migrate: auto``, concurrent ones serialized by the migration lock; one that is behind is
+    refused in one line (``ensure_schema``). A database that cannot be reached is handed back as it is: the callers'
     outage path (the spool, ``/readyz``) deals with it.
     """
     from monitor.store import Store
 
-    store = Store.configured(settings.store) if url is None else Store(
-        url, read_timeout_s=settings.store.read_timeout, migrate_timeout_s=settings.store.migrate_timeout
-    )
+    store = Store.configured(settings.store.model_copy(update={"url": url} if url else {}))
     try:
         ensure_schema(store, settings.store.migrate)
     except BaseException:

@@ -26,26 +26,35 @@ from __future__ import annotations
 import hashlib
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import text
+from sqlalchemy import Engine, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 from monitor.store import health
 from monitor.store.engine import make_engine
 
-if TYPE_CHECKING:
-    from monitor.store.repo import Store
-
 MIGRATIONS = Path(__file__).parent / "migrations"
 log = logging.getLogger("onnxmon.store")
 _LOCK_WAITS = {"55P03", "57014"}  # PostgreSQL lock_not_available (lock_timeout), query_canceled (statement_timeout)
+
+
+class Store(Protocol):
+    """What a migration needs of ``repo.Store``."""
+
+    url: str
+    engine: Engine
+    read_timeout_s: float
+    migrate_timeout_s: float
+
+    @property
+    def display_url(self) -> str: ...
 
 
 class SchemaTooNew(health.StoreUnavailable):
