@@ -116,3 +116,16 @@ def test_a_populated_history_upgrades_from_every_earlier_revision_keeping_all_ro
     run_id = empty.record_run(result(T0 + timedelta(days=1), Verdict.FAIL), node="n1")
     assert run_id == 25
     assert {r.id for r in empty.latest_per_model() if r.model == "resnet"} == {25}
+
+
+def test_an_in_memory_sqlite_store_migrates_on_its_own_connection() -> None:
+    """A migration connection of its own would be another in-memory database: this one stays on the store's."""
+    with Store("sqlite://") as store:
+        store.upgrade("0006")
+        with store.engine.begin() as conn:
+            history_rows.populate(conn)
+        store.upgrade()
+        assert store.current_revision() == store.head_revision()
+        assert len(store.runs("resnet", limit=100)) == 12
+        with store.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1, "foreign keys are on again"

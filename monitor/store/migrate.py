@@ -154,6 +154,9 @@ def upgrade(store: Store, revision: str = "head") -> None:
 
 
 def _upgrade_sqlite(store: Store, revision: str) -> None:
+    if store.engine.url.database in (None, "", ":memory:"):  # another connection would be another database
+        _upgrade_in_memory(store, revision)
+        return
     engine = make_engine(store.url, write_timeout_s=store.migrate_timeout_s, migrating=True)
     try:
         with engine.connect() as connection, connection.begin():  # BEGIN IMMEDIATE (engine.py)
@@ -167,6 +170,20 @@ def _upgrade_sqlite(store: Store, revision: str) -> None:
                 )
     finally:
         engine.dispose()
+
+
+def _upgrade_in_memory(store: Store, revision: str) -> None:
+    """An in-memory SQLite (tests, a throwaway store): on its one connection, foreign keys off meanwhile."""
+    with store.engine.connect() as connection:
+        connection.exec_driver_sql("PRAGMA foreign_keys=OFF")  # no BEGIN yet: pysqlite begins before DML only
+        connection.commit()
+        try:
+            command.upgrade(config(connection), revision)
+            connection.commit()
+        finally:
+            connection.rollback()
+            connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+            connection.commit()
 
 
 def _upgrade_locked(store: Store, revision: str) -> None:
