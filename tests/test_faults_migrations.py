@@ -148,12 +148,35 @@ def test_four_concurrent_db_upgrades_of_one_fresh_database_all_succeed(
             )
             for _ in range(4)
         ]
-        outcomes = [(p.wait(timeout=120), *p.communicate()) for p in upgrades]
-        assert [code for code, _, _ in outcomes] == [0, 0, 0, 0], outcomes
-        assert sum(" -> 0007" in out and "empty -> " in out for _, out, _ in outcomes) >= 1
+        outcomes = [(*p.communicate(timeout=120), p.returncode) for p in upgrades]
+        assert [code for _, _, code in outcomes] == [0, 0, 0, 0], outcomes
+        assert sum("empty -> 0007" in out for out, _, _ in outcomes) >= 1
         with Store(url) as store:
             assert store.current_revision() == store.head_revision()
             assert tables(store) == ALL_TABLES
+
+
+@pytest.mark.process
+@pytest.mark.postgres
+def test_three_commands_opening_a_fresh_postgresql_with_migrate_auto_all_succeed(
+    tmp_path: Path, postgres_store: Store
+) -> None:
+    """Issue 42 #13: with ``store.migrate: auto`` 2 of 3 daemons started together exited with an
+    IntegrityError traceback; every command opening the store migrates the same way (``open_store``)."""
+    config = tmp_path / "onnxmon.yaml"
+    config.write_text(f"store:\n  url: '{postgres_store.url}'\n  migrate: auto\nmodels: []\n", encoding="utf-8")
+    opened = [
+        subprocess.Popen(
+            [str(BIN / "onnxmon"), "incident", "list", "-c", str(config)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    outcomes = [(*p.communicate(timeout=120), p.returncode) for p in opened]
+    assert [code for _, _, code in outcomes] == [0, 0, 0], outcomes
+    assert postgres_store.current_revision() == postgres_store.head_revision()
 
 
 @pytest.fixture
