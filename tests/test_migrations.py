@@ -129,3 +129,17 @@ def test_an_in_memory_sqlite_store_migrates_on_its_own_connection() -> None:
         assert len(store.runs("resnet", limit=100)) == 12
         with store.engine.connect() as conn:
             assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1, "foreign keys are on again"
+
+
+def test_a_history_left_with_alembic_tmp_runs_by_the_failed_0007_upgrade_migrates(tmp_path: Path) -> None:
+    """Issue 42 #3, the files it already broke: the failed 0007 left an empty ``_alembic_tmp_runs`` (its
+    CREATE TABLE committed on its own), so even a fixed upgrade failed "table _alembic_tmp_runs already exists"."""
+    with Store(f"sqlite:///{tmp_path / 'history.db'}") as store:
+        store.upgrade("0006")
+        with store.engine.begin() as conn:
+            history_rows.populate(conn)
+            conn.exec_driver_sql("CREATE TABLE _alembic_tmp_runs AS SELECT * FROM runs WHERE 0")
+        store.upgrade()
+        assert store.current_revision() == store.head_revision()
+        assert tables(store) == ALL_TABLES
+        assert len(store.runs("resnet", limit=100)) == 12

@@ -160,6 +160,7 @@ def _upgrade_sqlite(store: Store, revision: str) -> None:
     engine = make_engine(store.url, write_timeout_s=store.migrate_timeout_s, migrating=True)
     try:
         with engine.connect() as connection, connection.begin():  # BEGIN IMMEDIATE (engine.py)
+            _drop_leftovers(store, connection)
             command.upgrade(config(connection), revision)
             broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
             if broken:  # raising rolls the whole migration back
@@ -170,6 +171,28 @@ def _upgrade_sqlite(store: Store, revision: str) -> None:
                 )
     finally:
         engine.dispose()
+
+
+def _drop_leftovers(store: Store, connection: Connection) -> None:
+    """Drop the empty ``_alembic_tmp_*`` tables a batch rebuild left before migrations were atomic.
+
+    onnxmon < issue 42 committed a batch's CREATE TABLE on its own, so its failed 0007 (foreign keys)
+    left ``_alembic_tmp_runs`` behind, and every later upgrade failed "table already exists". Now that
+    a batch runs inside the migration's transaction, such a table at the start is only ever that leftover.
+    """
+    names = connection.exec_driver_sql(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE '\\_alembic\\_tmp\\_%' ESCAPE '\\'"
+    ).scalars()
+    for name in list(names):
+        if connection.exec_driver_sql(f'SELECT count(*) FROM "{name}"').scalar():
+            raise health.StoreUnavailable(
+                f"{store.display_url}: table {name} (left by an interrupted migration) holds rows: nothing was"
+                " changed; inspect it, then drop it and run `onnxmon db upgrade` again"
+            )
+        log.warning(
+            "history database %s: dropping %s, left empty by an earlier failed migration", store.display_url, name
+        )
+        connection.exec_driver_sql(f'DROP TABLE "{name}"')
 
 
 def _upgrade_in_memory(store: Store, revision: str) -> None:
