@@ -3,6 +3,8 @@ history (issue 42 #3: every row survives, nothing half-made is left), and no dri
 
 from __future__ import annotations
 
+import re
+import sqlite3
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -12,7 +14,7 @@ import sqlalchemy as sa
 from alembic import command
 
 from monitor.results import Verdict
-from monitor.store import Store
+from monitor.store import Store, StoreUnavailable
 from tests import history_rows
 from tests.databases import BACKENDS, database_url
 from tests.test_store import T0, result
@@ -143,3 +145,40 @@ def test_a_history_left_with_alembic_tmp_runs_by_the_failed_0007_upgrade_migrate
         assert store.current_revision() == store.head_revision()
         assert tables(store) == ALL_TABLES
         assert len(store.runs("resnet", limit=100)) == 12
+
+
+@pytest.mark.parametrize(
+    ("tampering", "said"),
+    [
+        ("INSERT INTO alembic_version VALUES ('0005')", "alembic_version holds 2 revisions ('0007', '0005'), one"),
+        ("UPDATE alembic_version SET version_num = ''", "is at schema revision '', which this onnxmon does not know"),
+        ("UPDATE alembic_version SET version_num = 'head'", "is at schema revision head, which this onnxmon does not"),
+    ],
+    ids=["two-rows", "empty", "symbolic"],
+)
+def test_a_tampered_revision_is_one_line_never_a_traceback(tmp_path: Path, tampering: str, said: str) -> None:
+    """Found attacking issue 42's fixes: two rows in alembic_version and an empty revision ended ``db current``,
+    ``db upgrade``, ``serve`` and ``check`` in alembic's CommandError or an AssertionError traceback."""
+    with Store(f"sqlite:///{tmp_path / 'history.db'}") as store:
+        store.upgrade()
+        with store.engine.begin() as conn:
+            conn.exec_driver_sql(tampering)
+        with pytest.raises(StoreUnavailable, match=re.escape(said)):
+            store.upgrade()
+
+
+def test_rows_already_pointing_at_no_row_do_not_block_the_upgrade(tmp_path: Path) -> None:
+    """The foreign key check after a SQLite migration refuses only what the migration broke: a history
+    with a dangling row written by hand (foreign keys off) still upgrades, the row as it was."""
+    file = tmp_path / "history.db"
+    with Store(f"sqlite:///{file}") as store:
+        store.upgrade("0006")
+        with store.engine.begin() as conn:
+            history_rows.populate(conn)
+    with sqlite3.connect(file) as raw:  # foreign keys are off on a plain connection
+        raw.execute("INSERT INTO latest_runs (model_id, node, run_id) VALUES (1, 'gone', 999)")
+    with Store(f"sqlite:///{file}") as store:
+        store.upgrade()
+        assert store.current_revision() == store.head_revision()
+        with store.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall() == [("latest_runs", 3, "runs", 0)]

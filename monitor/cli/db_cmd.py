@@ -54,7 +54,8 @@ def register(app: typer.Typer) -> None:
             if not migrate.known(revision):  # after a rollback of onnxmon: upgrading cannot help
                 state = "newer than this onnxmon knows: a newer onnxmon migrated it; run that version"
             data = {"database": store.display_url, "revision": revision, "head": head, "up_to_date": revision == head}
-            sentence = f"{store.display_url}: revision {revision or 'none (empty database)'}, head {head} ({state})"
+            shown = "none (empty database)" if revision is None else revision or repr(revision)
+            sentence = f"{store.display_url}: revision {shown}, head {head} ({state})"
             out.emit(lambda: data, lambda wide: sentence)
             if check and revision != head:
                 raise typer.Exit(1)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections import Counter
 from pathlib import Path
 from typing import Protocol
 
@@ -32,7 +33,6 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
@@ -85,18 +85,14 @@ def head() -> str | None:
 
 
 def known(revision: str | None) -> bool:
-    """True for ``None`` (an empty database) and every revision this onnxmon ships."""
-    if revision is None:
-        return True
-    try:
-        return scripts().get_revision(revision) is not None
-    except CommandError:  # alembic's ResolutionError: no such revision here
-        return False
+    """True for ``None`` (an empty database) and every revision this onnxmon ships (ids, never ``head``)."""
+    return revision is None or revision in {script.revision for script in scripts().walk_revisions()}
 
 
 def too_new(store: Store, revision: str) -> SchemaTooNew:
+    shown = revision if revision.strip() and revision.isprintable() else repr(revision)
     return SchemaTooNew(
-        f"{store.display_url} is at schema revision {revision}, which this onnxmon does not know (its newest is"
+        f"{store.display_url} is at schema revision {shown[:100]}, which this onnxmon does not know (its newest is"
         f" {head()}): a newer onnxmon migrated it. Run that version again, or restore the copy of the database"
         " from before its upgrade; this onnxmon writes nothing to it"
     )
@@ -107,7 +103,7 @@ def current(store: Store) -> str | None:
     try:
         with store.engine.connect() as connection, connection.begin():
             health.limit(connection, store.read_timeout_s)
-            return MigrationContext.configure(connection).get_current_revision()
+            heads = MigrationContext.configure(connection).get_current_heads()
     except DBAPIError as exc:
         if _lock_wait(exc):
             raise SchemaLocked(
@@ -118,6 +114,12 @@ def current(store: Store) -> str | None:
         if outage is exc:
             raise
         raise outage from exc
+    if len(heads) > 1:  # onnxmon's history is one line of revisions: a second row was written by hand
+        raise health.StoreUnavailable(
+            f"{store.display_url}: alembic_version holds {len(heads)} revisions ({', '.join(map(repr, heads))[:200]}),"
+            " one is expected: delete the rows that are not the schema's revision"
+        )
+    return heads[0] if heads else None
 
 
 def upgrade(store: Store, revision: str = "head") -> None:
@@ -161,16 +163,29 @@ def _upgrade_sqlite(store: Store, revision: str) -> None:
     try:
         with engine.connect() as connection, connection.begin():  # BEGIN IMMEDIATE (engine.py)
             _drop_leftovers(store, connection)
+            before = _dangling(connection)
             command.upgrade(config(connection), revision)
-            broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
-            if broken:  # raising rolls the whole migration back
-                table, _rowid, parent, _fk = broken[0]
+            made = _dangling(connection) - before  # what the migration broke; what it found stays as it was
+            if made:  # raising rolls the whole migration back
+                (table, parent), count = next(iter(made.items()))
                 raise health.StoreUnavailable(
-                    f"{store.display_url}: migrating to {revision} would leave {len(broken)} row(s) pointing at"
-                    f" no row (first: a row of {table} with no row of {parent}); nothing was changed"
+                    f"{store.display_url}: migrating to {revision} would leave {made.total()} row(s) pointing at"
+                    f" no row ({count} of {table} with no row of {parent}); nothing was changed"
+                )
+            if before:
+                log.warning(
+                    "history database %s: %d row(s) already pointed at no row before the migration (%s), left as is",
+                    store.display_url,
+                    before.total(),
+                    ", ".join(f"{table} -> {parent}" for table, parent in before),
                 )
     finally:
         engine.dispose()
+
+
+def _dangling(connection: Connection) -> Counter[tuple[str, str]]:
+    """Rows whose foreign key names no row, counted by (table, parent table): ``PRAGMA foreign_key_check``."""
+    return Counter((row[0], row[2]) for row in connection.exec_driver_sql("PRAGMA foreign_key_check"))
 
 
 def _drop_leftovers(store: Store, connection: Connection) -> None:
