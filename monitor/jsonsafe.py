@@ -130,15 +130,43 @@ def restore(obj: Any) -> Any:
     return to_float(obj)
 
 
-def loads(text: str | bytes, *, floats: Collection[str] = ()) -> Any:
-    """Parse JSON; under the keys named in ``floats`` (at any depth) the three strings become floats.
+MAX_INTEGER: Final = 2**64
+"""A JSON integer read must lie within ``(-MAX_INTEGER, MAX_INTEGER)``: every count, size and id fits."""
 
-    Only where the caller asks, because elsewhere ``"NaN"`` may be meant as text (a model name,
-    a reason detail). Bare ``NaN``/``Infinity`` tokens, which older onnxmon versions wrote in
-    some files, are still accepted so that those files stay readable.
+
+class NumberOutOfRange(ValueError):
+    """A JSON number no reader can hold: an integer beyond ``MAX_INTEGER``, or a float literal beyond float64."""
+
+
+def loads(text: str | bytes, *, floats: Collection[str] = ()) -> Any:
+    """Parse JSON, its numbers bounded; under the keys named in ``floats`` (at any depth) the three strings are floats.
+
+    Numbers are bounded (``NumberOutOfRange``, a ``ValueError``): an integer within ``MAX_INTEGER``, a
+    number with a fraction or an exponent a finite float (``1e999`` is refused, not read as infinity),
+    so no reader of a file meets an integer no float holds (``float()`` of one raises ``OverflowError``).
+    Floats only where the caller asks, because elsewhere ``"NaN"`` may be meant as text (a model name,
+    a reason detail); a typed reader (``monitor.shapes``) needs none. Bare ``NaN``/``Infinity`` tokens,
+    which older onnxmon versions wrote in some files, are still accepted so that those files stay readable.
     """
-    data = json.loads(text)
+    data = json.loads(text, parse_int=_bounded_int, parse_float=_bounded_float)
     return _restore_under(data, frozenset(floats)) if floats else data
+
+
+def _bounded_int(literal: str) -> int:
+    if len(literal) > 21:  # 2**64 has 20 digits: a longer literal is out of range, never converted (no digit limit)
+        raise NumberOutOfRange(f"an integer of {len(literal.lstrip('-'))} digits is out of range (|n| < 2**64)")
+    value = int(literal)
+    if abs(value) >= MAX_INTEGER:
+        raise NumberOutOfRange(f"the integer {literal} is out of range (|n| < 2**64)")
+    return value
+
+
+def _bounded_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        shown = literal if len(literal) <= 40 else f"{literal[:40]}..."
+        raise NumberOutOfRange(f"the number {shown} is out of a float's range")
+    return value
 
 
 def _restore_under(obj: Any, keys: frozenset[str]) -> Any:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from monitor import shapes
+from monitor.details import Details, EnvironmentSnapshot
 
 
 class Verdict(enum.StrEnum):
@@ -301,9 +302,9 @@ class CheckResult:
     providers_effective: tuple[str, ...] = ()
     sample_count: int = 0
     timings: Mapping[str, float] = field(default_factory=dict)
-    environment: Mapping[str, Any] = field(default_factory=dict)
+    environment: EnvironmentSnapshot = field(default_factory=lambda: EnvironmentSnapshot())
     attribution: str | None = None
-    details: Mapping[str, Any] = field(default_factory=dict)
+    details: Details = field(default_factory=lambda: Details())  # typed: monitor.details
     DERIVED: ClassVar = (("duration_s", "finished_at"), ("all_reasons", "reasons"))  # written, not read
 
     def __bool__(self) -> bool:

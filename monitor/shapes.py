@@ -8,13 +8,15 @@ the one definition and every shape follows it:
 
 - ``to_dict(value)``: a dict per dataclass, keys in field order. Enums become their ``value``,
   nested dataclasses dicts, tuples and lists lists, mappings dicts (values mapped by their declared
-  type; under ``Any`` a value is kept as it is, as a check put it there). Floats stay floats, NaN and
+  type; under ``Any`` a value is kept as it is, as a check put it there), ``TypedDict`` values dicts
+  (declared keys mapped by their types, other keys kept as they are). Floats stay floats, NaN and
   infinities included: the one JSON encoding (``monitor.jsonsafe``) spells them when a document is
   written.
 - ``from_dict(cls, data)``: the way back, checking each value against its declared type and naming
   the field that does not fit (``ShapeError``, a ``ValueError``). A float field also takes the three
   strings the JSON encoding writes for non-finite floats (``"NaN"``, ``"Infinity"``,
-  ``"-Infinity"``), since a JSON document read back may still spell them. Keys the class does not
+  ``"-Infinity"``), since a JSON document read back may still spell them; nothing else does, so text
+  that spells one stays text (an int too large for a float is a misfit too). Keys the class does not
   have are ignored (derived values such as ``duration_s``, documents from a newer version); a key
   that is missing takes the field's default, and a field without one is an error.
 
@@ -163,6 +165,8 @@ def _encoder(hint: Any) -> Encoder:
         return None if inner is None else (lambda v: None if v is None else inner(v))
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return to_dict
+    if typing.is_typeddict(hint):
+        return _typeddict_encoder(hint)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return _enum_value
     if origin is tuple or origin is list:
@@ -175,6 +179,23 @@ def _encoder(hint: Any) -> Encoder:
         value_encoder = _encoder(args[1]) if len(args) == 2 else None
         return dict if value_encoder is None else (lambda v: {k: value_encoder(x) for k, x in v.items()})
     return None
+
+
+def _typeddict_encoder(hint: Any) -> Encoder:
+    """A dict in the value's key order: its declared keys mapped by their types, other keys kept as they are."""
+    encoders = {name: encoder for name, encoder in ((n, _encoder(h)) for n, h in _keys(hint).items()) if encoder}
+
+    def encode(value: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: encoders[k](v) if k in encoders and v is not None else v for k, v in value.items()}
+
+    return encode
+
+
+def _keys(hint: Any) -> dict[str, Any]:
+    """A ``TypedDict``'s keys and their resolved types."""
+    if hint not in _HINTS:
+        _HINTS[hint] = typing.get_type_hints(hint)
+    return _HINTS[hint]
 
 
 def _enum_value(value: enum.Enum) -> Any:
@@ -206,6 +227,8 @@ def _decoder(hint: Any) -> Decoder:
         return _mapping_decoder(_decoder(args[1]) if len(args) == 2 else None)
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return lambda v: _read(hint, v)
+    if typing.is_typeddict(hint):
+        return _typeddict_decoder(hint)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return _enum_decoder(hint)
     return _scalar_decoder(hint)
@@ -272,6 +295,29 @@ def _mapping_decoder(value_decoder: Decoder) -> Decoder:
     return decode
 
 
+def _typeddict_decoder(hint: Any) -> Decoder:
+    """Declared keys read by their types (a required one must be there); other keys kept as they are, untouched."""
+    decoders = {name: _decoder(key_hint) for name, key_hint in _keys(hint).items()}
+    required: frozenset[str] = hint.__required_keys__
+
+    def decode(value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise ShapeError(f"expected an object, got {type(value).__name__}")
+        out = {}
+        for key, element in value.items():
+            element_decoder = decoders.get(key)
+            try:
+                out[str(key)] = element if element_decoder is None else element_decoder(element)
+            except ShapeError as exc:
+                raise exc.under(f".{key}") from None
+        missing = sorted(required - out.keys())
+        if missing:
+            raise ShapeError(f"missing key {missing[0]!r}")
+        return out
+
+    return decode
+
+
 def _enum_decoder(hint: type[enum.Enum]) -> Decoder:
     def decode(value: Any) -> Any:
         try:
@@ -311,7 +357,10 @@ def _scalar_decoder(hint: Any) -> Decoder:
 
 def _float(value: Any) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an int of over 308 digits: no float holds it
+            raise ShapeError(f"an integer of {int(value).bit_length()} bits is out of a float's range") from None
     if isinstance(value, str) and value in NON_FINITE:
         return float(value)
     raise ShapeError(f"expected a number, got {value!r}")

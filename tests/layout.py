@@ -124,7 +124,7 @@ def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
 
 # --- the map (docs/architecture.md) as data ----------------------------------------------------------
 
-VOCABULARY_ROOMS = ("results", "errors", "jsonsafe", "bounded", "shapes")
+VOCABULARY_ROOMS = ("results", "errors", "jsonsafe", "bounded", "details", "shapes")
 
 
 @dataclass(frozen=True)

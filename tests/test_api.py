@@ -321,6 +321,17 @@ def test_a_since_before_utc_can_hold_means_from_the_beginning(client: TestClient
     assert answer.json() == everything
 
 
+@pytest.mark.parametrize("path", ["/api/v1/events", "/api/v1/models/clf/runs"])
+def test_a_since_after_utc_can_hold_finds_nothing_not_everything(client: TestClient, path: str) -> None:
+    """Issue 42 (low): 9999-12-31T23:59:59-14:00 is 10000-01-01 UTC; clamped to year 1, it returned every run."""
+    assert client.get(path).json() != []
+    for since in ("9999-12-31T23:59:59-14:00", "9999-12-31T10:00:00-14:00", "9999-12-31T23:59:59.999999-00:01"):
+        answer = client.get(path, params={"since": since})
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == [], since
+    assert client.get(path, params={"since": "9999-12-31T23:59:59+14:00"}).json() == []  # in range: still nothing
+
+
 # --- the index ---------------------------------------------------------------------------------------
 
 

@@ -51,7 +51,8 @@ def diagnosed(capsys: pytest.CaptureFixture[str], config: str, model: str, *extr
 
 
 def cause_line(out: str, model: str) -> str:
-    lines = [line for line in out.splitlines() if line.startswith(f"{model}: likely cause")]
+    starts = (f"{model}: likely cause", f"{model}: no experiment explains this drift")
+    lines = [line for line in out.splitlines() if line.startswith(starts)]
     assert len(lines) == 1, out  # printed once
     return lines[0]
 
@@ -61,7 +62,7 @@ def latest_run(ws: Workspace, model: str) -> int:
         return store.runs(model, limit=1)[0].id
 
 
-def test_checks_likely_cause_has_the_cause_and_weight_diagnose_ranks_first(
+def test_checks_likely_cause_has_the_cause_and_measured_effect_diagnose_ranks_first(
     ws: Workspace, capsys: pytest.CaptureFixture[str]
 ) -> None:
     SCENARIOS[0].build(ws)  # forest: baseline with 1 thread, production with 2
@@ -69,9 +70,12 @@ def test_checks_likely_cause_has_the_cause_and_weight_diagnose_ranks_first(
     code, out = cli(capsys, "check", "forest", "-c", config)
     assert code == 1, out
     line = cause_line(out, "forest")
-    top = diagnosed(capsys, config, "forest")["hypotheses"][0]
-    assert f"likely cause: {top['cause']} {top['confidence']:.0%}" in line, (line, top)
-    assert top["cause"] == "thread_count"  # the scenario's truth
+    document = diagnosed(capsys, config, "forest")
+    top = document["hypotheses"][0]
+    assert line == f"forest: {document['summary']}", (line, document["summary"])
+    assert f"likely cause: {top['cause']} (measured: {top['evidence'][0]})" in line, (line, top)
+    assert top["cause"] == "thread_count" and top["effect"]["kind"] == "restores"  # the scenario's truth
+    assert not re.search(r"\d+%", line), "no weight: what was measured, not a probability"
 
 
 def test_without_replays_check_ranks_from_the_evidence_and_prints_no_weight(
@@ -155,9 +159,9 @@ def test_a_train_mode_batchnorm_lint_error_is_the_cause_and_the_attribution(
     assert code == 1, out
     assert "lint: error batchnorm_training at bn" in out and "attribution: export" in out, out
     line = cause_line(out, "bn")
-    assert "likely cause: export_training_mode" in line and "no evidence points" not in line, line
-    top = diagnosed(capsys, config, "bn")["hypotheses"][0]
-    assert top["cause"] == "export_training_mode" and f"{top['confidence']:.0%}" in line
+    assert "export_training_mode" in line and "no evidence points" not in line, line
+    document = diagnosed(capsys, config, "bn")
+    assert document["hypotheses"][0]["cause"] == "export_training_mode" and line == f"bn: {document['summary']}"
 
 
 def test_an_input_mismatch_is_the_cause_and_the_attribution(ws: Workspace, capsys: pytest.CaptureFixture[str]) -> None:
@@ -176,9 +180,9 @@ def test_an_input_mismatch_is_the_cause_and_the_attribution(ws: Workspace, capsy
     code, out = cli(capsys, "check", "cnn", "-c", config)
     assert code == 1 and "attribution: input_mismatch" in out, out
     line = cause_line(out, "cnn")
-    assert "likely cause: input_mismatch" in line and "BGR vs RGB" in line, line
-    top = diagnosed(capsys, config, "cnn")["hypotheses"][0]
-    assert top["cause"] == "input_mismatch" and f"{top['confidence']:.0%}" in line
+    assert "likely cause: input_mismatch (measured: " in line and "BGR vs RGB" in line, line
+    document = diagnosed(capsys, config, "cnn")
+    assert document["hypotheses"][0]["cause"] == "input_mismatch" and line == f"cnn: {document['summary']}"
 
 
 def test_diagnose_after_a_passing_check_has_nothing_to_diagnose(
@@ -231,7 +235,7 @@ def test_an_incident_that_is_the_top_evidence_is_named_once(ws: Workspace, capsy
     assert cli(capsys, *note, "-c", config)[0] == 0
     code, out = cli(capsys, "check", "clf", "-c", config)
     line = cause_line(out, "clf")
-    assert code == 1 and "likely cause: gpu_throttling" in line, line
+    assert code == 1 and "evidence: gpu_throttling (similar to incident 1" in line, line
     assert line.count("similar to incident 1") == 1, line
 
 

@@ -121,6 +121,53 @@ def test_an_env_override_into_a_missing_list_item_is_a_clear_error(tmp_path: Pat
     assert "ONNXMON_MODELS__5__REPEATS" in message and "not an index" in message
 
 
+@pytest.mark.parametrize(
+    ("variable", "text", "read"),
+    [
+        ("ONNXMON_API__TOKEN", "0123", lambda s: s.api.token),  # YAML would read the octal-looking 83
+        ("ONNXMON_API__TOKEN", "yes", lambda s: s.api.token),  # YAML 1.1 would read True
+        ("ONNXMON_API__TOKEN", "null", lambda s: s.api.token),  # YAML would unset it
+        ("ONNXMON_API__TOKEN", "1e3", lambda s: s.api.token),
+        ("ONNXMON_STORE__URL", "sqlite:////tmp/x.db", lambda s: s.store.url),
+        ("ONNXMON_MODELS__0__NAME", "007", lambda s: s.models[0].name),
+    ],
+)
+def test_an_env_override_of_a_string_field_is_the_text_as_written(
+    tmp_path: Path, variable: str, text: str, read: Any
+) -> None:
+    loaded = settings.load(write(tmp_path, MINIMAL), environ={variable: text})
+    assert read(loaded) == text
+
+
+def test_an_env_override_of_a_non_string_field_still_reads_yaml(tmp_path: Path) -> None:
+    environ = {
+        "ONNXMON_MODELS__0__PROVIDERS": "[CPUExecutionProvider]",
+        "ONNXMON_DAEMON__AUTO_CAPTURE_BASELINE": "yes",
+        "ONNXMON_DEFAULTS__SCHEDULE__INTERVAL": "15m",
+    }
+    loaded = settings.load(write(tmp_path, MINIMAL), environ=environ)
+    assert [p.name for p in loaded.models[0].providers] == ["CPUExecutionProvider"]
+    assert loaded.daemon.auto_capture_baseline is True
+    assert loaded.defaults.schedule.interval == 900
+
+
+def test_a_misspelt_env_override_is_named_in_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    environ = {"ONNXMON_STORE_URL": "sqlite:////tmp/elsewhere.db", "ONNXMON_NODE_NAME": "n1", "ONNXMON_CONFIG": "x"}
+    with caplog.at_level("WARNING", logger="monitor.config.settings"):
+        loaded = settings.load(write(tmp_path, MINIMAL), environ=environ)
+    assert loaded.store.url != "sqlite:////tmp/elsewhere.db"
+    warned = [r.getMessage() for r in caplog.records]
+    assert warned == [
+        "environment variable ONNXMON_STORE_URL is not a setting and is ignored; did you mean ONNXMON_STORE__URL?"
+    ]
+
+
+def test_an_env_override_that_names_no_nested_field_is_an_error_naming_the_variable(tmp_path: Path) -> None:
+    message = problems(tmp_path, MINIMAL, {"ONNXMON_DAEMON__STARTUP_SPRAED": "1"})
+    assert "env ONNXMON_DAEMON__STARTUP_SPRAED: daemon has no setting 'startup_spraed'" in message
+    assert "did you mean 'startup_spread'?" in message
+
+
 def test_relative_paths_resolve_against_the_config_file_not_the_working_directory(
     tmp_path: Path, workdir: Path
 ) -> None:

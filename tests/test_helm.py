@@ -317,6 +317,27 @@ def test_credentials_come_from_the_secret_never_the_configmap(
 
 @pytest.mark.helm
 @pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"config": {"api": {"token": "t0ken"}}}, "config.api.token does not reach the daemon"),
+        ({"existingSecret": "creds", "api": {"token": "t0ken"}}, 'the daemon reads key "api-token" of Secret "creds"'),
+        (
+            {"existingSecret": "creds", "existingSecretKeys": {"apiToken": ""}, "api": {"token": "t0ken"}},
+            'api.token is not used with existingSecret "creds", and existingSecretKeys.apiToken is empty',
+        ),
+    ],
+)
+def test_a_token_the_daemon_would_never_see_fails_the_render(
+    helm: str, tmp_path: Path, values: dict[str, Any], message: str
+) -> None:
+    """Issue 42: the chart dropped these tokens in silence, and the API then refused every mutating call."""
+    done = run_helm(helm, values, tmp=tmp_path)
+    assert done.returncode != 0, "rendered a pod that never gets the token"
+    assert message in done.stderr, done.stderr
+
+
+@pytest.mark.helm
+@pytest.mark.parametrize(
     ("scenario", "kind", "daemon_mode", "claim"),
     [
         ("deployment", "Deployment", "single", "onnxmon-data"),

@@ -9,6 +9,8 @@ file on a read-only volume cannot take them). Every rendering passes kubernetes-
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ import pytest
 import yaml
 
 from tests.chart import CHART, helm_binary, render, run_helm, validate_objects
+from tests.test_dockerfile import CPU, GPU, instructions, last
 
 pytestmark = pytest.mark.helm
 
@@ -40,6 +43,33 @@ def monitor_pod(objects: list[dict[str, Any]]) -> dict[str, Any]:
     return spec
 
 
+def image_python() -> str:
+    """The interpreter onnxmon's images run onnxmon with, read from both Dockerfiles: the venv each
+    creates (``python -m venv DIR``), copies into the final image and puts first on ``PATH``."""
+    found = set()
+    for dockerfile in (GPU, CPU):
+        runs = [arguments for keyword, arguments in instructions(dockerfile) if keyword == "RUN"]
+        (venv,) = {m for run in runs for m in re.findall(r"\bpython3? -m venv (\S+)", run)}
+        copies = [arguments.split() for keyword, arguments in instructions(dockerfile) if keyword == "COPY"]
+        assert ["--from=build", venv, venv] in copies, f"{dockerfile.name}: the final stage lacks {venv}"
+        assert last(dockerfile, "ENV").startswith(f"PATH={venv}/bin:"), f"{dockerfile.name}: {venv}/bin first"
+        found.add(f"{venv}/bin/python")
+    (python,) = found  # one path for both images
+    return python
+
+
+def test_the_default_interpreter_is_the_one_both_images_install_onnxmon_in(helm: str, tmp_path: Path) -> None:
+    """``--set rehearsal.enabled=true`` alone (the documented way) runs the image's own interpreter."""
+    (container,) = job(render(helm, {"rehearsal": CANDIDATE}, tmp_path))["spec"]["template"]["spec"]["containers"]
+    assert container["args"][:3] == ["rehearse", "--python", image_python()]
+    assert (
+        container["command"]
+        == ["onnxmon"]
+        == json.loads(last(GPU, "ENTRYPOINT"))
+        == json.loads(last(CPU, "ENTRYPOINT"))
+    )
+
+
 def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
@@ -57,7 +87,7 @@ def test_the_rehearsal_job_runs_the_candidate_image_on_the_monitors_nodes_and_st
     pod = rehearsal["spec"]["template"]
     (container,) = pod["spec"]["containers"]
     assert container["image"] == "ghcr.io/onnxmon/onnxmon:0.2.0-ort1.33"
-    assert container["args"][:3] == ["rehearse", "--python", "/usr/local/bin/python"]
+    assert container["args"][:3] == ["rehearse", "--python", image_python()]
     assert "--no-store" not in container["args"], "a database server takes the candidate runs"
     assert pod["spec"]["restartPolicy"] == "Never" and "initContainers" not in pod["spec"]
     monitor = monitor_pod(objects)

@@ -65,7 +65,8 @@ def _rule(*, cause: str = "tf32", match: str = "match: {reasons: [x]}", extra: s
         (_rule(match="match: {colour: [x]}"), "unknown match conditions ['colour']"),
         (_rule(match="note: none"), "'match' is missing"),
         (_rule(match="match: {}"), "'match' must be a non-empty mapping"),
-        (_rule(extra="confidence: 7, "), "confidence"),
+        (_rule(extra="weight: 7, "), "weight must be in (0, 1]"),
+        (_rule(extra="sets: {registry: {a: [1]}}, "), "unknown 'sets' kinds ['registry']"),
     ],
 )
 def test_a_bad_rule_file_names_the_file_the_rule_and_the_field(text: str, expected: str) -> None:
@@ -75,16 +76,33 @@ def test_a_bad_rule_file_names_the_file_the_rule_and_the_field(text: str, expect
 
 
 def _matched(facts: Facts) -> dict[str, float]:
-    return {m.rule.id: m.confidence for m in rules.match(rules.load(), facts)}
+    return {m.rule.id: m.weight for m in rules.match(rules.load(), facts)}
 
 
-def test_a_tree_ensemble_rule_matches_the_localized_node_at_full_and_the_model_at_half_confidence() -> None:
+def test_a_tree_ensemble_rule_matches_the_localized_node_at_full_and_the_model_at_half_weight() -> None:
     localized = _matched(Facts(op_types=frozenset({"TreeEnsembleRegressor"})))
     in_model = _matched(Facts(model_op_types=frozenset({"TreeEnsembleRegressor", "Cast"})))
     assert localized["tree-ensemble-threads"] == pytest.approx(2 * in_model["tree-ensemble-threads"])
     assert "tree-ensemble-threads" not in _matched(
         Facts(op_types=frozenset({"Conv"}), model_op_types=frozenset({"TreeEnsembleRegressor"}))
     )
+
+
+def test_a_rule_whose_fix_is_already_in_effect_is_not_offered() -> None:
+    """tree-ensemble-threads says "1 thread"; with one intra-op thread configured its advice would be void."""
+    trees = Facts(op_types=frozenset({"TreeEnsembleRegressor"}), session={"intra_op_num_threads": 2})
+    assert "tree-ensemble-threads" in _matched(trees)
+    single = Facts(**{**trees.__dict__, "session": {"intra_op_num_threads": 1}})
+    assert "tree-ensemble-threads" not in _matched(single)
+    assert [r.id for r in rules.in_effect(rules.load(), single)] == ["tree-ensemble-threads"]
+    gemm = Facts(
+        op_types=frozenset({"MatMul"}),
+        providers=frozenset({"CUDAExecutionProvider"}),
+        metrics=frozenset({"small_drift"}),
+        provider_options={"use_tf32": "1"},
+    )
+    assert "tf32-gemm-ampere" in _matched(gemm)
+    assert "tf32-gemm-ampere" not in _matched(Facts(**{**gemm.__dict__, "provider_options": {"use_tf32": "0"}}))
 
 
 def test_cuda_rules_need_the_cuda_provider_in_use() -> None:
@@ -105,10 +123,18 @@ def test_environment_rules_match_changed_fields_and_current_values() -> None:
 
 
 def test_throttling_reported_by_nvml_becomes_evidence() -> None:
-    run = CheckResult("m", Verdict.FAIL, 0.0, 1.0, environment={"fields": {
-        "gpu.0.clock_event_reasons": {"value": ["sw_thermal_slowdown"], "stable": False},
-        "gpu.0.temperature_c": {"value": 91, "stable": False},
-    }})  # fmt: skip
+    run = CheckResult(
+        "m",
+        Verdict.FAIL,
+        0.0,
+        1.0,
+        environment={
+            "fields": {
+                "gpu.0.clock_event_reasons": {"value": ["sw_thermal_slowdown"], "stable": False},
+                "gpu.0.temperature_c": {"value": 91, "stable": False},
+            }
+        },
+    )
     found = evidence.from_run(run)
     assert [h.cause for h in found] == ["gpu_throttling"]
     assert "91 °C" in found[0].evidence[0]
@@ -157,5 +183,8 @@ def test_the_signature_of_a_run_uses_stable_env_changes_failing_outputs_and_reas
         },
     }
     assert incidents.of_run(run) == {
-        "env_fields": ["cpu.flags"], "op_types": ["Gemm"], "reasons": ["atol_rtol", "model_changed"], "outputs": ["a"],
-    }  # fmt: skip
+        "env_fields": ["cpu.flags"],
+        "op_types": ["Gemm"],
+        "reasons": ["atol_rtol", "model_changed"],
+        "outputs": ["a"],
+    }

@@ -36,7 +36,14 @@ from tests.layout import (
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 # Modules everything else may import: they must stay free of third-party packages.
-VOCABULARY = ("monitor.results", "monitor.errors", "monitor.jsonsafe", "monitor.bounded", "monitor.shapes")
+VOCABULARY = (
+    "monitor.results",
+    "monitor.errors",
+    "monitor.jsonsafe",
+    "monitor.bounded",
+    "monitor.details",
+    "monitor.shapes",
+)
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:

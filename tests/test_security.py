@@ -23,7 +23,7 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
 from monitor import capture
-from monitor.api import app
+from monitor.api import app, gate
 from monitor.api.app import create_app
 from monitor.cli import main
 from monitor.config.plan import plan_for
@@ -156,10 +156,13 @@ def test_a_token_file_that_is_a_fifo_disables_writes_instead_of_hanging_the_requ
 
 
 def test_tokens_are_compared_in_constant_time() -> None:
-    source = inspect.getsource(app._write_routes)
-    assert "hmac.compare_digest(" in source
-    comparisons = [line for line in source.splitlines() if re.search(r"(given|expected|credentials)\S*\s*[!=]=", line)]
-    assert comparisons == [], f"token compared with == : {comparisons}"
+    for checker in (app._write_routes, gate.refusal):  # the route's dependency and the gate before the body
+        source = inspect.getsource(checker)
+        assert "hmac.compare_digest(" in source
+        comparisons = [
+            line for line in source.splitlines() if re.search(r"(given|expected|credentials)\S*\s*[!=]=", line)
+        ]
+        assert comparisons == [], f"token compared with == : {comparisons}"
 
 
 # --- no secret in any output -------------------------------------------------------------------------

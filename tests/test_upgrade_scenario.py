@@ -22,6 +22,7 @@ is cached in ``.cache/ort-<version>/``). Without a network it skips, unless CI l
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -177,3 +178,17 @@ def test_the_history_line_of_the_environment_change_names_the_onnxruntime_versio
     assert f"onnxruntime {scenario.before.ort_version} -> {scenario.after.ort_version}" in line or (
         f"onnxruntime.version {scenario.before.ort_version} -> {scenario.after.ort_version}" in line
     )
+
+
+def test_the_diagnosis_of_the_failing_run_ranks_no_experiment_and_names_the_release(scenario: Scenario) -> None:
+    """Issue 41: under the bitwise tolerance every knob's error ÷ tolerance is inf, and no knob moves the
+    release's few-ULP change; a diagnosis that ranked knobs on "inf → inf" invented causes."""
+    document = scenario.second_check["details"]["diagnosis"]
+    ranked = [(h["cause"], h["basis"]) for h in document["hypotheses"]]
+    assert ranked[0] == ("runtime_version", "evidence"), ranked
+    assert all(basis != "experiment" for _, basis in ranked), ranked
+    assert document["summary"].startswith("no experiment explains this drift; evidence: runtime_version ("), document
+    assert f"'{scenario.before.ort_version}' → '{scenario.after.ort_version}'" in document["summary"]
+    measured = [e for e in document["experiments"] if e["knob"] not in ("current", "repeat")]
+    assert measured and all(e["measure"] is not None and e["effect"] == "none" for e in measured), measured
+    assert not re.search(r"\binf\b", json.dumps(document["hypotheses"])), document["hypotheses"]

@@ -5,7 +5,8 @@ small real implementation). Reads come from the store and the baselines on disk;
 change something (run a check now, promote a baseline, reload the config) and need
 ``Authorization: Bearer <token>`` where the token is ``api.token`` or the content of
 ``api.token_file``, read at each request so a rotated secret works at once. No token configured
-means those calls are disabled (403); a wrong or missing one is refused (401).
+means those calls are disabled (403); a wrong or missing one is refused (401), from the request
+head before any body is read; bodies are bounded (``gate.py``).
 
 Errors are JSON ``{"detail": ...}``: 404 for an unknown model, run, baseline or environment,
 422 for bad parameters (FastAPI's validation), 503 when the store is unreachable, and a generic
@@ -19,7 +20,7 @@ from __future__ import annotations
 import errno
 import hmac
 import logging
-import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,12 +29,13 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client.exposition import choose_encoder
-from pydantic import AfterValidator, BeforeValidator
+from starlette.routing import Match, Route
 
 from monitor import __version__, bounded, jsonsafe
-from monitor.api import environments, incidents, index, params, schemas, web
+from monitor.api import environments, gate, incidents, index, params, schemas, web
 from monitor.api.environments import HEX_PREFIX, NAME
 from monitor.api.guard import ErrorGuard, internal_error, invalid_request
 from monitor.api.handle import DaemonHandle
@@ -47,38 +49,12 @@ _MAX_TOKEN_FILE = 64 * 1024  # a bearer token is one short line; a longer file i
 
 ModelName = Annotated[str, PathParam(pattern=NAME, max_length=200, description="a model name from the config")]
 Limit = Annotated[int, Query(ge=1, le=1000, description="newest first, at most this many")]
-_NUMBER = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
-
-
-def _iso_only(value: Any) -> Any:
-    """Pydantic would read ``since=0.0`` as a unix time; the documented form is ISO 8601 only."""
-    if isinstance(value, str) and _NUMBER.fullmatch(value):
-        raise ValueError("expected an ISO 8601 date-time such as 2026-11-30T12:00:00Z, not a number")
-    return value
-
-
-def _in_utc_range(when: datetime | None) -> datetime | None:
-    """A valid ISO 8601 time UTC cannot hold (0001-01-01T00:00+01:00) means "from the very beginning"."""
-    if when is not None and when.tzinfo is not None:
-        try:
-            when.astimezone(UTC)
-        except OverflowError:
-            return datetime.min.replace(tzinfo=UTC)
-    return when
-
-
-Since = Annotated[
-    datetime | None,
-    BeforeValidator(_iso_only),
-    AfterValidator(_in_utc_range),
-    Query(description="ISO 8601; without a zone it is UTC"),
-]
 _bearer = HTTPBearer(auto_error=False, description="api.token or the content of api.token_file")
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": schemas.Problem}}
 _METRICS_TYPES: dict[str, Any] = {"text/plain": {}, "application/openmetrics-text": {}}
 
 
-def create_app(handle: DaemonHandle) -> FastAPI:
+def create_app(handle: DaemonHandle, *, body_timeout_s: float = gate.BODY_TIMEOUT_S) -> FastAPI:
     """The HTTP app over ``handle``; the OpenAPI document is at ``/openapi.json``.
 
     No ``/docs`` or ``/redoc``: FastAPI's pages load Swagger UI and ReDoc from a CDN, which the
@@ -97,7 +73,18 @@ def create_app(handle: DaemonHandle) -> FastAPI:
     app.add_exception_handler(RequestValidationError, invalid_request)
     _health_routes(app, handle)
     _read_routes(app, handle)
-    _write_routes(app, handle)
+    authorized = _write_routes(app, handle)
+    # Outermost (added last): the token and the body's size are checked before anything reads the body.
+    guarded = [
+        r for r in app.routes if isinstance(r, APIRoute) and any(d.dependency is authorized for d in r.dependencies)
+    ]
+    app.add_middleware(
+        gate.RequestGate,
+        needs_token=lambda scope: any(route.matches(scope)[0] is Match.FULL for route in guarded),
+        takes_body=lambda scope: scope["method"] not in ("GET", "HEAD") and _routed(app, scope),
+        token=lambda: _configured_token(handle.settings),
+        body_timeout_s=body_timeout_s,
+    )
     index.mount(app)  # lists the routes at each request, whatever is mounted after it
     web.mount(app, handle)  # the status page (HTML) at / and beside the API
     return app
@@ -179,7 +166,7 @@ def _read_routes(app: FastAPI, handle: DaemonHandle) -> None:
     def runs(
         name: ModelName,
         limit: Limit = 50,
-        since: Since = None,
+        since: params.Since = None,
         node: Annotated[str | None, Query(max_length=253)] = None,
         candidates: Annotated[
             bool, Query(description="the rehearsals' candidate runs (onnxmon rehearse) instead of production's")
@@ -245,7 +232,7 @@ def _read_routes(app: FastAPI, handle: DaemonHandle) -> None:
     @app.get("/api/v1/events", tags=["history"])
     def events(
         model: Annotated[str | None, Query(pattern=NAME, max_length=200)] = None,
-        since: Since = None,
+        since: params.Since = None,
         limit: Limit = 100,
         node: Annotated[str | None, Query(max_length=253)] = None,
     ) -> list[schemas.EventOut]:
@@ -257,18 +244,16 @@ def _read_routes(app: FastAPI, handle: DaemonHandle) -> None:
 # --- writes --------------------------------------------------------------------------------------
 
 
-def _write_routes(app: FastAPI, handle: DaemonHandle) -> None:
+def _write_routes(app: FastAPI, handle: DaemonHandle) -> Callable[..., None]:
+    """Add the mutating routes; returns their token dependency (``gate.RequestGate`` checks it before the body)."""
+
     def authorized(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
         expected = _configured_token(handle.settings)
         if expected is None:
-            raise HTTPException(
-                403,
-                "mutating calls are disabled: set api.token or api.token_file in the config"
-                " (or ONNXMON_API__TOKEN / ONNXMON_API__TOKEN_FILE) and send 'Authorization: Bearer <token>'",
-            )
+            raise HTTPException(403, gate.DISABLED)
         given = credentials.credentials if credentials is not None else ""
         if not hmac.compare_digest(given.encode(), expected.encode()):
-            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+            raise HTTPException(401, gate.WRONG_TOKEN, headers={"WWW-Authenticate": "Bearer"})
 
     guarded: dict[int | str, dict[str, Any]] = {401: {"model": schemas.Problem}, 403: {"model": schemas.Problem}}
     auth = [Depends(authorized)]
@@ -291,15 +276,20 @@ def _write_routes(app: FastAPI, handle: DaemonHandle) -> None:
         return schemas.CheckOut(model=result.model, verdict=result.verdict.value, result=record)
 
     @app.post(
-        "/api/v1/baselines/{baseline_id}/promote", dependencies=auth, responses=guarded | _NOT_FOUND, tags=["actions"]
+        "/api/v1/baselines/{baseline_id}/promote",
+        dependencies=auth,
+        responses=guarded | _NOT_FOUND | {507: {"model": schemas.Problem, "description": "the disk is full"}},
+        tags=["actions"],
     )
     def promote(
         baseline_id: Annotated[str, PathParam(pattern=NAME, max_length=200)],
         by: Annotated[str, Query(min_length=1, max_length=100, description="who promotes, for the log")] = "api",
     ) -> schemas.Promotion:
-        """Make a baseline the active one of its model."""
+        """Make a baseline the active one of its model; 507 when the disk is full (nothing changed)."""
         try:
             model = handle.promote(baseline_id, by)
+        except baselines.NotWritten as exc:  # a full disk (507) or another write error: the old one stays active
+            raise HTTPException(507 if exc.disk_full else 500, str(exc)) from None
         except MonitorError as exc:
             raise HTTPException(404, str(exc)) from None
         return schemas.Promotion(baseline_id=baseline_id, model=model, promoted_by=by)
@@ -313,6 +303,8 @@ def _write_routes(app: FastAPI, handle: DaemonHandle) -> None:
             reloaded=False, detail="new configuration is invalid; kept the previous one (see the log)"
         )
         return JSONResponse(body.model_dump(), status_code=409)
+
+    return authorized
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -342,6 +334,11 @@ def _configured_token(settings: Settings) -> str | None:
     return None
 
 
+def _routed(app: FastAPI, scope: Any) -> bool:
+    """Some route answers this method on this path (the gate reads a body only for one)."""
+    return any(isinstance(r, Route) and r.matches(scope)[0] is Match.FULL for r in app.router.routes)
+
+
 def _model_names(handle: DaemonHandle) -> list[str]:
     return [m.name for m in handle.settings.models]
 
@@ -361,7 +358,7 @@ def _active_id(settings: Settings, model: str) -> str | None:
 
 
 def _utc(when: datetime | None) -> datetime | None:
-    """``when`` in UTC (naive means UTC); ``_in_utc_range`` has already refused what UTC cannot hold."""
+    """``when`` in UTC (naive means UTC); ``params.Since`` has already clamped what UTC cannot hold."""
     if when is None:
         return None
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)

@@ -1,20 +1,26 @@
 """Environment look-ups and diffs behind the API: fingerprints, prefixes, baseline ids, a run against its baseline.
 
-Snapshots come from the store (``Store.environment``) and, for baselines, from their metadata on
-disk; the diff itself is ``envsnap.diff``. A snapshot that is missing or not in ``EnvSnapshot``
-form gives an empty diff with a ``note`` saying why, never an error.
+Snapshots come from the store (``Store.environment``) and from the baselines' metadata on disk: an
+environment known only from a baseline's files (a committed baseline captured on another machine, whose
+environment this store never ran in) is found by its fingerprint as ``onnxmon env diff`` finds it, so
+every link the pages make to a baseline's environment resolves. The diff itself is ``envsnap.diff``.
+A snapshot that is missing or not in ``EnvSnapshot`` form gives an empty diff with a ``note`` saying
+why, never an error.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from fastapi import HTTPException
 
 from monitor.api import schemas
 from monitor.errors import MonitorError
-from monitor.files import baselines
+from monitor.files import baseline_meta, baselines
 from monitor.runtime import envsnap
 from monitor.store import EnvironmentRecord, RunRecord
 
@@ -26,17 +32,64 @@ HEX_PREFIX = r"^[0-9a-fA-F]{4,64}$"
 
 
 def find_environment(handle: DaemonHandle, prefix: str) -> EnvironmentRecord:
+    """The environment whose fingerprint is (or starts with) ``prefix``: from the store, else from the
+    baselines on disk (``first_seen``/``last_seen``: when the first and last of them were captured).
+    404 when neither knows it, 409 when the prefix names more than one."""
     prefix = prefix.lower()
-    found = handle.store.find_environments(prefix, limit=20)
-    exact = [e for e in found if e.fingerprint == prefix]
-    if exact:
-        return exact[0]
+    found = {e.fingerprint: e for e in handle.store.find_environments(prefix, limit=20)}
+    if prefix in found:  # a whole fingerprint the store knows: no need to read the baselines
+        return found[prefix]
+    for recorded in on_disk(handle, prefix):
+        found.setdefault(recorded.fingerprint, recorded.record)
+    if prefix in found:
+        return found[prefix]
     if not found:
-        raise HTTPException(404, f"no environment with fingerprint {prefix!r}")
+        raise HTTPException(404, f"no environment with fingerprint {prefix!r} in the store or the baselines")
     if len(found) > 1:
-        shown = ", ".join(envsnap.short(e.fingerprint) for e in found[:5])
+        shown = ", ".join(envsnap.short(f) for f in sorted(found)[:5])
         raise HTTPException(409, f"fingerprint prefix {prefix!r} is ambiguous: {shown}; give more digits")
-    return found[0]
+    return next(iter(found.values()))
+
+
+@dataclass(frozen=True)
+class OnDisk:
+    """An environment as the baselines on disk recorded it: its snapshot and the baselines that did."""
+
+    fingerprint: str
+    snapshot: Mapping[str, Any]
+    baseline_ids: tuple[str, ...]
+    captured: tuple[datetime, ...]
+
+    @property
+    def record(self) -> EnvironmentRecord:
+        return EnvironmentRecord(self.fingerprint, self.snapshot, min(self.captured), max(self.captured))
+
+
+def on_disk(handle: DaemonHandle, prefix: str) -> list[OnDisk]:
+    """Every environment a configured model's baseline on disk recorded whose fingerprint starts with ``prefix``.
+
+    A model whose baselines cannot be read is passed over (its own pages say why), never failing the look-up.
+    """
+    found: dict[str, list[baseline_meta.BaselineMeta]] = {}
+    root = handle.settings.store.baselines_dir
+    for model in handle.settings.models:
+        try:
+            metas = [b.meta for b in baselines.list_baselines(root, model.name)]
+        except (MonitorError, OSError, ValueError):
+            continue
+        for meta in metas:
+            fingerprint = meta.environment_fingerprint
+            if fingerprint and fingerprint.startswith(prefix) and meta.environment:
+                found.setdefault(fingerprint, []).append(meta)
+    return [
+        OnDisk(
+            fingerprint,
+            dict(metas[0].environment),
+            tuple(m.id for m in metas),
+            tuple(datetime.fromtimestamp(baseline_meta.created_seconds(m.created_at), UTC) for m in metas),
+        )
+        for fingerprint, metas in sorted(found.items())
+    ]
 
 
 def resolve_environment(handle: DaemonHandle, ref: str) -> tuple[str | None, dict[str, Any] | None]:
@@ -44,10 +97,10 @@ def resolve_environment(handle: DaemonHandle, ref: str) -> tuple[str | None, dic
     else a baseline id (its recorded environment)."""
     if ref == "current":
         snapshot = envsnap.capture()
-        return snapshot.fingerprint, snapshot.to_dict()
+        return snapshot.fingerprint, dict(snapshot.to_dict())
     if re.fullmatch(HEX_PREFIX, ref):
-        found = handle.store.find_environments(ref.lower(), limit=2)
-        if found:
+        prefix = ref.lower()
+        if handle.store.find_environments(prefix, limit=1) or on_disk(handle, prefix):
             record = find_environment(handle, ref)
             return record.fingerprint, dict(record.snapshot)
     if re.fullmatch(NAME, ref):

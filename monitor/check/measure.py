@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -26,6 +25,7 @@ from monitor.check.reasons import env_changes as environment_changes
 from monitor.check.replay import Clock, Replay, replay_benchset, with_repeat_spread
 from monitor.compare.accumulate import Comparison
 from monitor.config.plan import CheckPlan
+from monitor.details import Details, EnvChange
 from monitor.errors import MonitorError
 from monitor.files import baselines, benchsets, modelfile
 from monitor.results import CheckResult, OutputStats, Reason, Verdict, error_result
@@ -62,8 +62,8 @@ class Judged:
 
     verdict: Verdict
     reasons: tuple[Reason, ...]
-    env_changes: list[dict[str, Any]]
-    details: dict[str, Any]
+    env_changes: list[EnvChange]
+    details: Details
 
 
 def check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCapture, worker: WorkerState) -> CheckResult:
@@ -148,12 +148,12 @@ def details_of(
     plan: CheckPlan,
     opened: Opened,
     reasons: list[Reason],
-    env_changes: list[dict[str, Any]],
-) -> tuple[list[Reason], dict[str, Any]]:
+    env_changes: list[EnvChange],
+) -> tuple[list[Reason], Details]:
     """The check's details (session, model identity, set version, environment diff, casts,
     the model diff when the file changed) and ``reasons`` with the diff's summary in ``model_changed``."""
     session, bench = opened.session, opened.bench
-    details: dict[str, Any] = {
+    details: Details = {
         "session": session.info.to_dict(),
         "model": opened.identity.to_dict(),
         "benchset_version": bench.version,

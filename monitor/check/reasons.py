@@ -15,6 +15,7 @@ from typing import Any
 
 from monitor import modeldiff
 from monitor.config.plan import CheckPlan
+from monitor.details import Details, EnvChange
 from monitor.errors import MonitorError
 from monitor.files import baselines, modelfile
 from monitor.results import CheckResult, Reason, Verdict
@@ -45,7 +46,7 @@ def with_model_change(plan: CheckPlan, result: CheckResult) -> CheckResult:
     if not added:
         return result
     added, described = describe_model_change(added, baseline, plan.model.path)
-    details = {**result.details, "model_diff": described}
+    details: Details = {**result.details, "model_diff": described}
     return dataclasses.replace(result, reasons=(*result.reasons, *added), model_sha256=identity.sha256, details=details)
 
 
@@ -117,7 +118,7 @@ def external_data_changes(model_file: str, now: Mapping[str, str], before: Mappi
     return reasons
 
 
-def attribute(verdict: Verdict, reasons: list[Reason], env_changes: list[dict[str, Any]]) -> str | None:
+def attribute(verdict: Verdict, reasons: list[Reason], env_changes: list[EnvChange]) -> str | None:
     """Why a failing check failed, by precedence; None unless the verdict is ``fail``."""
     if verdict is not Verdict.FAIL:
         return None
@@ -130,7 +131,7 @@ def attribute(verdict: Verdict, reasons: list[Reason], env_changes: list[dict[st
     return "numeric"
 
 
-def env_changes(baseline_env: Mapping[str, Any], snapshot: envsnap.EnvSnapshot) -> list[dict[str, Any]]:
+def env_changes(baseline_env: Mapping[str, Any], snapshot: envsnap.EnvSnapshot) -> list[EnvChange]:
     """The snapshot's changes against the baseline's environment (none when the baseline recorded none)."""
     if not baseline_env.get("fingerprint"):
         return []

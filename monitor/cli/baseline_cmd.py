@@ -15,7 +15,7 @@ from monitor.config.plan import plan_for
 from monitor.config.settings import Settings, parse_duration
 from monitor.daemon import child
 from monitor.errors import MonitorError
-from monitor.files import baselines, signature
+from monitor.files import baseline_undo, baselines, signature
 
 if TYPE_CHECKING:
     from monitor.store import Store
@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
             "intermediate_samples": samples if intermediates else 0,
             "note": note,
         }
-        before = baselines.active_state(settings.store.baselines_dir, model)
+        before = baseline_undo.active_state(settings.store.baselines_dir, model)
         with _progress(quiet or not output.is_terminal()) as bar:
             bar.add_task(f"capturing {model} (at most {limit:g} s)", total=None)
             # In an isolated child with a hard limit, like every check: a hung model cannot hang the CLI.
@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"--kind must be npz, onnx-test-data or polygraphy-json, got {kind!r}")
         settings = common.settings(out.config_file)
         common.refuse_unready_store(settings)  # before anything is written to the baselines directory
-        before = baselines.active_state(settings.store.baselines_dir, model)
+        before = baseline_undo.active_state(settings.store.baselines_dir, model)
         baseline = capture.import_baseline(
             plan_for(settings, model),
             files,
@@ -161,13 +161,13 @@ def register(app: typer.Typer) -> None:
         who = by or promoter()
         with common.open_store(settings) as store:  # an un-migrated store stops here, before ACTIVE changes
             root = settings.store.baselines_dir
-            before = baselines.active_state(root, baselines.get(root, baseline_id).meta.model)
+            before = baseline_undo.active_state(root, baselines.get(root, baseline_id).meta.model)
             baseline = baselines.promote(root, baseline_id, by=who, note=note)
             try:
                 _record(settings, baseline, store=store)
                 store.record_promotion(baseline.meta.model, baseline.id, by=who, note=note)
             except BaseException:  # the store failed after ACTIVE changed: put it back, as it was
-                baselines.restore(before)
+                baseline_undo.restore(before)
                 raise
         out.emit(
             lambda: {"model": baseline.meta.model, "active": baseline.id, "directory": str(baseline.directory)},
@@ -236,7 +236,7 @@ def _record(settings: Settings, baseline: baselines.Baseline, store: Store | Non
 
 
 def _record_or_undo(
-    settings: Settings, baseline: baselines.Baseline, before: baselines.ActiveState, store: Store | None = None
+    settings: Settings, baseline: baselines.Baseline, before: baseline_undo.ActiveState, store: Store | None = None
 ) -> None:
     """``_record`` the new baseline, or remove it and put ACTIVE back as ``before`` when the store fails.
 
@@ -246,7 +246,7 @@ def _record_or_undo(
     try:
         _record(settings, baseline, store=store)
     except BaseException:
-        baselines.restore(before, drop=baseline.directory)
+        baseline_undo.restore(before, drop=baseline.directory)
         raise
 
 

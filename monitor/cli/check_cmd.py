@@ -121,27 +121,33 @@ def _incidents(settings: Settings) -> list[dict[str, Any]]:
         return []
 
 
+MODEL_ROW = "(model)"
+"""The ``output`` cell of a model's own row: its verdict and the check-level reasons, apart from any output's."""
+
+
 def render(results: list[CheckResult], *, wide: bool = False) -> Table:
-    """One row per output (one per model when nothing was measured); ``wide`` adds the baseline id."""
+    """Per model, one row with its verdict and the check-level reasons (``output`` is ``(model)``), then one row
+    per output with that output's verdict, metrics and reasons only; ``wide`` adds the baseline id.
+
+    A check-level failure (``provider_fallback``, ``model_changed`` under ``numeric: warn``) fails the model
+    while every output passes: the model's row says ``fail`` and why, and no output's cell claims the reason.
+    """
     table = common.PlainTable(show_lines=False, pad_edge=False)
     columns = ["model", "output", "verdict", "max abs", "max rel", ERROR_RATIO_HEADER, "cosine", "SNR dB", "mismatch"]
     for column in [*columns, "reasons", *(["baseline"] if wide else [])]:
         table.add_column(column, overflow="fold")
     for result in results:
-        style = _STYLE[result.verdict]
-        check_reasons = "; ".join(str(r) for r in result.reasons)
-        if not result.outputs:
-            row = [result.model, "-", Text(result.verdict.value, style=style), "", "", "", "", "", "", check_reasons]
-            table.add_row(*row, *([result.baseline_id or "-"] if wide else []))
-            continue
-        for i, out in enumerate(result.outputs):
+        baseline = [result.baseline_id or "-"] if wide else []
+        attribution = [f"attribution: {result.attribution}"] if result.attribution else []
+        model_reasons = "; ".join([str(r) for r in result.reasons] + attribution)
+        verdict = Text(result.verdict.value, style=_STYLE[result.verdict])
+        table.add_row(result.model, MODEL_ROW, verdict, *[""] * 6, model_reasons, *baseline)
+        for out in result.outputs:
             m = out.metrics
             decided = [f"{d.kind} decisions {d.flipped}/{d.total} flipped"] if (d := out.decisions) is not None else []
             reasons = "; ".join([r.code for r in out.reasons] + [f"warning {w.code}" for w in out.warnings] + decided)
-            if i == 0 and check_reasons:
-                reasons = "; ".join(x for x in (check_reasons, reasons) if x)
             table.add_row(
-                result.model if i == 0 else "",
+                "",
                 out.name,
                 Text(out.verdict.value, style=_STYLE[out.verdict]),
                 common.fmt(m.max_abs_error),
@@ -151,11 +157,8 @@ def render(results: list[CheckResult], *, wide: bool = False) -> Table:
                 common.fmt(m.snr_db, ".1f"),
                 common.fmt(m.mismatch_ratio, ".2%"),
                 reasons,
-                *([result.baseline_id or "-"] if wide else []),
+                *([""] if wide else []),
             )
-        if result.attribution:
-            blank = [""] * 9
-            table.add_row(*blank, f"attribution: {result.attribution}", *([""] if wide else []))
         for hazard in _lint_lines(result):
             table.add_row(*[""] * 9, hazard, *([""] if wide else []))
     if common.narrow_terminal() and not wide:  # 80 columns: reasons keep room; -o wide and JSON have all

@@ -125,27 +125,41 @@ def _could_not(message: str) -> MonitorError:
 
 
 def render(diagnosis: dict[str, Any]) -> str:
-    """Hypotheses (most likely first), then the experiments as knob → error ratio, then notes."""
-    if not diagnosis["hypotheses"] and not diagnosis["experiments"]:  # a passing run
+    """The summary line, the causes in rank order (each labelled measured or evidence), the experiments, notes."""
+    from monitor.diagnose.result import Diagnosis, similar_line
+
+    if not diagnosis.get("hypotheses") and not diagnosis.get("experiments"):  # a passing run
         which = f"run {diagnosis['run_id']}" if diagnosis.get("run_id") is not None else "the check"
         return f"{diagnosis['model']}: {which} passed: nothing to diagnose"
-    lines = [f"diagnosis of {diagnosis['model']} ({diagnosis['seconds']:.1f} s)", "", "likely causes:"]
-    for rank, hypothesis in enumerate(diagnosis["hypotheses"], 1):
-        lines.append(f"  {rank}. {hypothesis['cause']}  {hypothesis['confidence']:.0%}  fix: {hypothesis['fix']}")
-        lines += [f"       - {e}" for e in hypothesis["evidence"][:4]]
-    if diagnosis["similar_incidents"]:
-        from monitor.diagnose.result import similar_line
-
-        lines += ["", *(f"  {similar_line(i)}" for i in diagnosis["similar_incidents"])]
-    if diagnosis["experiments"]:
-        lines += ["", "experiments (error ÷ tolerance; 1 is the line):"]
-        width = max(len(f"{e['knob']}={e['value']}") for e in diagnosis["experiments"])
-        for e in diagnosis["experiments"]:
-            ratio = "-" if e["error_ratio"] is None else common.fmt(e["error_ratio"])
-            mark = {True: "within", False: "over", None: e.get("note", "")[:60] or "not measured"}[
-                e["within_tolerance"]
-            ]
-            knob = f"{e['knob']}={e['value']}"
-            lines.append(f"  {knob:<{width}}  {ratio:>10}  {mark}")
-    lines += ["", *diagnosis["notes"]]
+    found = Diagnosis.from_dict(diagnosis)
+    lines = [f"diagnosis of {found.model} ({found.seconds:.1f} s)", "", found.summary(), ""]
+    lines.append("causes (measured first; evidence correlates with the drift, nothing measured it):")
+    for rank, hypothesis in enumerate(found.hypotheses, 1):
+        lines.append(f"  {rank}. {hypothesis.cause}  [{hypothesis.label()}]  fix: {hypothesis.fix}")
+        lines += [f"       - {e}" for e in hypothesis.evidence[:4]]
+    if found.similar_incidents:
+        lines += ["", *(f"  {similar_line(i)}" for i in found.similar_incidents)]
+    if found.experiments:
+        samples = next((e.extra.get("samples") for e in found.experiments if e.knob == "repeat"), None)
+        on = f" on samples {', '.join(map(str, samples))}" if samples else ""
+        lines += ["", f"experiments (one knob changed each{on}; against the baseline; current: every scanned sample):"]
+        if found.before is not None:
+            lines.append(f"  the current setup on those samples: {found.before.describe()}")
+        rows = [(f"{e.knob}={e.value}", *_measured(e), e.outcome()) for e in found.experiments]
+        head = ("knob", "max |error|", "ULP", "off", "result")
+        widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(5)]
+        for row in [head, *rows]:
+            cells = [f"{row[0]:<{widths[0]}}", *(f"{row[i]:>{widths[i]}}" for i in (1, 2, 3)), row[4]]
+            lines.append("  " + "  ".join(cells))
+    lines += ["", *found.notes]
     return "\n".join(lines)
+
+
+def _measured(experiment: Any) -> tuple[str, str, str]:
+    """max |error|, max ULP and the share of elements off of an experiment ("-" where not measured)."""
+    measure = experiment.measure
+    if measure is None:
+        return "-", "-", "-"
+    ulp = "-" if measure.max_ulp is None else str(measure.max_ulp)
+    share = f"{100 * measure.mismatch_share:.3g} %"
+    return common.fmt(measure.max_abs_error), ulp, share

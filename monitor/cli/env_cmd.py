@@ -11,7 +11,6 @@ fields (load, clocks) are left out unless ``--volatile``; versions come before b
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -20,7 +19,7 @@ from typing import Any
 
 import typer
 
-from monitor import bounded
+from monitor import bounded, jsonsafe
 from monitor.cli import common, output
 from monitor.config.dburl import mask_url
 from monitor.errors import MonitorError
@@ -134,7 +133,7 @@ def resolve_snapshot(ref: str, lookups: Sequence[Lookup] = ()) -> envsnap.EnvSna
     if os.path.lexists(path) and not HEX.match(ref) and ref != "current":
         # a FIFO, a device or a huge file is refused in one line, never read whole (monitor/bounded.py)
         try:
-            data = json.loads(bounded.read_text(path, limit=SNAPSHOT_LIMIT))
+            data = jsonsafe.loads(bounded.read_text(path, limit=SNAPSHOT_LIMIT))  # its numbers bounded
         except (OSError, ValueError, RecursionError) as exc:
             raise MonitorError(f"{path}: cannot read a JSON snapshot: {exc}") from None
         return _snapshot_from(data, str(path))

@@ -14,19 +14,22 @@ A decision is *flipped* when the model's decision and the baseline's differ. ``D
 is fed one sample at a time beside the output's accumulator (``accumulate.py``), counts every
 decision and every flip and keeps the first ``FIRST_FLIPS`` flipped (sample, row) pairs for the
 run page. Each side is decided in its own dtype (argmax of float16 scores is exact), except that
-``x > value`` compares a float ``x`` with the value exactly (in float64: a float16 ``x`` is never
-compared with a rounded ``value``). A NaN decides nothing: a row with a NaN (``argmax``) or a NaN
-element (``threshold``) is the decision "NaN", which agrees only with a NaN at the same place in the
-baseline. A NaN where the baseline had a number is therefore a flipped decision, and fails under
-``tolerance.numeric: warn`` too (numpy's ``argmax`` would pick the NaN's index, which can be the
-baseline's class, and ``NaN > value`` is false, which can be the baseline's answer: a model that
-emits NaN would pass as a mere warning). ``tiered`` applies the two-tier rule (MLPerf TEST01) across
-a check's outputs.
+``x > value`` compares exactly (a float ``x`` in float64: a float16 ``x`` is never compared with a
+rounded ``value``; an integer ``x`` as an integer: ``2**53 + 1 > 2**53`` is yes, where float64 says
+no). Some rows decide nothing: an argmax row whose maximum is a NaN or an infinity (a tie of
+infinities from an overflow, where numpy would pick the first, class 0) and a NaN element under
+``threshold`` are the decision "undecidable" (``NO_DECISION``), which agrees only with an
+undecidable row at the same place in the baseline. Where the baseline decided, it is a flipped
+decision and fails under ``tolerance.numeric: warn`` too (numpy's answer can be the baseline's: a
+model that overflows or emits NaN would pass as a mere warning). An argmax over an empty axis (an
+output ``[1, 0]``) has no rows: it decides nothing and counts no decision. ``tiered`` applies the
+two-tier rule (MLPerf TEST01) across a check's outputs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -73,23 +76,49 @@ def misfit(rule: DecisionRule, dtype: np.dtype[np.generic], ndim: int) -> str | 
 
 
 NO_DECISION = -1
-"""The decision of a row with a NaN (argmax) or of a NaN element (threshold): no class index, neither yes nor no."""
+"""The decision of an undecidable argmax row (its max a NaN or an infinity) or a NaN element (threshold)."""
 
 
 def decide(rule: DecisionRule, array: np.ndarray) -> np.ndarray:
-    """The decisions of one sample's output, raveled (one per row); ``NO_DECISION`` where a NaN decides."""
+    """The decisions of one sample's output, raveled (one per row); ``NO_DECISION`` where none can be taken.
+
+    An argmax over an empty axis (an output ``[1, 0]``) has no rows: nothing is decided, nothing compared.
+    """
     if rule.kind == "argmax":
+        if array.shape[rule.axis] == 0:
+            return np.empty(0, dtype=np.intp)
         chosen = np.asarray(np.argmax(array, axis=rule.axis))
-        if array.dtype.kind == "f":
-            chosen = np.where(np.isnan(array).any(axis=rule.axis), NO_DECISION, chosen)
+        if array.dtype.kind == "f":  # NaN propagates through max: a row with a NaN is undecidable too
+            chosen = np.where(np.isfinite(np.max(array, axis=rule.axis)), chosen, NO_DECISION)
         return chosen.ravel()
     if rule.kind == "threshold":
-        assert rule.value is not None  # x > value exactly: a float16 x is widened, never the value rounded
-        if array.dtype.kind != "f":
-            return (array > rule.value).ravel()
+        assert rule.value is not None
+        if array.dtype.kind in "iu":
+            return _exceeds_integers(array, rule.value).ravel()
+        # x > value exactly: a float16 x is widened, never the value rounded
         wide = array.astype(np.float64, copy=False)
-        return np.where(np.isnan(wide), NO_DECISION, wide > rule.value).astype(np.int8).ravel()
+        return np.where(np.isnan(wide), NO_DECISION, _exceeds_floats(wide, rule.value)).astype(np.int8).ravel()
     return array.ravel()
+
+
+def _exceeds_integers(array: np.ndarray, value: float) -> np.ndarray:
+    """``array > value`` for an integer ``array``, exactly: ``x > value`` is ``x > floor(value)`` (never in float64)."""
+    bound = math.floor(value)
+    info = np.iinfo(array.dtype)
+    if bound >= info.max:
+        return np.zeros(array.shape, dtype=bool)
+    if bound < info.min:
+        return np.ones(array.shape, dtype=bool)
+    return np.asarray(array > array.dtype.type(bound))
+
+
+def _exceeds_floats(wide: np.ndarray, value: float) -> np.ndarray:
+    """``wide > value`` for float64 ``wide``; an integer ``value`` no float64 holds is compared exactly too."""
+    rounded = float(value)
+    if rounded == value:
+        return np.asarray(wide > rounded)
+    # value lies strictly between two float64s: x > value holds from the one above it on
+    return np.asarray(wide >= rounded) if rounded > value else np.asarray(wide > rounded)
 
 
 class DecisionCounter:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidatorFunctionWrapHandler, field_validator, model_validator
 
 from monitor.config.fields import StrictModel
 
@@ -35,8 +35,19 @@ class Decision(StrictModel):
     value: float | None = Field(
         default=None,
         allow_inf_nan=False,
-        description="threshold only (required): an element decides yes when x > value.",
+        description="threshold only (required): an element decides yes when x > value (compared exactly: an"
+        " integer output with an integer value, a float output in float64).",
     )
+
+    @field_validator("value", mode="wrap")
+    @classmethod
+    def _integers_exactly(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """An integer ``value`` is kept as written: ``2**53 + 1`` is no float64, and int64 outputs compare exactly."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            if not -(2**64) <= value <= 2**64:
+                raise ValueError("an integer threshold must lie within [-2**64, 2**64]")
+            return value
+        return handler(value)
 
     @model_validator(mode="after")
     def _fields_of_kind(self) -> Decision:

@@ -10,6 +10,7 @@ a tolerance must not silently do nothing). ``monitor.config.settings`` assembles
 from __future__ import annotations
 
 import datetime as dt
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -32,7 +33,6 @@ from monitor.config.fields import URL_SHAPE as URL_SHAPE
 from monitor.config.fields import Duration as Duration
 from monitor.config.fields import StrictModel as StrictModel
 from monitor.config.fields import parse_duration as parse_duration
-from monitor.errors import ConfigError
 from monitor.results import AppliedTolerance
 
 
@@ -96,7 +96,12 @@ class Schedule(StrictModel):
     """When the daemon runs a model: a fixed ``interval`` or a ``cron`` expression."""
 
     interval: Duration | None = Field(default=None, le=MAX_INTERVAL, description="Run every this long (e.g. 15m).")
-    cron: str | None = Field(default=None, description="5-field cron expression in UTC (e.g. '*/15 * * * *').")
+    cron: str | None = Field(
+        default=None,
+        description="5-field cron expression in UTC (e.g. '*/15 * * * *'); weekdays as cron counts them"
+        " (0 and 7 are Sunday, '1-5' is Monday to Friday) or as names ('mon-fri'); one that never fires"
+        " ('0 0 31 2 *') is refused.",
+    )
     jitter: Duration = Field(default=0.0, le=MAX_SHORT, description="Random delay up to this long, to spread load.")
 
     @model_validator(mode="after")
@@ -105,11 +110,9 @@ class Schedule(StrictModel):
             raise ValueError("set exactly one of 'interval' or 'cron'")
         if self.interval is not None and self.interval <= 0:
             raise ValueError("interval must be > 0")
-        if self.cron is not None:
-            try:
-                cron.trigger(self.cron)
-            except ConfigError as exc:
-                raise ValueError(str(exc)) from None
+        problem = cron.problem_of(self.cron) if self.cron is not None else None
+        if problem is not None:  # malformed, or it never fires (0 0 31 2 *)
+            raise ValueError(problem)
         return self
 
     def longest_gap_seconds(self, *, now: dt.datetime | None = None) -> float:
@@ -122,6 +125,16 @@ class Schedule(StrictModel):
         assert self.cron is not None
         start = (now or dt.datetime.now(dt.UTC)).replace(minute=0, second=0, microsecond=0)
         return cron.longest_gap_seconds(self.cron, start.date()) + float(self.jitter)
+
+    def shortest_gap_seconds(self, *, now: dt.datetime | None = None, under: float = math.inf) -> float:
+        """Shortest time between two scheduled starts (jitter aside): what a check's timeout must stay under.
+
+        Exact below ``under``; a gap of ``under`` or more may be given as any value not below it.
+        """
+        if self.interval is not None:
+            return float(self.interval)
+        assert self.cron is not None
+        return cron.shortest_gap_seconds(self.cron, (now or dt.datetime.now(dt.UTC)).date(), under)
 
 
 class StoreConfig(StrictModel):
@@ -202,7 +215,11 @@ class Defaults(StrictModel):
     tolerance: Tolerance = Field(default=Tolerance(atol=1e-5, rtol=1e-4), description="Default tolerance.")
     repeats: int = Field(default=1, ge=1, le=MAX_REPEATS, description="Runs per sample; >1 detects nondeterminism.")
     timeout: Duration = Field(
-        default=600.0, gt=0, le=MAX_SHORT, description="Hard limit for one check (must be < the interval)."
+        default=600.0,
+        gt=0,
+        le=MAX_SHORT,
+        description="Hard limit for one check (must be < the interval, or < the shortest gap between two starts"
+        " of a cron).",
     )
     schedule: Schedule = Field(default=Schedule(interval=900.0), description="Default schedule of the daemon.")
 

@@ -9,6 +9,7 @@ against the directory of the config file, so a config works from any working dir
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -23,7 +24,7 @@ from pydantic import (
 )
 
 from monitor import bounded
-from monitor.config import dburl
+from monitor.config import dburl, envoverride
 from monitor.config.schema import (
     BatchInvariance,
     BenchsetConfig,
@@ -47,9 +48,11 @@ from monitor.config.serve_schema import ApiConfig, DaemonConfig, LoggingConfig
 from monitor.errors import ConfigError
 from monitor.results import AppliedTolerance
 
+log = logging.getLogger(__name__)
+
 DEFAULT_CONFIG = "onnxmon.yaml"
 MAX_CONFIG_BYTES = 8 << 20  # a config with thousands of models is well under a megabyte
-ENV_PREFIX = "ONNXMON_"
+ENV_PREFIX = envoverride.ENV_PREFIX
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -110,6 +113,11 @@ class Settings(StrictModel):
                 problems.append(
                     f"model {model.name!r}: timeout {timeout:g}s must be shorter than its schedule interval"
                     f" {schedule.interval:g}s, or runs would pile up"
+                )
+            elif schedule.cron is not None and timeout >= (gap := schedule.shortest_gap_seconds(under=timeout + 1)):
+                problems.append(
+                    f"model {model.name!r}: timeout {timeout:g}s must be shorter than the shortest gap between"
+                    f" two starts of its schedule cron {schedule.cron!r} ({gap:g}s), or runs would pile up"
                 )
         if problems:
             raise ValueError("; ".join(problems))
@@ -200,6 +208,8 @@ def load(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] 
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise ConfigError(f"{file}: expected a mapping at the top level, got {type(raw).__name__}")
+    for line in envoverride.unknown(env, Settings):
+        log.warning("%s", line)
     return from_mapping(apply_env_overrides(raw, env), origin=file)
 
 
@@ -248,51 +258,8 @@ def format_error(error: Mapping[str, Any]) -> str:
 
 
 def apply_env_overrides(raw: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
-    """Return ``raw`` with every ``ONNXMON_A__B__0__C=value`` applied (values parsed as YAML)."""
-    result: dict[str, Any] = dict(raw)
-    for key in sorted(environ):
-        if not key.startswith(ENV_PREFIX) or key == "ONNXMON_CONFIG" or ("__" not in key and not _is_top(key)):
-            continue
-        parts = [p.lower() for p in key[len(ENV_PREFIX) :].split("__")]
-        try:
-            value = yaml.safe_load(environ[key])
-        except yaml.YAMLError:
-            value = environ[key]
-        _set_path(result, parts, value, key)
-    return result
-
-
-def _is_top(key: str) -> bool:
-    return key[len(ENV_PREFIX) :].lower() in Settings.model_fields
-
-
-def _set_path(node: Any, parts: list[str], value: Any, key: str) -> None:
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
-                raise ConfigError(f"env {key}: '{part}' is not an index of a list of {len(node)} item(s)")
-            if last:
-                node[int(part)] = value
-            else:
-                node[int(part)] = _copy(node[int(part)])
-                node = node[int(part)]
-        elif isinstance(node, dict):
-            if last:
-                node[part] = value
-            else:
-                node[part] = _copy(node.get(part, {}))
-                node = node[part]
-        else:
-            raise ConfigError(f"env {key}: cannot descend into a {type(node).__name__} at '{part}'")
-
-
-def _copy(value: Any) -> Any:
-    if isinstance(value, dict):
-        return dict(value)
-    if isinstance(value, list):
-        return list(value)
-    return value
+    """Return ``raw`` with every ``ONNXMON_A__B__0__C=value`` applied, typed by the field it sets."""
+    return envoverride.apply(raw, environ, Settings)
 
 
 def _resolve_paths(settings: Settings, base: Path, origin: Path | None) -> Settings:

@@ -72,7 +72,7 @@ def line(model: str, run_id: int | None, document: Mapping[str, Any], *, stored:
         "model": model,
         "run_id": run_id,
         "cause": top.get("cause"),
-        "confidence": _number(top.get("confidence")),
+        "basis": top.get("basis"),  # experiment (a revert's measured effect), measured, or evidence
         "seconds": _number(document.get("seconds")),
         "stored": stored,
         "error": str(document["error"])[:300] if "error" in document else None,

@@ -89,11 +89,12 @@ def with_diagnosis(
 
 
 def headline(plan: CheckPlan, result: CheckResult, *, incidents: Iterable[Mapping[str, Any]] = ()) -> str | None:
-    """The one line ``onnxmon check`` prints under a fail: the most likely cause.
+    """The one line ``onnxmon check`` prints under a fail: ``Diagnosis.summary`` and a similar incident.
 
-    From the diagnosis the result carries (``with_diagnosis``: the same replays, ranking and weight
-    as ``onnxmon diagnose``), else from the evidence alone (``check --no-diagnose``: nothing
-    replayed, so no weight is printed, only the ranking and how to weigh it). None unless a fail.
+    From the diagnosis the result carries (``with_diagnosis``: the same replays and ranking as
+    ``onnxmon diagnose``: the cause a revert measurably restores, or "no experiment explains this
+    drift" and the evidence), else from the evidence alone (``check --no-diagnose``: nothing
+    replayed, marked so, with how to measure it). None unless a fail.
     """
     if result.verdict is not Verdict.FAIL:
         return None
@@ -105,7 +106,7 @@ def headline(plan: CheckPlan, result: CheckResult, *, incidents: Iterable[Mappin
         found = diagnose(plan, result, isolate=isolated, replay=False, incidents=incidents)
     except Exception as exc:
         return f"likely cause: unknown (diagnosis failed: {type(exc).__name__})"
-    return found.headline(weighed=False) + f"{failed} — weigh it: onnxmon diagnose {plan.name}"
+    return found.headline() + f"{failed} — measure it: onnxmon diagnose {plan.name}"
 
 
 def stored_incidents(store: Store | None) -> list[dict[str, Any]]:

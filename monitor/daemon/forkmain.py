@@ -10,6 +10,15 @@ loaded machine, 94 % of a diagnosis's wall time (bench/bench_diagnose.py). ``sta
 the script in ``ENV`` while the forkserver starts; this module imports it as multiprocessing would
 (``__mp_main__``, its ``if __name__ == "__main__"`` block not run). A script that fails to import
 here is left to the children, as before.
+
+The forkserver also ignores SIGTERM (``MARK``). It sits in its owner's process group, so a SIGTERM
+to the group (systemd's default ``KillMode=control-group``, supervisord's ``stopasgroup``) killed it,
+and every running check with it in the owner's eyes: a ``Process`` started through the forkserver
+learns whether its child lives from the forkserver, and read a dead one as the child's exit, status
+255, a ``crash``. The owner handles SIGTERM itself (the daemon lets the check in flight finish); the
+forkserver still exits with its owner (multiprocessing's liveness pipe), and its children, the check
+workers, move into groups of their own before they take SIGTERM's default back
+(``isolate.prepare_child``).
 """
 
 from __future__ import annotations
@@ -18,8 +27,10 @@ import contextlib
 import multiprocessing.process
 import multiprocessing.spawn
 import os
+import signal
 
 ENV = "ONNXMON_FORKSERVER_MAIN"
+MARK = "ONNXMON_FORKSERVER"  # set while the forkserver starts: the process importing this module with it is it
 
 
 def main_path() -> str | None:
@@ -35,13 +46,17 @@ def start_forkserver() -> None:
     main = main_path()
     if main is not None:
         os.environ[ENV] = main
+    os.environ[MARK] = "1"
     try:
         multiprocessing.forkserver.ensure_running()
     finally:
         os.environ.pop(ENV, None)  # the forkserver has its copy: no other process inherits it
+        os.environ.pop(MARK, None)
 
 
 def _preload() -> None:
+    if os.environ.pop(MARK, None):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the group's SIGTERM is for the owner (see above)
     path = os.environ.pop(ENV, None)
     if not path or not os.path.isfile(path):
         return

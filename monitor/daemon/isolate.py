@@ -180,6 +180,8 @@ def prepare_child(owner: int, memory_limit_bytes: int | None) -> None:
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)  # own process group: the parent kills us and our children together
     _die_with(owner)
+    # SIGTERM's default back only now, out of the owner's group: the forkserver ignores it (forkmain), so a
+    # SIGTERM sent to the owner's group as this child starts does not reach it either
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
     if memory_limit_bytes:

@@ -8,7 +8,9 @@ timeout, flushes and exits 0, within the check's timeout (+ 10 s grace) + ``stor
 even while the database hangs (the write then times out and the result goes to the spool); a running
 diagnosis (``daemon.diagnose_on_fail``, after its fail was recorded: ``attach.py``) is cut within
 ``diagnosis.STOP_S``;
-SIGHUP re-reads the config, and a bad config keeps the last good one (``onnxmon_config_last_reload_successful 0``).
+SIGHUP re-reads the config, and a bad config keeps the last good one (``onnxmon_config_last_reload_successful 0``);
+reloads take turns. A SIGTERM to the whole process group reaches neither the check workers (groups of their own)
+nor the forkserver (it ignores SIGTERM: ``forkmain``), so the check in flight finishes as with a SIGTERM to the daemon.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ class Daemon:
         self._slots = threading.BoundedSemaphore(self.workers)
         self.pool = warm.configured(settings)  # the check workers: up to daemon.warm_workers kept, with their sessions
         self._backoff: dict[str, _Backoff] = {}
-        self._lock = threading.Lock()
+        self._reload_turn = threading.Lock()  # reloads take turns (SIGHUP, POST /-/reload)
         self._stopping = threading.Event()
         self._reasons: dict[str, str] = {}
         self._scheduler = scheduler.build(
@@ -275,7 +277,15 @@ class Daemon:
         return baseline.meta.model
 
     def reload(self) -> bool:
-        """Re-read the config file; on any problem keep the last good config and say so."""
+        """Re-read the config file; on any problem keep the last good config and say so.
+
+        One reload at a time: a SIGHUP and a ``POST /-/reload`` together would otherwise swap the same
+        jobs twice over (APScheduler's ``JobLookupError``) and report a valid config as invalid.
+        """
+        with self._reload_turn:
+            return self._reload()
+
+    def _reload(self) -> bool:
         try:
             if self.config_path is None:
                 raise MonitorError("no config file to reload from")

@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 from monitor.daemon import isolate
+from monitor.details import WorkerNote
 from monitor.results import CheckResult
 from monitor.runtime.worker_state import WorkerState
 
@@ -40,7 +41,7 @@ def serve(conn: multiprocessing.connection.Connection, owner: int, memory_limit_
             checks += 1
             result = payload.get("result")
             if isinstance(result, CheckResult):
-                note = {
+                note: WorkerNote = {
                     "pid": os.getpid(),
                     "checks": checks,
                     "session_built": state.session_builds > builds,

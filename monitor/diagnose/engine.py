@@ -15,9 +15,12 @@ The flow, bounded by ``budget_s`` from the start:
    what the budget leaves out is listed in ``notes``;
 4. a localization of one failing sample against the baseline's stored intermediates, when the
    baseline keeps them and the run has none (its op types feed the rules and the signature);
-5. the evidence of the run (``evidence.from_run``), the built-in rules (``knowledge.rules``) and
-   the similar incidents the caller found for the run's signature;
-6. ``rank.merge``: one hypothesis per cause, most likely first.
+5. each experiment's ``effect``: its measure against the current setup's on the same samples
+   (the repeat child's first run: ``before``), on scales that stay finite under any tolerance;
+6. the evidence of the run (``evidence.from_run``), the built-in rules (``knowledge.rules``; a rule
+   whose fix is already in effect is a note) and the similar incidents the caller found;
+7. ``rank.merge``: one hypothesis per cause, in rank order: what a revert measurably restores,
+   what was measured, the evidence, what a revert only reduces.
 
 Isolation is injected (``Isolator``): the daemon and the CLI pass ``daemon.diagnosis.isolated``
 (a child per experiment, its process group killed at its timeout); this layer sits below the
@@ -30,12 +33,12 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
-
-import onnx
+from typing import Any, Unpack
 
 from monitor.config.plan import CheckPlan
-from monitor.diagnose import evidence, knobs, rank
+from monitor.details import Details
+from monitor.diagnose import evidence, fixes, knobs, modelfile, rank
+from monitor.diagnose.measure import Measure, effect
 from monitor.diagnose.replay import measure, measure_shared
 from monitor.diagnose.result import Diagnosis, Experiment, finite_or_none
 from monitor.files import baselines
@@ -78,6 +81,7 @@ def diagnose(
         # a run recorded before checks said which baseline kind they compared against
         run = _with_details(run, baseline_source=baseline.meta.source)
     before: Experiment | None = None
+    reference: Measure | None = None  # the current setup on the replayed samples
     samples: list[int] = []
     if baseline is None:
         notes.append(f"no active baseline for {plan.name!r}: nothing to replay against")
@@ -91,7 +95,9 @@ def diagnose(
         if not before.measured:
             notes.append(f"the current setup could not be replayed ({before.note or 'no ratio'}): evidence only")
         else:
-            experiments += _sweep(plan, baseline.meta.session, run, samples, children, notes, share)
+            swept, reference = _sweep(plan, baseline.meta.session, run, samples, children, notes, share)
+            experiments += swept
+            reference = reference or before.measure
     localization = run.details.get("localization")
     if localization is None and before is not None and before.measured and before.within_tolerance is False:
         stored = {int(s) for s in baseline.meta.intermediates.get("samples", ())} if baseline is not None else set()
@@ -102,27 +108,46 @@ def diagnose(
             notes.append("no localization: the baseline keeps no intermediates of a failing sample (--intermediates)")
     if isinstance(localization, Mapping) and "error" not in localization:
         run = _with_details(run, localization=localization)
+    reproduced = before is not None and before.within_tolerance is False
+    experiments = [_with_effect(e, reference if reproduced else None) for e in experiments]
     fixed = [e.knob for e in experiments if e.within_tolerance and e.knob not in ("current", "repeat")]
     repeat = next((e for e in experiments if e.knob == "repeat"), None)
-    repeats_differ = bool(repeat and repeat.error_ratio and repeat.error_ratio > 1)
+    repeats_differ = bool(repeat and repeat.within_tolerance is False)
     facts = evidence.facts(
         run,
-        model_op_types=_op_types(plan),
+        model_op_types=modelfile.op_types(plan),
         session=plan.model.session,
         knobs_fixed=fixed,
         nondeterministic=repeats_differ,
         worst_ratio=before.error_ratio if before is not None else None,
     )
+    known = rules.load()
+    notes += [f"rule {r.id} not offered: its fix is already in effect ({r.fix})" for r in rules.in_effect(known, facts)]
+    in_use = list(run.providers_effective) or [p.name for p in plan.model.providers]
+    cuda = next((p.options for p in plan.model.providers if p.name == knobs.CUDA), {})
     signature = of_run(run.to_dict())  # the knowledge layer reads plain data (stored runs too)
     similar = similar_incidents(signature, incidents)[:3]
     outputs_failed = any(o.verdict is Verdict.FAIL for o in run.outputs)
     if before is not None and before.within_tolerance:
         notes.append(_not_reproduced(before, experiments, outputs_failed))
+    recorded = baseline.meta.session if baseline is not None else {}
     hypotheses = rank.merge(
         [
-            *rank.from_experiments(experiments, before, outputs_failed=outputs_failed),
-            *evidence.from_run(run, repeats_differ=repeats_differ, model_kinds=_model_kinds(plan)),
-            *rank.from_rules(rules.match(rules.load(), facts)),
+            *rank.from_experiments(
+                experiments,
+                reference,
+                reproduced=reproduced,
+                outputs_failed=outputs_failed,
+                session=plan.model.session,
+                in_use=in_use,
+                cuda_options=cuda,
+                recorded=recorded,
+            ),
+            *rank.not_reproduced(experiments, before, outputs_failed=outputs_failed),
+            *evidence.from_run(
+                run, repeats_differ=repeats_differ, model_kinds=modelfile.kinds(plan), session=plan.model.session
+            ),
+            *rank.from_rules(rules.match(known, facts)),
             *rank.from_incidents(similar),
         ]
     )
@@ -135,6 +160,7 @@ def diagnose(
         seconds=clock() - began,
         run_id=run_id,
         localization=_nodes(run),
+        before=reference if reproduced else None,
     )
 
 
@@ -203,10 +229,11 @@ def _sweep(
     children: _Children,
     notes: list[str],
     share: bool,
-) -> list[Experiment]:
+) -> tuple[list[Experiment], Measure | None]:
+    """Every knob's experiment on ``samples``, and the current setup's measure on them (the repeat's first run)."""
     current = knobs.current(plan.model)
     repeat_value = children.run((plan, current, list(samples), True, 0))
-    repeat = _experiment(
+    first_run = _experiment(
         knobs.Variation("repeat", "same setup twice", "nondeterminism", current.providers, current.session),
         repeat_value,
     )
@@ -218,11 +245,14 @@ def _sweep(
             "nondeterminism",
             ratio,
             None if ratio is None else ratio <= 1,
-            repeat.seconds,
-            repeat.note,
-            {"bitwise": repeat_value.get("repeat_bitwise")},
+            first_run.seconds,
+            first_run.note,
+            {"bitwise": repeat_value.get("repeat_bitwise"), "samples": list(repeat_value.get("samples") or [])},
+            measure=Measure.from_dict(repeat_value.get("spread")),  # run against run, not against the baseline
         )
     ]
+    if first_run.measure is None:
+        notes.append("the repeat did not measure: effects are against the current setup over every scanned sample")
     in_use = list(run.providers_effective) or [p.name for p in plan.model.providers]
     skipped = []
     variations = knobs.variations(plan.model, baseline_session, in_use)
@@ -233,16 +263,16 @@ def _sweep(
     measured = dict(zip(shared, answers or (), strict=False))
     for index, variation in enumerate(variations):
         if index in measured:
-            found.append(_experiment(variation, measured[index]))
+            found.append(_experiment(variation, measured[index], plan))
             continue
         if children.left() < 1.0:
             skipped.append(f"{variation.knob}={variation.value}")
             continue
         value = children.run((plan, variation, list(samples), False, 0))
-        found.append(_experiment(variation, value))
+        found.append(_experiment(variation, value, plan))
     if skipped:
         notes.append(f"time budget spent; not run: {', '.join(skipped)}")
-    return found
+    return found, first_run.measure
 
 
 def _run_shared(
@@ -292,7 +322,8 @@ def localize_job(plan: CheckPlan, sample: int, budget_s: float) -> dict[str, Any
         return {"error": f"{type(exc).__name__}: {exc}"[:500]}
 
 
-def _experiment(variation: knobs.Variation, value: Mapping[str, Any]) -> Experiment:
+def _experiment(variation: knobs.Variation, value: Mapping[str, Any], plan: CheckPlan | None = None) -> Experiment:
+    """One child's answer as an experiment; with ``plan``, what the variation changed against its config."""
     ratio = finite_or_none(value.get("error_ratio"))
     within = value.get("within_tolerance")
     extra: dict[str, Any] = {"samples": list(value.get("samples") or [])}
@@ -309,46 +340,19 @@ def _experiment(variation: knobs.Variation, value: Mapping[str, Any]) -> Experim
         seconds=float(value.get("seconds") or 0.0),
         note=str(value.get("error") or ""),
         extra=extra,
+        measure=Measure.from_dict(value.get("measure")),
+        changes=fixes.changes(variation, plan.model) if plan is not None else {},
     )
 
 
-def _op_types(plan: CheckPlan) -> set[str]:
-    """Every op type of the model (subgraphs included), read without its external data."""
-    try:
-        model = onnx.load(str(plan.model.path), load_external_data=False)
-    except Exception:
-        return set()
-    found: set[str] = set()
-    graphs = [model.graph]
-    while graphs:
-        graph = graphs.pop()
-        for node in graph.node:
-            found.add(node.op_type)
-            graphs += [a.g for a in node.attribute if a.HasField("g")]
-            graphs += list(b for a in node.attribute for b in a.graphs)
-    return found
+def _with_effect(experiment: Experiment, reference: Measure | None) -> Experiment:
+    """``experiment`` with its effect against the current setup's ``reference`` (none for those two)."""
+    if experiment.knob in ("current", "repeat"):
+        return experiment
+    return dataclasses.replace(experiment, effect=effect(reference, experiment.measure, experiment.within_tolerance))
 
 
-_LOW_PRECISION_TYPES = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
-_QUANTIZED_OPS = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinear", "Integer")
-
-
-def _model_kinds(plan: CheckPlan) -> set[str]:
-    """What the model file is: ``quantized`` (QDQ or integer ops), ``precision`` (float16/bfloat16 tensors)."""
-    kinds = {"quantized"} if any(m in op for op in _op_types(plan) for m in _QUANTIZED_OPS) else set()
-    try:
-        model = onnx.load(str(plan.model.path), load_external_data=False)
-    except Exception:
-        return kinds
-    graph = model.graph
-    if any(t.data_type in _LOW_PRECISION_TYPES for t in graph.initializer) or any(
-        v.type.tensor_type.elem_type in _LOW_PRECISION_TYPES for v in (*graph.input, *graph.value_info, *graph.output)
-    ):
-        kinds.add("precision")
-    return kinds
-
-
-def _with_details(run: CheckResult, **added: Any) -> CheckResult:
+def _with_details(run: CheckResult, **added: Unpack[Details]) -> CheckResult:
     """``run`` with ``added`` in its details (what the diagnosis learnt: the baseline kind, a localization)."""
     return dataclasses.replace(run, details={**run.details, **added})
 

@@ -5,10 +5,11 @@ model diff (when the file is not the baseline's), the benchmark-set checksum, in
 providers really used, the lint hazards of the model file (``details.lint``), and perhaps a
 localization; the snapshot holds NVML clocks, temperature and clock-event (throttle) reasons. Each
 becomes a ``Hypothesis`` with the facts that support it. These *correlate* with the drift; only an
-experiment whose revert restores the baseline proves a cause, so the confidences here stay below
-the ones ``rank`` gives a successful revert. Two are measurements of the check itself and rank
-with measured nondeterminism (0.85): the ``input_mismatch`` a reference's input check found, and
-the ``nondeterministic`` spread of the check's own repeats.
+experiment whose revert restores the baseline proves a cause, so their weights (which only order
+them: ``rank``) stay below a successful revert's, and their ``basis`` is ``evidence``. Two are
+measurements of the check itself (``basis: measured``) and rank with measured nondeterminism: the
+``input_mismatch`` a reference's input check found, and the ``nondeterministic`` spread of the
+check's own repeats. No fix here names a setting that is already in effect (``session``).
 ``facts()`` turns the same run into the ``knowledge.rules.Facts`` the rules match on.
 """
 
@@ -18,14 +19,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from monitor.config.settings import SessionConfig
-from monitor.diagnose.result import Hypothesis
+from monitor.diagnose import fixes
+from monitor.diagnose.result import EVIDENCE, MEASURED, Hypothesis
 from monitor.knowledge.incidents import localized_op_types
 from monitor.knowledge.rules import Facts
 from monitor.results import CheckResult
 
 _QDQ = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinear", "Integer")
 _LOW_PRECISION = ("float16", "bfloat16", "FLOAT16", "BFLOAT16")
-# Environment field prefixes -> (cause, confidence, fix); the first that matches wins.
+# Environment field prefixes -> (cause, weight, fix); the first that matches wins.
 _ENV_CAUSES: tuple[tuple[str, str, float, str], ...] = (
     (
         "onnxruntime.version",
@@ -47,12 +49,19 @@ _ENV_CAUSES: tuple[tuple[str, str, float, str], ...] = (
 )
 
 
-def from_run(run: CheckResult, *, repeats_differ: bool = False, model_kinds: Iterable[str] = ()) -> list[Hypothesis]:
+def from_run(
+    run: CheckResult,
+    *,
+    repeats_differ: bool = False,
+    model_kinds: Iterable[str] = (),
+    session: SessionConfig | None = None,
+) -> list[Hypothesis]:
     """Hypotheses supported by the run's own record.
 
     ``repeats_differ``: a replay measured two identical runs disagreeing beyond tolerance.
     ``model_kinds``: what the model file itself is (``quantized``, ``precision``: QDQ or integer ops,
-    float16/bfloat16 tensors), for the verify flow below.
+    float16/bfloat16 tensors), for the verify flow below. ``session``: production's session options
+    (a fix already in effect is not offered).
     """
     details = run.details
     codes = _reason_codes(run)
@@ -76,9 +85,9 @@ def from_run(run: CheckResult, *, repeats_differ: bool = False, model_kinds: Ite
                 "nondeterminism",
                 0.85,
                 tuple(_details(run, "nondeterministic"))[:2] or ("nondeterministic",),
-                "set session.deterministic_compute: true; for CUDA also cudnn_conv_algo_search: DEFAULT;"
-                " `onnxmon localize MODEL --against self` names the first node that differs between runs",
+                fixes.nondeterminism_fix(session, run.providers_effective),
                 "evidence",
+                MEASURED,
             )
         )
     if details.get("input_casts"):
@@ -102,7 +111,7 @@ def from_run(run: CheckResult, *, repeats_differ: bool = False, model_kinds: Ite
                 "evidence",
             )
         )
-    found += _env_hypotheses(details.get("env_diff") or [], gpu=_ran_on_gpu(run))
+    found += _env_hypotheses(details.get("env_diff") or [], gpu=_ran_on_gpu(run), session=session)
     found += _throttling(run)
     return found
 
@@ -117,10 +126,10 @@ def _input_hypotheses(run: CheckResult, codes: set[str]) -> list[Hypothesis]:
         return []
     described = tuple(_details(run, "input_mismatch"))[:4]
     fix = "feed the model the inputs its reference consumed (the same channel order, layout and scaling)"
-    return [Hypothesis("input_mismatch", 0.85, described or ("input_mismatch",), fix, "evidence")]
+    return [Hypothesis("input_mismatch", 0.85, described or ("input_mismatch",), fix, "evidence", MEASURED)]
 
 
-# lint hazard code -> (cause, confidence when it explains the failure, fix)
+# lint hazard code -> (cause, weight when it explains the failure, fix)
 _HAZARD_CAUSES: dict[str, tuple[str, float, str]] = {
     "batchnorm_training": (
         "export_training_mode",
@@ -170,19 +179,20 @@ def lint_hypotheses(run: CheckResult, codes: set[str], *, repeats_differ: bool =
         if not isinstance(hazard, Mapping) or str(hazard.get("code")) not in _HAZARD_CAUSES:
             continue
         code = str(hazard["code"])
-        cause, confidence, fix = _HAZARD_CAUSES[code]
+        cause, weight, fix = _HAZARD_CAUSES[code]
+        basis = EVIDENCE
         if hazard.get("severity") != "error":
-            confidence *= 0.6
+            weight *= 0.6
         if not against_framework and code != "dropout_training":
-            confidence *= 0.2
+            weight *= 0.2
         if "batch_variant" in codes and code in ("batchnorm_training", "baked_batch"):
-            confidence = min(0.8, confidence + 0.1)
+            weight = min(0.8, weight + 0.1)
         where = f"{hazard.get('node')} ({hazard.get('op_type')})"
         evidence = [f"lint {hazard.get('severity')} {code} at {where}: {hazard.get('detail', '')}"[:300]]
         if repeats_differ and cause == "export_training_mode" and hazard.get("severity") == "error":
-            confidence = 0.9
+            weight, basis = 0.9, MEASURED
             evidence.append("two identical runs disagree: what training mode does (statistics updated, random masks)")
-        found.append(Hypothesis(cause, round(confidence, 3), tuple(evidence), fix, "evidence"))
+        found.append(Hypothesis(cause, round(weight, 3), tuple(evidence), fix, "evidence", basis))
     return found
 
 
@@ -264,12 +274,17 @@ def _ran_on_gpu(run: CheckResult) -> bool:
     return any(str(p) in _GPU_PROVIDERS for p in effective)
 
 
-def _env_hypotheses(env_diff: Iterable[Mapping[str, object]], *, gpu: bool = True) -> list[Hypothesis]:
+def _env_hypotheses(
+    env_diff: Iterable[Mapping[str, object]], *, gpu: bool = True, session: SessionConfig | None = None
+) -> list[Hypothesis]:
     """Stable environment changes as causes; CUDA libraries only when a CUDA-library provider ran.
 
     Why: a CPU-only session never calls cuBLAS or cuDNN, so their versions cannot move its numbers (a
-    reference made in a CUDA torch's process recorded them; a check of the CPU stack lacks them).
+    reference made in a CUDA torch's process recorded them; a check of the CPU stack lacks them). A
+    core count moves ONNX Runtime's thread count only when ``intra_op_num_threads`` is 0 (auto): with
+    an explicit count it is not a cause, and its fix ("set it explicitly") would already be in effect.
     """
+    explicit = session is not None and session.intra_op_num_threads > 0
     found = []
     for change in env_diff:
         if not change.get("stable"):
@@ -277,10 +292,12 @@ def _env_hypotheses(env_diff: Iterable[Mapping[str, object]], *, gpu: bool = Tru
         name = str(change.get("field"))
         if name.startswith("cuda.") and not gpu:
             continue
-        for prefix, cause, confidence, fix in _ENV_CAUSES:
+        for prefix, cause, weight, fix in _ENV_CAUSES:
             if name.startswith(prefix):
+                if explicit and prefix.startswith("cpu.") and cause == "thread_count":
+                    break
                 evidence = f"{name}: {change.get('old')!r} → {change.get('new')!r}"
-                found.append(Hypothesis(cause, confidence, (evidence,), fix, "evidence"))
+                found.append(Hypothesis(cause, weight, (evidence,), fix, "evidence"))
                 break
     return found
 

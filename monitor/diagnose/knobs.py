@@ -52,6 +52,8 @@ CONV_SEARCHES = ("DEFAULT", "HEURISTIC", "EXHAUSTIVE")
 FALLBACK_KEY = "session.disable_cpu_ep_fallback"
 _TRT_CACHE_PATHS = ("trt_engine_cache_path", "trt_timing_cache_path")
 _TRT_CACHE_SWITCHES = ("trt_engine_cache_enable", "trt_timing_cache_enable")
+# Options an experiment sets for itself (its own TensorRT caches), never part of a fix.
+EXPERIMENT_ONLY = frozenset({*_TRT_CACHE_PATHS, *_TRT_CACHE_SWITCHES})
 # Session fields that change memory, never numbers: a baseline recorded without them is not "different".
 _NUMERICS_NEUTRAL = frozenset({"run_config_entries"})
 # Provider options that change numerics, with ONNX Runtime's defaults (what "unset" means).

@@ -4,12 +4,14 @@
 environment variables, so ``NVIDIA_TF32_OVERRIDE`` is seen when CUDA initializes), replays the
 given benchmark samples of the baseline's benchmark-set version and compares them with the
 baseline through ``compare.outputs``: the figure is ``OutputStats.error_ratio`` (worst
-``|a-b| / (atol + rtol*|b|)``, 1.0 is the line), the same one the check and the metrics report.
+``|a-b| / (atol + rtol*|b|)``, 1.0 is the line), the same one the check and the metrics report,
+and the ``measure`` (``diagnose.measure``: max |error|, max ULP, the share of elements off), which
+stays finite where the ratio does not (a bitwise tolerance).
 
 With ``scan`` the samples are all of them (up to a cap) and each sample's own ratio comes back,
 so the engine can keep the failing ones for the other experiments. With ``repeat`` the samples run
 a second time and the spread between the two runs is measured with the same yardstick
-(repeat-run determinism). Returns plain data (it crosses the process boundary); raises nothing
+(repeat-run determinism; its ``spread`` measure). Returns plain data (it crosses the process boundary); raises nothing
 it can turn into data: a session that cannot be built is ``{"error": ...}``.
 """
 
@@ -26,6 +28,7 @@ import numpy as np
 from monitor.compare import outputs
 from monitor.config.plan import CheckPlan
 from monitor.diagnose.knobs import Variation
+from monitor.diagnose.measure import of_outputs
 from monitor.errors import MonitorError
 from monitor.files import baselines, benchsets
 from monitor.results import OutputStats
@@ -71,6 +74,7 @@ def measure(
     measured: dict[str, Any] = {
         "error_ratio": worst_ratio(stats),
         "within_tolerance": all(stats),
+        "measure": _measure(stats),
         "outputs": {s.name: s.error_ratio for s in stats},
         "failing_outputs": [s.name for s in stats if not s],
         "samples": chosen,
@@ -83,6 +87,7 @@ def measure(
         spread = outputs.compare_outputs(again, actual, {n: tolerances[n] for n in actual})
         measured["repeat_ratio"] = worst_ratio(spread)
         measured["repeat_bitwise"] = all(s.metrics.bitwise_equal for s in spread)
+        measured["spread"] = _measure(spread)
     return measured
 
 
@@ -106,6 +111,11 @@ def worst_ratio(stats: Sequence[OutputStats]) -> float:
             ratio = 0.0 if output else math.inf
         worst = max(worst, ratio)
     return worst
+
+
+def _measure(stats: Sequence[OutputStats]) -> dict[str, Any] | None:
+    found = of_outputs(stats)
+    return found.to_dict() if found is not None else None
 
 
 def _one(sample: Mapping[str, np.ndarray]) -> dict[str, list[np.ndarray]]:

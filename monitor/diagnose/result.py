@@ -1,16 +1,24 @@
-"""What a diagnosis says: experiments (knob → error ratio), ranked hypotheses, and similar incidents.
+"""What a diagnosis says: experiments (knob → what it measured), ranked hypotheses, similar incidents.
 
 ``Diagnosis.to_dict()`` is the one JSON shape the CLI (``--json``), the API, the store and the run
-page read::
+page read (``format`` 2; docs/diagnose.md has it whole)::
 
-    {"model": ..., "run_id": ..., "seconds": ...,
-     "hypotheses": [{"cause", "confidence", "evidence", "fix", "source"}],
-     "experiments": [{"knob", "value", "error_ratio", "within_tolerance", "cause", "seconds", ...}],
+    {"format": 2, "model": ..., "run_id": ..., "seconds": ..., "summary": "the one line",
+     "hypotheses": [{"cause", "basis", "evidence", "fix", "source", "effect", "production_change"}],
+     "before": {"max_abs_error", "max_ulp", "mismatch_share", "position_mismatches"},
+     "experiments": [{"knob", "value", "error_ratio", "within_tolerance", "measure", "effect", "changes", ...}],
      "similar_incidents": [{"id", "at", "cause", "fix", "text", "score"}],
      "notes": [...]}
 
-``cause`` is always one of ``results.CAUSE_CODES``; hypotheses are sorted by confidence, most
-likely first, and ``Diagnosis.top`` is the line ``onnxmon check`` prints.
+``cause`` is always one of ``results.CAUSE_CODES``. Hypotheses are in rank order: a revert that
+restores the baseline (``basis: experiment``, its measured ``effect``) before what the replays or
+the check measured (``measured``) before what only correlates (``evidence``: the run's record,
+rules, incidents); a revert that only reduces the drift comes after the evidence. No hypothesis
+carries a probability: what was measured is shown as measured, the rest is labelled evidence.
+``Diagnosis.summary()`` is the line ``onnxmon check``, the run page and the rehearsal print: when no
+revert restores the baseline it says "no experiment explains this drift" and names the evidence.
+A document without ``format`` is an older onnxmon's (fixed per-rule ``confidence``, no measures):
+``from_dict`` reads it and ``summary`` says where it comes from.
 """
 
 from __future__ import annotations
@@ -20,12 +28,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from monitor import jsonsafe
+from monitor.diagnose.measure import RESTORES, Effect, Measure, ProductionChange
 from monitor.results import CAUSE_CODES
+
+FORMAT = 2
+EXPERIMENT, MEASURED, EVIDENCE = "experiment", "measured", "evidence"
+BASES = (EXPERIMENT, MEASURED, EVIDENCE)
 
 
 @dataclass(frozen=True)
 class Experiment:
-    """One replay under one knob: the error ratio it measured (1.0 is the tolerance line)."""
+    """One replay under one knob: the check's error ratio (1.0 is the line) and the finite ``measure``."""
 
     knob: str
     value: str
@@ -35,10 +49,25 @@ class Experiment:
     seconds: float = 0.0
     note: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    measure: Measure | None = None  # against the baseline, on the replayed samples
+    effect: str | None = None  # against the current setup on the same samples: restores / reduces / none
+    changes: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # what it set: field → (now, replayed)
 
     @property
     def measured(self) -> bool:
         return self.error_ratio is not None
+
+    def outcome(self) -> str:
+        """Its effect in words: against the tolerance, and against the current setup on the same samples."""
+        if not self.measured:
+            return self.note[:60] or "not measured"
+        if self.knob == "current":
+            return "over" if self.within_tolerance is False else "within"
+        if self.knob == "repeat":
+            bitwise = self.extra.get("bitwise")
+            return "bitwise equal" if bitwise is True else "differ (run against run)"
+        said = {True: "within", False: "over", None: "-"}[self.within_tolerance]
+        return f"{said}, {self.effect}" if self.effect in ("restores", "reduces") else f"{said}, no effect"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -46,6 +75,9 @@ class Experiment:
             "value": self.value,
             "error_ratio": self.error_ratio,
             "within_tolerance": self.within_tolerance,
+            "measure": self.measure.to_dict() if self.measure is not None else None,
+            "effect": self.effect,
+            "changes": {k: [old, new] for k, (old, new) in self.changes.items()},
             "cause": self.cause,
             "seconds": round(self.seconds, 4),
             "note": self.note,
@@ -55,31 +87,44 @@ class Experiment:
 
 @dataclass(frozen=True)
 class Hypothesis:
-    """A candidate cause with how sure we are (0..1), what points to it, and what to try."""
+    """A candidate cause: on what ``basis`` (a revert's measured effect, a measurement, or evidence), what
+    points to it, and what to try. ``weight`` only orders hypotheses; it is not a probability and is never shown."""
 
     cause: str
-    confidence: float
+    weight: float
     evidence: tuple[str, ...]
     fix: str
     source: str = ""  # "experiment", "evidence", "rule:<id>", "incident:<id>"
+    basis: str = EVIDENCE  # EXPERIMENT: a revert's ``effect``; MEASURED: repeats or the check measured it
+    effect: Effect | None = None
+    production: ProductionChange | None = None  # what the fix would change in production's config
 
     def __post_init__(self) -> None:
         if self.cause not in CAUSE_CODES:
             raise ValueError(f"unknown cause code {self.cause!r}; known: {sorted(CAUSE_CODES)}")
 
+    def label(self) -> str:
+        """What it rests on, in words: ``measured: restores the baseline``, ``measured``, ``evidence``."""
+        if self.basis == EXPERIMENT and self.effect is not None:
+            restores = self.effect.kind == RESTORES
+            return "measured: restores the baseline" if restores else "measured: reduces, not within tolerance"
+        return "measured" if self.basis in (EXPERIMENT, MEASURED) else "evidence"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "cause": self.cause,
-            "confidence": round(self.confidence, 3),
+            "basis": self.basis,
             "evidence": list(self.evidence),
             "fix": self.fix,
             "source": self.source,
+            "effect": self.effect.to_dict() if self.effect is not None else None,
+            "production_change": self.production.to_dict() if self.production is not None else None,
         }
 
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """The outcome of ``diagnose``: hypotheses most likely first, the experiments behind them."""
+    """The outcome of ``diagnose``: hypotheses in rank order (measured first), the experiments behind them."""
 
     model: str
     hypotheses: tuple[Hypothesis, ...]
@@ -89,37 +134,71 @@ class Diagnosis:
     seconds: float = 0.0
     run_id: int | None = None
     localization: Mapping[str, Any] | None = None  # the localized nodes (name, op type), when there were any
+    before: Measure | None = None  # the current setup against the baseline on the replayed samples
+    format: int = FORMAT  # 1: a document of an older onnxmon (fixed per-rule weights, no measures)
 
     @property
     def top(self) -> Hypothesis | None:
         return self.hypotheses[0] if self.hypotheses else None
 
-    def headline(self, *, weighed: bool = True) -> str:
-        """One line for ``onnxmon check``: the most likely cause, its evidence, and a similar incident.
+    @property
+    def reproduced(self) -> bool:
+        """The current setup was replayed and is out of tolerance again: experiments can measure an effect."""
+        current = next((e for e in self.experiments if e.knob == "current"), None)
+        return current is not None and current.within_tolerance is False
 
-        The weight is ``onnxmon diagnose``'s own figure for the same run; ``weighed=False`` (a ranking
-        from the evidence alone, nothing replayed) leaves it out rather than print another one.
-        """
+    @property
+    def replayed(self) -> bool:
+        """Some knob other than the current setup was replayed and measured."""
+        return any(e.measured for e in self.experiments if e.knob not in ("current", "repeat"))
+
+    def summary(self) -> str:
+        """The one line every surface prints: the cause a revert measurably restores, or that none does, and why."""
         top = self.top
         if top is None:
             return "likely cause: none (nothing to diagnose)" if not self.experiments else "likely cause: unknown"
-        first = top.evidence[0].split(" (somewhere")[0].split(" (at the localized")[0] if top.evidence else ""
-        evidence = f" ({first[:117]}...)" if len(first) > 120 else f" ({first})" if first else ""
-        weight = f" {top.confidence:.0%}" if weighed else ""
-        label = "likely cause" if weighed else "likely cause (evidence only, not replayed)"
-        line = f"{label}: {top.cause}{weight}{evidence}; try: {top.fix}"
+        first = _first_evidence(top)
+        if self.format < FORMAT:
+            told = f"; {first}" if first else ""
+            return (
+                f"likely cause: {top.cause} (diagnosed by an older onnxmon, ranked by fixed weights,"
+                f" not measured{told}); try: {top.fix}"
+            )
+        told = f" ({first})" if first else ""
+        if top.basis == EXPERIMENT and top.effect is not None and top.effect.kind == RESTORES:
+            return f"likely cause: {top.cause} (measured: {top.effect.describe()}); try: {top.fix}"
+        if top.basis == EXPERIMENT and top.effect is not None:
+            return f"no experiment explains this drift; closest: {top.cause} ({top.effect.describe()}); try: {top.fix}"
+        if top.basis in (EXPERIMENT, MEASURED):
+            return f"likely cause: {top.cause} (measured: {first}); try: {top.fix}"
+        if self.reproduced and self.replayed:
+            closest = next((h.effect for h in self.hypotheses if h.effect is not None), None)
+            partly = f" ({closest.describe()})" if closest is not None else ""
+            if top.cause == "unknown":
+                return f"no experiment explains this drift{partly} and no evidence points to a cause; try: {top.fix}"
+            return f"no experiment explains this drift{partly}; evidence: {top.cause}{told}; try: {top.fix}"
+        if not self.replayed:
+            return f"likely cause (evidence only, not replayed): {top.cause}{told}; try: {top.fix}"
+        return f"likely cause (evidence; the failure did not reproduce on replay): {top.cause}{told}; try: {top.fix}"
+
+    def headline(self) -> str:
+        """One line for ``onnxmon check``: ``summary()``, and a similar incident (named once)."""
+        line = self.summary()
         if self.similar_incidents:
             similar = similar_line(self.similar_incidents[0])
-            if similar not in first:  # the top's own evidence may be that incident: say it once
+            if similar not in line:  # the top's own evidence may be that incident: say it once
                 line += "; " + similar
         return line
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "format": self.format,
             "model": self.model,
             "run_id": self.run_id,
             "seconds": round(self.seconds, 3),
+            "summary": self.summary(),
             "hypotheses": [h.to_dict() for h in self.hypotheses],
+            "before": self.before.to_dict() if self.before is not None else None,
             "experiments": [e.to_dict() for e in self.experiments],
             "similar_incidents": [dict(i) for i in self.similar_incidents],
             "notes": list(self.notes),
@@ -128,37 +207,78 @@ class Diagnosis:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Diagnosis:
-        """Rebuild from ``to_dict`` output (a stored document); unknown cause codes are dropped."""
+        """Rebuild from ``to_dict`` output (a stored document, of this release or an older one).
+
+        Unknown cause codes are dropped. A document without ``format`` is an older onnxmon's: its
+        hypotheses carry a fixed per-rule ``confidence`` and no measures (``summary`` says so)."""
+        version = data.get("format")
+        version = version if isinstance(version, int) and not isinstance(version, bool) else 1
         hypotheses = []
-        for h in data.get("hypotheses") or []:
-            if h.get("cause") in CAUSE_CODES:
-                evidence = tuple(str(e) for e in h.get("evidence") or ())
-                confidence = float(h.get("confidence") or 0.0)
-                hypotheses.append(
-                    Hypothesis(h["cause"], confidence, evidence, str(h.get("fix", "")), str(h.get("source", "")))
+        for rank, h in enumerate(h for h in data.get("hypotheses") or [] if isinstance(h, Mapping)):
+            if h.get("cause") not in CAUSE_CODES:
+                continue
+            effect = Effect.from_dict(h.get("effect"))
+            basis = str(h.get("basis") or EVIDENCE)
+            hypotheses.append(
+                Hypothesis(
+                    h["cause"],
+                    -float(rank),  # the stored order is the ranking
+                    tuple(str(e) for e in h.get("evidence") or ()),
+                    str(h.get("fix", "")),
+                    str(h.get("source", "")),
+                    basis if basis in BASES else EVIDENCE,
+                    effect,
+                    ProductionChange.from_dict(h.get("production_change")),
                 )
+            )
         experiments = tuple(
             Experiment(
                 str(e.get("knob")),
                 str(e.get("value")),
                 str(e.get("cause", "unknown")),
                 finite_or_none(e.get("error_ratio")),
-                e.get("within_tolerance"),
+                e.get("within_tolerance") if isinstance(e.get("within_tolerance"), bool) else None,
                 float(e.get("seconds") or 0.0),
                 str(e.get("note") or ""),
+                {k: v for k, v in e.items() if k not in _EXPERIMENT_KEYS},
+                measure=Measure.from_dict(e.get("measure")),
+                effect=str(e["effect"]) if isinstance(e.get("effect"), str) else None,
+                changes=_changes(e.get("changes")),
             )
             for e in data.get("experiments") or []
+            if isinstance(e, Mapping)
         )
         return cls(
             model=str(data.get("model", "")),
             hypotheses=tuple(hypotheses),
             experiments=experiments,
-            similar_incidents=tuple(dict(i) for i in data.get("similar_incidents") or []),
+            similar_incidents=tuple(dict(i) for i in data.get("similar_incidents") or [] if isinstance(i, Mapping)),
             notes=tuple(str(n) for n in data.get("notes") or []),
             seconds=float(data.get("seconds") or 0.0),
             run_id=data.get("run_id"),
             localization=data.get("localization") if isinstance(data.get("localization"), Mapping) else None,
+            before=Measure.from_dict(data.get("before")),
+            format=version,
         )
+
+
+_EXPERIMENT_KEYS = frozenset(
+    {"knob", "value", "error_ratio", "within_tolerance", "measure", "effect", "changes", "cause", "seconds", "note"}
+)
+
+
+def _changes(data: Any) -> dict[str, tuple[str, str]]:
+    if not isinstance(data, Mapping):
+        return {}
+    return {str(k): (str(v[0]), str(v[1])) for k, v in data.items() if isinstance(v, list | tuple) and len(v) == 2}
+
+
+def _first_evidence(hypothesis: Hypothesis) -> str:
+    """The first piece of evidence, shortened for one line."""
+    if not hypothesis.evidence:
+        return ""
+    first = hypothesis.evidence[0].split(" (somewhere")[0].split(" (at the localized")[0]
+    return f"{first[:117]}..." if len(first) > 120 else first
 
 
 def similar_line(incident: Mapping[str, Any]) -> str:
@@ -181,7 +301,10 @@ def top_cause(document: Mapping[str, Any] | None) -> str | None:
 
 
 def finite_or_none(value: Any) -> float | None:
-    """A ratio for JSON: floats stay (inf is encoded by jsonsafe), anything else is None."""
+    """A ratio for JSON: floats stay (inf is encoded by jsonsafe, and read back from its ``"Infinity"``
+    string, as a stored document has it); NaN and anything else is None."""
+    if value in (jsonsafe.INFINITY, "inf"):
+        return math.inf
     if isinstance(value, int | float) and not isinstance(value, bool) and not math.isnan(float(value)):
         return float(value)
     return None

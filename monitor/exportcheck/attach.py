@@ -21,6 +21,7 @@ from typing import Any
 
 from monitor import lint
 from monitor.config.plan import CheckPlan
+from monitor.details import Details
 from monitor.errors import MonitorError
 from monitor.exportcheck import lint_warnings
 from monitor.exportcheck.batch import check_batch_invariance
@@ -33,7 +34,7 @@ def with_export_checks(plan: CheckPlan, result: CheckResult, *, clock: Any = tim
     checks = plan.model.checks
     if not checks.lint and checks.batch_invariance is None:
         return result
-    details: dict[str, Any] = dict(result.details)
+    details: Details = {**result.details}
     opened: list[benchsets.Benchset | None] = []
 
     def bench() -> benchsets.Benchset | None:  # read the manifest at most once, and only when needed

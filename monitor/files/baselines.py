@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import functools
 import hashlib
-import json
 import os
 import re
-import shutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,8 +127,8 @@ class Baseline:
         if hashlib.sha256(raw).hexdigest() != expected:
             raise BaselineError(f"baseline {self.id}: {path} does not match its sha256 in {META_FILE}")
         try:
-            data = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            data = jsonsafe.loads(raw)  # its numbers bounded
+        except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, or a number out of range
             raise BaselineError(f"baseline {self.id}: {path} is not JSON: {exc}") from None
         if not isinstance(data, dict):
             raise BaselineError(f"baseline {self.id}: {path} holds {type(data).__name__}, expected an object")
@@ -238,6 +237,27 @@ def active(root: Path, model: str) -> Baseline | None:
     return _open(directory)
 
 
+class NotWritten(BaselineError):
+    """A baseline file could not be written (a full disk, a read-only volume): nothing was changed.
+
+    Nothing the command line could fix, and nothing done: exit 3. The API answers 507 Insufficient
+    Storage when ``disk_full``.
+    """
+
+    exit_code = 3
+
+    def __init__(self, message: str, *, disk_full: bool) -> None:
+        super().__init__(message)
+        self.disk_full = disk_full
+
+
+def not_written(path: Path, exc: OSError, unchanged: str) -> NotWritten:
+    """One line naming the file, why (the disk is full, said in words) and what was left as it was."""
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    why = f"the disk is full ({exc.strerror})" if full else (exc.strerror or str(exc))
+    return NotWritten(f"cannot write {path}: {why}; {unchanged}", disk_full=full)
+
+
 def promote(
     root: Path, baseline_id: str, *, by: str = "cli", note: str = "", now: dt.datetime | None = None
 ) -> Baseline:
@@ -245,16 +265,16 @@ def promote(
 
     The promotion log (``promotions.jsonl``) keeps when, by whom and why (``note``): the store mirrors
     that record, so history dates a promotion when it happened, not when the baseline was captured.
+    Both or neither: a write that fails (``NotWritten``: a full disk) puts ACTIVE and the log back as
+    they were and leaves no temporary file (the previous ACTIVE is kept as a hard link, which needs no
+    space, until the log has its line).
     """
     baseline = get(root, baseline_id)
     model_dir = baseline.directory.parent
     previous = active_id(root, baseline.meta.model)
+    active_path, log = model_dir / ACTIVE_FILE, model_dir / PROMOTIONS_FILE
     temp = model_dir / f".{ACTIVE_FILE}.{os.getpid()}.tmp"
-    temp.write_text(baseline_id + "\n", encoding="utf-8")
-    with temp.open("rb") as handle:
-        os.fsync(handle.fileno())
-    os.replace(temp, model_dir / ACTIVE_FILE)
-    tensors.fsync_dir(model_dir)
+    kept = model_dir / f".{ACTIVE_FILE}.{os.getpid()}.previous"
     record = {
         "at": jsonsafe.timestamp(now or dt.datetime.now(dt.UTC)),
         "baseline_id": baseline_id,
@@ -262,53 +282,51 @@ def promote(
         "by": by,
         **({"note": note} if note else {}),
     }
-    with (model_dir / PROMOTIONS_FILE).open("a", encoding="utf-8") as handle:
-        handle.write(jsonsafe.dumps(record) + "\n")
+    log_size = log.stat().st_size if log.is_file() else None
+    writing, replaced = active_path, False  # the temporary file's name would tell a user nothing
+    try:
+        _write_synced(temp, baseline_id + "\n", "w")
+        if os.path.lexists(active_path):
+            os.link(active_path, kept, follow_symlinks=False)
+        os.replace(temp, active_path)
+        replaced, writing = True, log
+        _write_synced(log, jsonsafe.dumps(record) + "\n", "a")
+        tensors.fsync_dir(model_dir)
+    except OSError as exc:
+        _discard(temp)
+        if replaced:
+            _put_back(active_path, kept, log, log_size)
+        unchanged = f"{previous} stays active" if previous else "no baseline was made active"
+        raise not_written(writing, exc, f"nothing changed: {unchanged}") from exc
+    finally:
+        _discard(kept)
     return baseline
 
 
-@dataclass(frozen=True)
-class ActiveState:
-    """A model's ``ACTIVE`` file and promotion log at one moment: what ``restore`` puts back.
-
-    Why: a capture or a promotion is written to disk first and then recorded in the store; when the
-    store fails in between (an outage after the readiness check), the command must leave nothing
-    behind, not an ACTIVE baseline the store never heard of.
-    """
-
-    model_dir: Path
-    active: str | None
-    log_size: int | None  # None: no promotion log yet
-    existed: bool
+def _discard(path: Path) -> None:
+    """Remove a temporary file if it is there (a read-only volume refuses even a missing one's unlink)."""
+    if os.path.lexists(path):
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
-def active_state(root: Path, model: str) -> ActiveState:
-    """What ``model``'s ACTIVE and promotion log are now."""
-    model_dir = Path(root) / model
-    log = model_dir / PROMOTIONS_FILE
-    size = log.stat().st_size if log.is_file() else None
-    return ActiveState(model_dir, active_id(root, model), size, model_dir.is_dir())
+def _write_synced(path: Path, text: str, mode: str) -> None:
+    with path.open(mode, encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
-def restore(state: ActiveState, *, drop: Path | None = None) -> None:
-    """Put ACTIVE and the promotion log back as ``state`` saw them; ``drop``: a new baseline to remove too."""
-    if drop is not None and drop.parent == state.model_dir:
-        shutil.rmtree(drop, ignore_errors=True)
-    active = state.model_dir / ACTIVE_FILE
-    if state.active is None:
-        active.unlink(missing_ok=True)
+def _put_back(active_path: Path, kept: Path, log: Path, log_size: int | None) -> None:
+    """Undo a promotion whose log line could not be written: renames and a truncation, none needs space."""
+    if os.path.lexists(kept):
+        os.replace(kept, active_path)
     else:
-        temp = state.model_dir / f".{ACTIVE_FILE}.{os.getpid()}.tmp"
-        temp.write_text(state.active + "\n", encoding="utf-8")
-        os.replace(temp, active)
-    log = state.model_dir / PROMOTIONS_FILE
-    if state.log_size is None:
+        active_path.unlink(missing_ok=True)
+    if log_size is None:
         log.unlink(missing_ok=True)
-    elif log.is_file():
-        os.truncate(log, state.log_size)
-    if not state.existed:
-        with contextlib.suppress(OSError):  # only when nothing else is left in it
-            state.model_dir.rmdir()
+    else:
+        os.truncate(log, log_size)
 
 
 def promotions(root: Path, model: str) -> list[dict[str, Any]]:
@@ -318,10 +336,10 @@ def promotions(root: Path, model: str) -> list[dict[str, Any]]:
         return []
     try:
         lines = bounded.read_text(path, limit=MAX_DOCUMENT_BYTES).splitlines()
-        return [json.loads(line) for line in lines if line.strip()]
+        return [jsonsafe.loads(line) for line in lines if line.strip()]  # numbers bounded
     except bounded.FileRefused as exc:
         raise BaselineError(f"{path}: cannot read the promotion log: {exc.strerror}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # not UTF-8, not JSON, or a number out of range
         raise BaselineError(f"{path}: cannot read the promotion log: {exc}") from None
 
 
@@ -337,10 +355,10 @@ def last_promotion(root: Path, model: str, baseline_id: str) -> dict[str, Any] |
 def _open(directory: Path) -> Baseline:
     meta_path = directory / META_FILE
     try:
-        data = json.loads(bounded.read_text(meta_path, limit=MAX_DOCUMENT_BYTES))
+        data = jsonsafe.loads(bounded.read_text(meta_path, limit=MAX_DOCUMENT_BYTES))  # numbers bounded
     except bounded.FileRefused as exc:
         raise BaselineError(f"{meta_path}: cannot read baseline metadata: {exc.strerror}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # not UTF-8, not JSON, or a number out of range
         raise BaselineError(f"{meta_path}: cannot read baseline metadata: {exc}") from None
     if not isinstance(data, dict):
         raise BaselineError(f"{meta_path}: expected a JSON object")

@@ -13,10 +13,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import onnx
 
+from monitor.details import ModelDetails
 from monitor.errors import ModelError
 from monitor.files.stamped import Digests
 from monitor.files.tensors import open_regular
@@ -35,7 +35,7 @@ class ModelIdentity:
     ir_version: int | None = None
     producer: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ModelDetails:
         return {
             "path": self.path,
             "sha256": self.sha256,

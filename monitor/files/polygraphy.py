@@ -19,13 +19,12 @@ from __future__ import annotations
 import base64
 import binascii
 import io
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from monitor import bounded
+from monitor import bounded, jsonsafe
 from monitor.errors import BenchsetError, MonitorError
 from monitor.files.tensors import load_npy_bytes, load_npz
 
@@ -38,12 +37,12 @@ MAX_JSON_BYTES = 512 << 20
 
 def _read_json(path: Path, what: str, error: type[MonitorError]) -> Any:
     try:
-        return json.loads(bounded.read_text(path, limit=MAX_JSON_BYTES))
+        return jsonsafe.loads(bounded.read_text(path, limit=MAX_JSON_BYTES))  # its numbers bounded
     except FileNotFoundError:
         raise error(f"{what} {path} not found") from None
     except bounded.FileRefused as exc:
         raise error(f"{what} {path} cannot be read: {exc.strerror}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # not UTF-8, not JSON, or a number out of range
         raise error(f"{what} {path} cannot be read: {exc}") from None
     except RecursionError:
         raise error(f"{what} {path} is nested too deeply to be a Polygraphy file") from None

@@ -4,7 +4,13 @@
 in ONNX Runtime deployments, each rule with its cause code, the fix to try and its source
 (docs/knowledge.md). ``load()`` validates the file once (a rule with an unknown cause or an unknown
 condition is a ``ConfigError`` naming the file, the rule and the field); ``match(rules, facts)``
-returns the rules whose every condition holds for one failing run's ``Facts``.
+returns the rules whose every condition holds for one failing run's ``Facts``, except a rule whose
+fix is already in effect (its ``sets``: the settings its fix would make): advice to set what is
+set would be void (``in_effect`` lists those, for the diagnosis' notes).
+
+A rule's ``weight`` orders its evidence among the other evidence (halved when its op types match
+the model but not the localized node). It is not a probability: nothing measured it, and no
+surface shows it.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ CONDITIONS = frozenset(
         "model_change",
     }
 )
+SETTINGS = frozenset({"session", "provider_options", "env"})
 
 
 @dataclass(frozen=True)
@@ -61,10 +68,11 @@ class Rule:
     id: str
     title: str
     cause: str
-    confidence: float
+    weight: float
     fix: str
     source: str
     match: Mapping[str, Any]
+    sets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # {session|provider_options|env: {key: [v]}}
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,7 @@ class RuleMatch:
     """A rule that holds; ``localized`` is False when its op types matched the whole model only."""
 
     rule: Rule
-    confidence: float
+    weight: float
     localized: bool
 
 
@@ -104,32 +112,55 @@ def parse(text: str, *, where: str) -> tuple[Rule, ...]:
         unknown = sorted(set(conditions) - CONDITIONS)
         if unknown:
             raise ConfigError(f"{label} ({raw['id']}): unknown match conditions {unknown}; known: {sorted(CONDITIONS)}")
-        confidence = float(raw.get("confidence", 0.5))
-        if not 0.0 < confidence <= 1.0:
-            raise ConfigError(f"{label} ({raw['id']}): confidence must be in (0, 1], got {confidence}")
+        weight = float(raw.get("weight", 0.5))
+        if not 0.0 < weight <= 1.0:
+            raise ConfigError(f"{label} ({raw['id']}): weight must be in (0, 1], got {weight}")
+        sets = raw.get("sets") or {}
+        if not isinstance(sets, Mapping) or not all(isinstance(v, Mapping) for v in sets.values()):
+            raise ConfigError(f"{label} ({raw['id']}): 'sets' must map {sorted(SETTINGS)} to {{key: [values]}}")
+        if set(sets) - SETTINGS:
+            raise ConfigError(f"{label} ({raw['id']}): unknown 'sets' kinds {sorted(set(sets) - SETTINGS)}")
         found.append(
             Rule(
                 str(raw["id"]),
                 str(raw["title"]),
                 str(raw["cause"]),
-                confidence,
+                weight,
                 str(raw["fix"]),
                 str(raw["source"]),
                 dict(conditions),
+                {str(k): dict(v) for k, v in sets.items()},
             )
         )
     return tuple(found)
 
 
 def match(rules: Iterable[Rule], facts: Facts) -> list[RuleMatch]:
-    """The rules whose every condition holds, most confident first."""
+    """The rules whose every condition holds and whose fix is not already in effect, heaviest first."""
     found = []
     for rule in rules:
         localized = _holds(rule.match, facts)
-        if localized is not None:
-            confidence = rule.confidence if localized else rule.confidence / 2
-            found.append(RuleMatch(rule, confidence, localized))
-    return sorted(found, key=lambda m: -m.confidence)
+        if localized is not None and not _in_effect(rule, facts):
+            weight = rule.weight if localized else rule.weight / 2
+            found.append(RuleMatch(rule, weight, localized))
+    return sorted(found, key=lambda m: -m.weight)
+
+
+def in_effect(rules: Iterable[Rule], facts: Facts) -> list[Rule]:
+    """The rules whose conditions hold but whose fix is already in effect (so ``match`` leaves them out)."""
+    return [rule for rule in rules if _holds(rule.match, facts) is not None and _in_effect(rule, facts)]
+
+
+def _in_effect(rule: Rule, facts: Facts) -> bool:
+    """Whether every setting the rule's fix makes already has one of its values in production."""
+    if not rule.sets:
+        return False
+    have = {"session": facts.session, "provider_options": facts.provider_options, "env": facts.env}
+    return all(
+        _text(have[kind].get(key)) in [_text(v) for v in _list(values)]
+        for kind, settings in rule.sets.items()
+        for key, values in settings.items()
+    )
 
 
 def _holds(conditions: Mapping[str, Any], facts: Facts) -> bool | None:

@@ -7,17 +7,18 @@ onnxruntime, one whose onnxmon is another version than this one (its results wou
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from monitor import __version__
 from monitor.errors import MonitorError
+from monitor.rehearse import answer, child
 
 PROBE_TIMEOUT_S = 120.0
+MAX_PROBE_BYTES = 64 << 10
+"""What the probe may print (its answer is one short line); past it the candidate cannot rehearse."""
+MAX_PROBE_STDERR_BYTES = 16 << 20
 # ``monitor.cli`` too: the replay runs the candidate's command line, which needs onnxmon's own dependencies
 # there (typer, pydantic, ...), not only the two packages; a half-installed candidate is exit 3, not a no-go.
 _PROBE = (
@@ -64,53 +65,54 @@ def probe(python: str | Path, env: dict[str, str] | None = None) -> Candidate:
     if not path.is_file() or not os.access(path, os.X_OK):
         raise CandidateUnusable(f"--python {python}: not an executable file")
     try:
-        done = _ask([str(path), "-c", _PROBE], env)
-    except subprocess.TimeoutExpired:
-        raise CandidateUnusable(f"--python {python}: no answer to the probe within {PROBE_TIMEOUT_S:g} s") from None
+        ran = child.run(
+            [str(path), "-c", _PROBE],
+            limit_s=PROBE_TIMEOUT_S,
+            stdout_cap=MAX_PROBE_BYTES,
+            stderr_cap=MAX_PROBE_STDERR_BYTES,
+            env=env,
+        )
     except OSError as exc:
         raise CandidateUnusable(f"--python {python}: cannot run it: {type(exc).__name__}: {exc}") from None
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+    if ran.timed_out:
+        raise CandidateUnusable(f"--python {python}: no answer to the probe within {PROBE_TIMEOUT_S:g} s")
+    if ran.cut is not None:
+        raise CandidateUnusable(f"--python {python}: {ran.cut} in answer to the probe")
+    if ran.returncode != 0:
         raise CandidateUnusable(
-            f"--python {python}: cannot import onnxmon (with its command line) and onnxruntime there ({last})"
+            f"--python {python}: cannot import onnxmon (with its command line) and onnxruntime there"
+            f" ({ran.last_line()})"
         )
-    try:
-        found = json.loads(done.stdout.strip().splitlines()[-1])
-        keys = ("python", "onnxmon", "onnxruntime", "providers")
-        if not isinstance(found, dict) or not all(k in found for k in keys) or not isinstance(found["providers"], list):
-            raise ValueError(f"not an object with {list(keys)}")
-    except (ValueError, IndexError):
-        raise CandidateUnusable(f"--python {python}: unexpected answer to the probe: {done.stdout[:200]!r}") from None
+    found = _probe_answer(python, ran.stdout)
     if found["onnxmon"] != __version__:
         raise CandidateUnusable(
             f"--python {python} has onnxmon {found['onnxmon']}, this is {__version__}: install this onnxmon"
             " there (scripts/ort-venv VERSION makes such an interpreter)"
         )
+    providers = found["providers"]
+    assert isinstance(providers, list)
     return Candidate(
         python=path,
         python_version=str(found["python"]),
         onnxmon_version=str(found["onnxmon"]),
         onnxruntime_version=str(found["onnxruntime"]),
-        providers=tuple(str(p) for p in found["providers"]),
+        providers=tuple(str(p) for p in providers),
     )
 
 
-def _ask(command: list[str], env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
-    """Run the probe in its own session; past ``PROBE_TIMEOUT_S`` the whole session is killed (a hung
-    wrapper script's children too, not only the script) and ``TimeoutExpired`` raised."""
-    with subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        errors="replace",  # an interpreter that prints bytes not UTF-8 is answered in one line, as any garbage
-        env=env,
-        start_new_session=True,
-    ) as process:
-        try:
-            out, err = process.communicate(timeout=PROBE_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
-            raise
-    return subprocess.CompletedProcess(command, process.returncode, out, err)
+def _probe_answer(python: str | Path, stdout: bytes) -> dict[str, object]:
+    """The probe's answer (its last line): strings for the versions, a list of strings for the providers."""
+    lines = stdout.strip().splitlines()
+    try:
+        found = answer.parse(lines[-1] if lines else b"")
+        if not isinstance(found, dict) or not all(isinstance(found.get(k), str) for k in _VERSIONS):
+            raise answer.BadAnswer(f"not an object with the strings {list(_VERSIONS)}")
+        providers = found.get("providers")
+        if not isinstance(providers, list) or not all(isinstance(p, str) for p in providers):
+            raise answer.BadAnswer("no list of providers")
+    except answer.BadAnswer:
+        raise CandidateUnusable(f"--python {python}: unexpected answer to the probe: {stdout[:200]!r}") from None
+    return found
+
+
+_VERSIONS = ("python", "onnxmon", "onnxruntime")

@@ -10,48 +10,51 @@ Nothing is recorded there (``--no-store``): the caller stores candidate runs as 
 
 from __future__ import annotations
 
-import subprocess
 import time
-from collections.abc import Mapping
-from typing import Any
 
-from monitor import jsonsafe
 from monitor.config.plan import CheckPlan
+from monitor.rehearse import answer, child
 from monitor.rehearse.candidate import Candidate
 from monitor.results import CheckResult, error_result
-from monitor.sinks.spool import RESULT_FLOATS  # the keys of a printed CheckResult whose non-finite strings are floats
 
 STARTUP_S = 60.0
 """Room for the candidate interpreter to start and import ONNX Runtime, on top of the check's own limits."""
+MAX_ANSWER_BYTES = 8 << 20
+"""What ``check -o json`` may print for one model (a result with its diagnosis is tens of kilobytes)."""
+MAX_STDERR_BYTES = 64 << 20
+"""What it may write to stderr (its log) before it is cut; only the end is kept, for the report's ``why``."""
 
 
-def replay(candidate: Candidate, plan: CheckPlan, config_file: str, *, diagnose_budget_s: float) -> CheckResult:
-    """The candidate's check of ``plan.name`` against the active baseline; an ``error`` result when it gives none."""
+def replay(
+    candidate: Candidate,
+    plan: CheckPlan,
+    config_file: str,
+    *,
+    diagnose_budget_s: float,
+    expected: answer.Expected | None = None,
+) -> CheckResult:
+    """The candidate's check of ``plan.name`` against the active baseline; an ``error`` result when it gives none.
+
+    ``expected``: what its answer must be about (default: production's active baseline of the model, read now)."""
+    expected = expected or answer.Expected.of(plan)
     limit = STARTUP_S + plan.timeout_s + 10.0 + diagnose_budget_s
     command = candidate.command("check", plan.name, "--no-store", "-o", "json", "-c", config_file)
     started = time.time()
     try:
-        done = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=limit, check=False)
-    except subprocess.TimeoutExpired:
-        return error_result(
-            plan.name, "timeout", f"the candidate's check took over {limit:g} s; killed", started, time.time()
-        )
+        ran = child.run(command, limit_s=limit, stdout_cap=MAX_ANSWER_BYTES, stderr_cap=MAX_STDERR_BYTES)
     except OSError as exc:
         return error_result(plan.name, "crash", f"the candidate could not run: {exc}", started, time.time())
+    finished = time.time()
+    if ran.timed_out:
+        return error_result(plan.name, "timeout", f"the candidate's check {ran.cut}; killed", started, finished)
+    if ran.cut is not None:
+        return error_result(plan.name, "crash", f"the candidate's check {ran.cut}; killed", started, finished)
+    if not ran.stdout.strip():
+        detail = f"the candidate's check exited {ran.returncode} without a result: {ran.last_line()}"
+        return error_result(plan.name, "crash", detail, started, finished)
     try:
-        (found,) = jsonsafe.loads(done.stdout, floats=RESULT_FLOATS)
-        return CheckResult.from_dict(_epoch_times(found))
-    except (ValueError, TypeError, KeyError):
-        last = (done.stderr.strip().splitlines() or [done.stdout.strip()[:200] or "no output"])[-1][:500]
-        detail = f"the candidate's check exited {done.returncode} without a result: {last}"
-        return error_result(plan.name, "crash", detail, started, time.time())
-
-
-def _epoch_times(found: Mapping[str, Any]) -> dict[str, Any]:
-    """``check -o json`` writes RFC 3339 times; ``CheckResult.from_dict`` reads epoch seconds."""
-    data = dict(found)
-    data.pop("run_id", None)
-    for key in ("started_at", "finished_at"):
-        if isinstance(data.get(key), str):
-            data[key] = jsonsafe.epoch(data[key])
-    return data
+        return answer.check_result(ran.stdout, expected, returncode=ran.returncode, window=(started, finished))
+    except answer.BadAnswer as exc:
+        detail = f"the candidate's check exited {ran.returncode} with an answer onnxmon does not take: {exc}"
+        detail += f" (its stderr ends: {ran.last_line()})" if ran.returncode and ran.stderr.strip() else ""
+        return error_result(plan.name, "crash", detail, started, finished)

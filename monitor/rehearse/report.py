@@ -3,7 +3,9 @@
 A model is ``go`` when its check on the candidate passes against production's active baseline (a
 warning tier, ``tolerance.numeric: warn``, is a pass); anything else is no-go: a ``fail`` (drift beyond
 tolerance, decisions changed) or an ``error`` (the candidate could not measure it). A no-go carries the
-diagnosis the candidate made of it (``likely_cause``: the first hypothesis, its confidence and fix).
+diagnosis the candidate made of it (``likely_cause``: the first hypothesis, what it rests on, its
+fix, and the diagnosis' one line: the cause a revert measurably restores, or "no experiment explains
+this drift" and the evidence).
 The candidate's environment is diffed against production's, stable fields only, versions first: the
 stack that ran production's latest run of the model (else the active baseline's).
 """
@@ -14,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from monitor.diagnose.result import Diagnosis
 from monitor.rehearse.candidate import Candidate
 from monitor.results import CheckResult, Verdict
 from monitor.runtime import envsnap
@@ -110,7 +113,7 @@ class Report:
                 lines.append(f"         {output}: {decided.get('flipped')} of {decided.get('total')} decisions flipped")
             cause = data["likely_cause"]
             if cause:
-                lines.append(f"         likely cause: {cause['cause']} {cause['confidence']:.0%}; fix: {cause['fix']}")
+                lines.append(f"         {cause['summary']}")
             elif data["why"]:  # an error, or a fail the candidate did not diagnose: what it said, not only a code
                 lines.append(f"         why: {data['why']}")
         verdict_line = "GO: every model matches production" if self.go else "NO-GO: see the models marked NO-GO"
@@ -118,17 +121,19 @@ class Report:
 
 
 def likely_cause(result: CheckResult) -> dict[str, Any] | None:
-    """The first hypothesis of the diagnosis the candidate made of a no-go (``None`` when it made none)."""
+    """The first hypothesis of the diagnosis the candidate made of a no-go (``None`` when it made none):
+    its cause, ``basis`` (``experiment``, ``measured`` or ``evidence``), fix and the diagnosis' ``summary``."""
     document = result.details.get("diagnosis")
-    hypotheses = document.get("hypotheses") if isinstance(document, Mapping) else None
-    if not isinstance(hypotheses, list) or not hypotheses or not isinstance(hypotheses[0], Mapping):
+    if not isinstance(document, Mapping):
         return None
-    first = hypotheses[0]
-    return {
-        "cause": str(first.get("cause")),
-        "confidence": float(first.get("confidence") or 0.0),
-        "fix": str(first.get("fix") or ""),
-    }
+    try:  # vetted when read (rehearse/answer.py); a stored run may be older, or junk
+        found = Diagnosis.from_dict(document)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    first = found.top
+    if first is None:
+        return None
+    return {"cause": first.cause, "basis": first.basis, "fix": first.fix[:500], "summary": found.summary()[:1000]}
 
 
 def why(result: CheckResult) -> str | None:

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from monitor import jsonsafe
+from monitor.details import EnvChange, EnvironmentSnapshot
 from monitor.runtime import envparts
 from monitor.runtime.compat import compat_entries
 from monitor.runtime.cpu import cpu_entries
@@ -83,7 +84,7 @@ class FieldChange:
     new: JsonValue
     stable: bool
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> EnvChange:
         return {"field": self.field, "old": self.old, "new": self.new, "stable": self.stable}
 
 
@@ -108,7 +109,7 @@ class EnvSnapshot:
         field = self.fields.get(name)
         return default if field is None else field.value
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> EnvironmentSnapshot:
         """JSON-safe form; the top-level ``fingerprint`` is what the store deduplicates on."""
         return {
             "fingerprint": self.fingerprint,

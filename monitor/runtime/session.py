@@ -28,6 +28,7 @@ import numpy as np
 import onnxruntime as ort
 
 from monitor.config.settings import ProviderSpec, SessionConfig
+from monitor.details import SessionDetails
 from monitor.errors import ModelError
 from monitor.files.signature import InputSpec, check_inputs_fit
 from monitor.runtime import footprint, nontensor
@@ -94,7 +95,7 @@ class SessionInfo:
     outputs: tuple[TensorSpec, ...] = ()
     load_seconds: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> SessionDetails:
         return {
             "requested": list(self.requested),
             "effective": list(self.effective),

@@ -15,8 +15,11 @@ recognised on the next write-back instead of being written twice.
 Entries are read as files a person or a crash could have replaced (``monitor.bounded``): a FIFO,
 a device, a symlink to one or an entry over ``MAX_ENTRY_BYTES`` is set aside at once, never read.
 Entries are strict JSON (``monitor.jsonsafe``): a non-finite metric is the string ``"Infinity"``,
-``"-Infinity"`` or ``"NaN"``, turned back into a float when read; entries written before that
-rule, with bare ``NaN``/``Infinity`` tokens, are still read.
+``"-Infinity"`` or ``"NaN"``, turned back into a float when read where ``CheckResult``'s types say
+float (``monitor.details`` types the details and the environment), so text that spells one stays text;
+entries written before that rule, with bare ``NaN``/``Infinity`` tokens, are still read. Numbers are
+bounded when read (``jsonsafe.loads``): an entry with an integer beyond 2**64 or a float literal beyond
+float64 is set aside like any entry that cannot be read, and the write-back goes on with the next.
 An entry the database *refuses* (not an outage: a bug, a constraint), or that cannot be read, is
 moved to ``failed/`` (and counted in ``set_aside``) so that one poison result cannot block the
 queue; it stays on disk for a person to inspect.
@@ -56,8 +59,6 @@ FAILED_DIR = "failed"
 MAX_ENTRY_BYTES = 64 << 20  # a result with its details is kilobytes; a bigger entry is not ours
 _ENTRY = re.compile(r"^(\d{12,})\.json$")
 _FORMAT = 1
-RESULT_FLOATS = ("metrics", "tolerance", "timings", "started_at", "finished_at", "duration_s", "details", "environment")
-"""Keys of ``CheckResult.to_dict`` whose non-finite strings are read back as floats (all but names and reasons)."""
 
 
 @dataclass(frozen=True)
@@ -138,14 +139,15 @@ class Spool:
         """Decode one entry; ``ValueError`` naming the file when it is not a spooled result."""
         try:
             raw = bounded.read_bytes(path, limit=MAX_ENTRY_BYTES)
-            payload = jsonsafe.loads(raw.decode("utf-8"), floats=RESULT_FLOATS)
+            payload = jsonsafe.loads(raw.decode("utf-8"))  # numbers bounded; floats where CheckResult's types say
             if not isinstance(payload, Mapping) or payload.get("format") != _FORMAT:
                 raise ValueError(f"expected a JSON object with format {_FORMAT}")
             result = CheckResult.from_dict(payload["result"])
         except bounded.FileRefused as exc:
             raise ValueError(f"spool entry {path} cannot be read: {exc.strerror}") from None
-        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-            # anything a hostile file makes the decoder raise (a 200k-deep array is a RecursionError)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, ArithmeticError) as exc:
+            # anything a hostile file makes the decoder raise (a 200k-deep array is a RecursionError; an
+            # integer beyond a float's range, which jsonsafe.loads already refuses, an OverflowError)
             raise ValueError(f"spool entry {path} cannot be read: {type(exc).__name__}: {exc}"[:1000]) from None
         # An entry from before keys gets one from its bytes: the same file always names the same run.
         key = _text(payload.get("key")) or hashlib.sha256(raw).hexdigest()[:32]

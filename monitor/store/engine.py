@@ -18,18 +18,18 @@ from sqlalchemy.pool import NullPool
 from monitor.config.dburl import mask_url
 from monitor.errors import ConfigError
 from monitor.store import convert
-from monitor.store.health import StoreUnavailable
 
 
 def make_engine(url: str, *, echo: bool = False, write_timeout_s: float = 10.0, migrating: bool = False) -> Engine:
-    """An engine for ``url``; a missing database driver is a ``ConfigError`` naming the extra to install.
+    """An engine for ``url``; a URL this installation cannot open is a ``ConfigError`` (exit 2): a missing
+    database driver names the extra to install, a URL no SQLAlchemy dialect takes says so.
+
+    Neither is an outage: no retry or spool could ever write to such a store, so ``onnxmon check`` refuses
+    it before measuring rather than spool results for it forever (an unreachable database is
+    ``StoreUnavailable``, exit 3, from the store's health boundary).
 
     ``migrating`` (SQLite): an engine for one migration only (``migrate.py``), whose transactions are
     real ones that DDL joins, ``BEGIN IMMEDIATE``, with foreign keys off (see ``_migration_pragmas``).
-
-    A URL no SQLAlchemy dialect takes is ``StoreUnavailable``, like an unreachable database: the store's
-    own error at its boundary, so callers (``onnxmon check`` spooling, other commands' one line) need
-    no driver class names.
     """
     if url.split("://", 1)[0].split("+", 1)[0] == "postgres":  # as Heroku and many tools print it
         raise ConfigError(
@@ -54,8 +54,11 @@ def make_engine(url: str, *, echo: bool = False, write_timeout_s: float = 10.0, 
         raise ConfigError(
             f"store.url {mask_url(url)}: its database driver is not installed (no module named {exc.name!r}); {extra}"
         ) from None
-    except (ArgumentError, NoSuchModuleError) as exc:  # a URL no dialect takes: unusable until it is fixed
-        raise StoreUnavailable(f"{mask_url(url)}: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
+    except (ArgumentError, NoSuchModuleError) as exc:  # a URL no dialect takes: the config's to fix
+        raise ConfigError(
+            f"store.url {mask_url(url)}: no database takes this URL ({type(exc).__name__}: {exc}".splitlines()[0]
+            + "); onnxmon keeps its history in SQLite (sqlite:///FILE) or in PostgreSQL (postgresql+psycopg://…)"
+        ) from None
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _migration_pragmas if migrating else _sqlite_pragmas)
         if migrating:

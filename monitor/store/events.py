@@ -115,8 +115,8 @@ def snapshot_diff(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) 
         from monitor.runtime import envsnap
 
         changes = envsnap.diff(envsnap.EnvSnapshot.from_dict(old), envsnap.EnvSnapshot.from_dict(new))
-        stable = [c.to_dict() for c in changes if c.stable]
-        return stable or [c.to_dict() for c in changes]
+        stable = [dict(c.to_dict()) for c in changes if c.stable]
+        return stable or [dict(c.to_dict()) for c in changes]
     flat_old, flat_new = _flatten(old), _flatten(new)
     fields = sorted((set(flat_old) | set(flat_new)) - {"fingerprint"})
     return [

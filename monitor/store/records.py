@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from monitor.details import Details
 from monitor.results import OutputStats, Reason, Verdict
 
 
@@ -44,7 +45,7 @@ class RunRecord:
     providers_requested: tuple[str, ...] = ()
     providers_effective: tuple[str, ...] = ()
     timings: Mapping[str, float] = field(default_factory=dict)
-    details: Mapping[str, Any] = field(default_factory=dict)
+    details: Details = field(default_factory=lambda: Details())  # typed as CheckResult.details: monitor.details
     worst_output: str | None = None
     worst_max_abs_error: float | None = None
     worst_atol_ratio: float | None = None

@@ -262,6 +262,17 @@ bypass): each fails the render with a message that names the value to change.
 {{- if and $multi .Values.spool.persistence.enabled }}
 {{- fail "several pods (mode=daemonset or replicas>1) cannot share one spool claim (each would write back the others' results): leave spool.persistence.enabled false (an emptyDir per pod)" }}
 {{- end }}
+{{- /* a token the daemon would never see is refused, never dropped: mutating calls would answer 401 or 503 */}}
+{{- if (get (default dict (get (default dict .Values.config) "api")) "token") }}
+{{- fail "config.api.token does not reach the daemon: the chart keeps the token out of the rendered config (a ConfigMap anyone who reads ConfigMaps can read); move it to api.token (kept in the chart's Secret) or to existingSecret under existingSecretKeys.apiToken" }}
+{{- end }}
+{{- if and .Values.existingSecret .Values.api.token }}
+{{- if .Values.existingSecretKeys.apiToken }}
+{{- fail (printf "api.token is not used with existingSecret (the chart creates no Secret; the daemon reads key %q of Secret %q): put the token there and leave api.token empty" .Values.existingSecretKeys.apiToken .Values.existingSecret) }}
+{{- else }}
+{{- fail (printf "api.token is not used with existingSecret %q, and existingSecretKeys.apiToken is empty: put the token in that Secret and name its key in existingSecretKeys.apiToken, and leave api.token empty" .Values.existingSecret) }}
+{{- end }}
+{{- end }}
 {{- if and (not .Values.persistence.enabled) (not (include "onnxmon.databaseFromSecret" .)) }}
 {{- fail "persistence.enabled=false leaves nowhere to keep the SQLite file (the root filesystem is read-only): enable persistence or set database.url / existingSecret" }}
 {{- end }}

@@ -1,11 +1,16 @@
-"""The run page's "Diagnosis" section: likely causes, the experiments as a table and a bar chart, incidents.
+"""The run page's "Diagnosis" section: the summary line, causes (measured or evidence), the experiments, incidents.
 
-The bar chart is inline SVG (no script): one bar per experiment, its length the error ratio on a
-log scale (1.0, the tolerance line, drawn across), green when the knob brought every output back
-within tolerance. Below it, the incidents similar to this run and a plain POST form to note one
-(the API token goes in a password field: a form cannot send an ``Authorization`` header).
-Values here, markup in ``templates/diagnosis.html``, which escapes everything shown: knob values
-and incident text are data.
+The line on top is ``Diagnosis.summary()``, the one ``onnxmon check`` prints: the cause a revert
+measurably restores, or "no experiment explains this drift" and the evidence. Each cause says what
+it rests on (``measured: restores the baseline`` and its before → after, or ``evidence``); no
+percentages. The bar chart is inline SVG (no script): one bar per experiment, its length the max
+|error| against the baseline on a log scale (finite under any tolerance, unlike error ÷ tolerance,
+which a bitwise tolerance makes infinite), the current setup's drawn across; green when the knob
+brought every output back within tolerance, a bitwise-equal result drawn as "0". A document an
+older onnxmon stored (no measures, fixed per-rule weights) shows its causes and experiments, says
+where it comes from, and draws no chart. Below, the incidents similar to this run and a plain POST
+form to note one (the API token goes in a password field: a form cannot send an ``Authorization``
+header). Values here, markup in ``templates/diagnosis.html``, which escapes everything shown.
 """
 
 from __future__ import annotations
@@ -15,6 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from monitor.diagnose.measure import Measure
+from monitor.diagnose.result import FORMAT
+from monitor.diagnose.result import Diagnosis as Document
+from monitor.diagnose.result import Experiment as Replay
 from monitor.results import CAUSE_CODES
 
 BAR_W = 360
@@ -25,7 +34,7 @@ LEFT = 230
 @dataclass(frozen=True)
 class Hypothesis:
     cause: str
-    confidence: str
+    basis: str  # "measured: restores the baseline", "measured", "evidence"
     evidence: str
     fix: str
 
@@ -34,17 +43,19 @@ class Hypothesis:
 class Experiment:
     knob: str
     value: str
-    error_ratio: Any
+    max_abs_error: Any  # None: not measured (or an older document)
+    max_ulp: Any
+    off: str  # the share of elements off, or "-"
     seconds: Any
     within: bool | None  # None: not measured (``note`` says why)
-    note: str
+    result: str
 
 
 @dataclass(frozen=True)
 class Bar:
     y: int
     label: str
-    ratio: float | None  # None: not measured
+    value: float | None  # max |error|; None: not measured
     width: float
     color: str
 
@@ -55,7 +66,7 @@ class BarChart:
     height: int
     left: int
     bar_h: int
-    line_x: float  # the tolerance line, at 1
+    line_x: float  # the current setup's max |error|
     bars: list[Bar]
 
 
@@ -72,7 +83,10 @@ class Similar:
 @dataclass(frozen=True)
 class Diagnosis:
     run_id: int
+    summary: str  # the one line (``Diagnosis.summary``)
+    older: bool  # stored by an older onnxmon: fixed per-rule weights, nothing measured
     hypotheses: list[Hypothesis]
+    before: str  # the current setup on the replayed samples, described
     experiments: list[Experiment]
     chart: BarChart | None
     notes: list[str]
@@ -83,40 +97,26 @@ class Diagnosis:
 
 def view(run_id: int, document: Mapping[str, Any] | None, similar: Sequence[Mapping[str, Any]]) -> Diagnosis:
     """The section's values (always there on a non-passing run, for the incident form)."""
-    hypotheses: list[Hypothesis] = []
-    experiments: list[Mapping[str, Any]] = []
-    notes: list[str] = []
+    found: Document | None = None
     error = ""
     if isinstance(document, Mapping) and document.get("hypotheses"):
-        hypotheses = [
-            Hypothesis(
-                str(h.get("cause", "")),
-                f"{float(h.get('confidence') or 0):.0%}",
-                "; ".join(str(e) for e in (h.get("evidence") or [])[:3]),
-                str(h.get("fix", "")),
-            )
-            for h in document["hypotheses"]
-        ]
-        experiments = [e for e in document.get("experiments") or [] if isinstance(e, Mapping)]
-        notes = [str(n) for n in document.get("notes") or []]
+        found = Document.from_dict(document)
     elif isinstance(document, Mapping) and document.get("error"):
         error = str(document["error"])
+    replays = list(found.experiments) if found is not None else []
+    older = found is not None and found.format < FORMAT
     return Diagnosis(
         run_id=run_id,
-        hypotheses=hypotheses,
-        experiments=[
-            Experiment(
-                str(e.get("knob", "")),
-                str(e.get("value", "")),
-                e.get("error_ratio"),
-                e.get("seconds"),
-                e.get("within_tolerance") if isinstance(e.get("within_tolerance"), bool) else None,
-                str(e.get("note") or "—"),
-            )
-            for e in experiments
+        summary=found.summary() if found is not None else "",
+        older=older,
+        hypotheses=[
+            Hypothesis(h.cause, h.label(), "; ".join(h.evidence[:3]), h.fix)
+            for h in (found.hypotheses if found is not None else ())
         ],
-        chart=bar_chart(experiments) if experiments else None,
-        notes=notes,
+        before=found.before.describe() if found is not None and found.before is not None else "",
+        experiments=[_experiment(e) for e in replays],
+        chart=bar_chart(replays, found.before if found is not None else None) if replays and not older else None,
+        notes=list(found.notes) if found is not None else [],
         error=error,
         similar=[
             Similar(
@@ -133,29 +133,40 @@ def view(run_id: int, document: Mapping[str, Any] | None, similar: Sequence[Mapp
     )
 
 
-def bar_chart(experiments: Sequence[Mapping[str, Any]]) -> BarChart:
-    """Error ratio per knob, log scale from 1e-3 to the largest ratio, the tolerance line at 1."""
-    ratios = [_ratio(e.get("error_ratio")) for e in experiments]
-    finite = [r for r in ratios if r is not None and math.isfinite(r) and r > 0]
-    top = max([10.0, *finite]) * 2
-    low, high = -3.0, math.log10(top)
+def _experiment(replay: Replay) -> Experiment:
+    measure = replay.measure
+    return Experiment(
+        replay.knob,
+        replay.value,
+        measure.max_abs_error if measure is not None else None,
+        measure.max_ulp if measure is not None else None,
+        f"{100 * measure.mismatch_share:.3g} %" if measure is not None else "-",
+        replay.seconds,
+        replay.within_tolerance,
+        replay.outcome(),
+    )
+
+
+def bar_chart(replays: Sequence[Replay], before: Measure | None = None) -> BarChart:
+    """Max |error| against the baseline per knob, log scale, the current setup's on the replayed samples
+    (``before``; else its scan's) drawn across. The repeat is left out: it measures run against run."""
+    shown = [e for e in replays if e.knob != "repeat"]
+    values = [e.measure.max_abs_error if e.measure is not None else None for e in shown]
+    positive = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    high = math.log10(max(positive, default=1.0) * 2)
+    low = min(math.log10(min(positive, default=1.0) / 100), high - 3)
 
     def x(value: float) -> float:
-        clipped = min(max(value, 10**low), top)
+        clipped = min(max(value, 10**low), 10**high)
         return LEFT + BAR_W * (math.log10(clipped) - low) / (high - low)
 
     bars = []
-    for i, (experiment, ratio) in enumerate(zip(experiments, ratios, strict=True)):
-        label = f"{experiment.get('knob', '')}={experiment.get('value', '')}"[:34]
-        color = "#2e7d32" if experiment.get("within_tolerance") else "#c62828"
-        width = max(1.0, x(ratio) - LEFT) if ratio is not None and ratio > 0 else 1.0
-        bars.append(Bar(4 + i * ROW_H, label, ratio, width, color))
-    return BarChart(LEFT + BAR_W + 70, ROW_H * len(experiments) + 24, LEFT, ROW_H - 5, x(1.0), bars)
-
-
-def _ratio(value: Any) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool) and not math.isnan(value):
-        return float(value)
-    if value in ("Infinity", "inf"):
-        return math.inf
-    return None
+    for i, (replay, value) in enumerate(zip(shown, values, strict=True)):
+        label = f"{replay.knob}={replay.value}"[:34]
+        color = "#2e7d32" if replay.within_tolerance else "#c62828"
+        width = max(1.0, x(value) - LEFT) if value is not None and value > 0 else 1.0
+        bars.append(Bar(4 + i * ROW_H, label, value, width, color))
+    scanned = next((v for e, v in zip(shown, values, strict=True) if e.knob == "current"), None)
+    current = before.max_abs_error if before is not None else scanned
+    line = x(current) if current is not None and current > 0 else float(LEFT)
+    return BarChart(LEFT + BAR_W + 70, ROW_H * len(shown) + 24, LEFT, ROW_H - 5, line, bars)

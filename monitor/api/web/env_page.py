@@ -2,7 +2,8 @@
 
 Stable fields (the ones in the fingerprint, the ones that can change numbers) are highlighted;
 volatile ones are recorded for context only. Look-ups reuse the API's: a fingerprint, a unique
-prefix of one (4 hex digits at least), or a baseline id (its recorded environment). The pages are
+prefix of one (4 hex digits at least), or a baseline id (its recorded environment); an environment
+that only a baseline's files recorded (never run in this store) is shown from them, saying so. The pages are
 ``templates/environment.html`` and ``templates/environment_diff.html``; a diff as the run page
 shows it too is ``templates/envdiff.html``.
 """
@@ -74,6 +75,7 @@ def render_environment(handle: DaemonHandle, fingerprint: str, now: datetime) ->
     captured = jsonsafe.epoch(record.snapshot.get("captured_at") or 0.0)  # RFC 3339 now, epoch seconds before
     short = envsnap.short(record.fingerprint)
     raw = jsonsafe.dumps(dict(record.snapshot), indent=2, sort_keys=True, default=str) if snapshot is None else None
+    recorded_by = [found.baseline_ids for found in environments.on_disk(handle, record.fingerprint)]
     return templating.render(
         "environment.html",
         title=f"Environment {short}",
@@ -81,6 +83,8 @@ def render_environment(handle: DaemonHandle, fingerprint: str, now: datetime) ->
         now=now,
         record=record,
         short=short,
+        baselines=[baseline_id for ids in recorded_by for baseline_id in ids],
+        in_store=handle.store.environment(record.fingerprint) is not None,
         captured=datetime.fromtimestamp(captured, UTC) if captured else None,
         field_count=len(fields),
         stable_count=sum(1 for f in fields.values() if f.stable),
