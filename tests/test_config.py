@@ -107,6 +107,15 @@ def test_env_overrides_nest_with_double_underscores_and_index_lists(tmp_path: Pa
     assert loaded.daemon.auto_capture_baseline is True
 
 
+def test_store_migrate_off_unquoted_in_yaml_or_the_environment_means_off(tmp_path: Path) -> None:
+    """YAML 1.1 reads ``off`` as false: ``store.migrate: off``, as documented, was refused ("should be 'off'")."""
+    text = "store:\n  migrate: off\n" + yaml.safe_dump(MINIMAL)
+    assert settings.load(write(tmp_path, text), environ={}).store.migrate == "off"
+    environ = {"ONNXMON_STORE__MIGRATE": "off"}
+    assert settings.load(write(tmp_path, MINIMAL), environ=environ).store.migrate == "off"
+    assert settings.load(write(tmp_path, MINIMAL), environ={"ONNXMON_STORE__MIGRATE": "auto"}).store.migrate == "auto"
+
+
 def test_an_env_override_into_a_missing_list_item_is_a_clear_error(tmp_path: Path) -> None:
     message = problems(tmp_path, MINIMAL, {"ONNXMON_MODELS__5__REPEATS": "2"})
     assert "ONNXMON_MODELS__5__REPEATS" in message and "not an index" in message

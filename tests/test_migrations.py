@@ -1,8 +1,12 @@
-"""Alembic migrations on SQLite and PostgreSQL: from empty, from the previous revision, and no drift."""
+"""Alembic migrations on SQLite and PostgreSQL: from empty, from every earlier revision with a populated
+history (issue 42 #3: every row survives, nothing half-made is left), and no drift."""
 
 from __future__ import annotations
 
+import re
+import sqlite3
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -10,7 +14,8 @@ import sqlalchemy as sa
 from alembic import command
 
 from monitor.results import Verdict
-from monitor.store import Store
+from monitor.store import Store, StoreUnavailable
+from tests import history_rows
 from tests.databases import BACKENDS, database_url
 from tests.test_store import T0, result
 
@@ -78,3 +83,102 @@ def test_runs_recorded_before_candidate_runs_existed_are_production_runs(empty: 
     assert [r.id for r in empty.runs("resnet", candidates=True)] == [rehearsed]
     assert {r.id for r in empty.latest_per_model()} == {first}
     assert [e.kind for e in empty.events()] == [], "a candidate's fail is no verdict_changed"
+
+
+EARLIER = history_rows.revisions()[:-1]
+
+
+@pytest.mark.parametrize("revision", EARLIER)
+def test_a_populated_history_upgrades_from_every_earlier_revision_keeping_all_rows(empty: Store, revision: str) -> None:
+    """Issue 42 #3: on SQLite, 0007's batch rebuild of ``runs`` (which other tables point at) failed
+    "FOREIGN KEY constraint failed" and left ``_alembic_tmp_runs``: the default store could not be migrated."""
+    empty.upgrade(revision)
+    with empty.engine.begin() as conn:
+        written = history_rows.populate(conn)
+        before = history_rows.dump(conn)
+    assert written["runs"] == 24 and written["latest_runs"] == 2, "the populated history is there to migrate"
+    empty.upgrade()
+    assert empty.current_revision() == empty.head_revision()
+    assert tables(empty) == ALL_TABLES, "no _alembic_tmp_* table is left behind"
+    with empty.engine.connect() as conn:
+        after = history_rows.dump(conn)
+        if empty.engine.dialect.name == "sqlite":
+            assert conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall() == []
+    for table, rows in before.items():
+        kept = [{column: row[column] for column in rows[0]} for row in after[table]]
+        assert kept == rows, f"{table}: rows changed by the upgrade from {revision}"
+    assert all(row["candidate"] is False and row["run_key"] is None for row in after["runs"])
+    # the migrated history reads and takes new runs as one written by the newest onnxmon would
+    assert empty.models() == ["bert-ü", "resnet"]
+    assert len(empty.runs("resnet", limit=100)) == 12
+    stored = empty.run(24)
+    assert stored is not None and [o.name for o in stored.outputs] == ["logits", "features"]
+    assert {b.baseline_id for b in empty.baseline_history("resnet")} == {"m1-20250101-abc"}
+    history_rows.advance_sequences(empty.engine)
+    run_id = empty.record_run(result(T0 + timedelta(days=1), Verdict.FAIL), node="n1")
+    assert run_id == 25
+    assert {r.id for r in empty.latest_per_model() if r.model == "resnet"} == {25}
+
+
+def test_an_in_memory_sqlite_store_migrates_on_its_own_connection() -> None:
+    """A migration connection of its own would be another in-memory database: this one stays on the store's."""
+    with Store("sqlite://") as store:
+        store.upgrade("0006")
+        with store.engine.begin() as conn:
+            history_rows.populate(conn)
+        store.upgrade()
+        assert store.current_revision() == store.head_revision()
+        assert len(store.runs("resnet", limit=100)) == 12
+        with store.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1, "foreign keys are on again"
+
+
+def test_a_history_left_with_alembic_tmp_runs_by_the_failed_0007_upgrade_migrates(tmp_path: Path) -> None:
+    """Issue 42 #3, the files it already broke: the failed 0007 left an empty ``_alembic_tmp_runs`` (its
+    CREATE TABLE committed on its own), so even a fixed upgrade failed "table _alembic_tmp_runs already exists"."""
+    with Store(f"sqlite:///{tmp_path / 'history.db'}") as store:
+        store.upgrade("0006")
+        with store.engine.begin() as conn:
+            history_rows.populate(conn)
+            conn.exec_driver_sql("CREATE TABLE _alembic_tmp_runs AS SELECT * FROM runs WHERE 0")
+        store.upgrade()
+        assert store.current_revision() == store.head_revision()
+        assert tables(store) == ALL_TABLES
+        assert len(store.runs("resnet", limit=100)) == 12
+
+
+@pytest.mark.parametrize(
+    ("tampering", "said"),
+    [
+        ("INSERT INTO alembic_version VALUES ('0005')", "alembic_version holds 2 revisions ('0007', '0005'), one"),
+        ("UPDATE alembic_version SET version_num = ''", "is at schema revision '', which this onnxmon does not know"),
+        ("UPDATE alembic_version SET version_num = 'head'", "is at schema revision head, which this onnxmon does not"),
+    ],
+    ids=["two-rows", "empty", "symbolic"],
+)
+def test_a_tampered_revision_is_one_line_never_a_traceback(tmp_path: Path, tampering: str, said: str) -> None:
+    """Found attacking issue 42's fixes: two rows in alembic_version and an empty revision ended ``db current``,
+    ``db upgrade``, ``serve`` and ``check`` in alembic's CommandError or an AssertionError traceback."""
+    with Store(f"sqlite:///{tmp_path / 'history.db'}") as store:
+        store.upgrade()
+        with store.engine.begin() as conn:
+            conn.exec_driver_sql(tampering)
+        with pytest.raises(StoreUnavailable, match=re.escape(said)):
+            store.upgrade()
+
+
+def test_rows_already_pointing_at_no_row_do_not_block_the_upgrade(tmp_path: Path) -> None:
+    """The foreign key check after a SQLite migration refuses only what the migration broke: a history
+    with a dangling row written by hand (foreign keys off) still upgrades, the row as it was."""
+    file = tmp_path / "history.db"
+    with Store(f"sqlite:///{file}") as store:
+        store.upgrade("0006")
+        with store.engine.begin() as conn:
+            history_rows.populate(conn)
+    with sqlite3.connect(file) as raw:  # foreign keys are off on a plain connection
+        raw.execute("INSERT INTO latest_runs (model_id, node, run_id) VALUES (1, 'gone', 999)")
+    with Store(f"sqlite:///{file}") as store:
+        store.upgrade()
+        assert store.current_revision() == store.head_revision()
+        with store.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall() == [("latest_runs", 3, "runs", 0)]

@@ -47,14 +47,14 @@ def open_store(settings: Settings, url: str | None = None) -> Store:
     """The configured store (or the one at ``url``), its schema checked before anything reads or writes it.
 
     A SQLite file is created and migrated on first use. A server database (PostgreSQL) is migrated
-    only by ``onnxmon db upgrade`` (the Helm chart runs it in an initContainer, so replicas never
-    race on a migration) or with ``store.migrate: auto``; one that is behind is refused in one line
-    (``ensure_schema``). A database that cannot be reached is handed back as it is: the callers'
+    only by ``onnxmon db upgrade`` (the Helm chart runs it in an initContainer) or with
+    ``store.migrate: auto``, concurrent ones serialized by the migration lock; one that is behind is
+    refused in one line (``ensure_schema``). A database that cannot be reached is handed back as it is: the callers'
     outage path (the spool, ``/readyz``) deals with it.
     """
     from monitor.store import Store
 
-    store = Store(url, read_timeout_s=settings.store.read_timeout) if url else Store.configured(settings.store)
+    store = Store.configured(settings.store.model_copy(update={"url": url} if url else {}))
     try:
         ensure_schema(store, settings.store.migrate)
     except BaseException:
@@ -64,12 +64,21 @@ def open_store(settings: Settings, url: str | None = None) -> Store:
 
 
 def ensure_schema(store: Store, migrate: str = "off") -> None:
-    """Migrate a SQLite file (or any store with ``migrate == "auto"``); refuse a server database that is behind."""
+    """Migrate a SQLite file (or any store with ``migrate == "auto"``); refuse a server database that is behind.
+
+    A database at a revision this onnxmon does not know (``SchemaTooNew``: a newer onnxmon migrated it)
+    and a schema check that waited its time limit for a lock (``SchemaLocked``) end in one line, exit 3;
+    a check's results then go to the spool.
+    """
+    from monitor.store import SchemaLocked, SchemaTooNew
+
     if store.url.startswith("sqlite") or migrate == "auto":
         store.upgrade()
         return
     try:
-        revision = store.current_revision()
+        revision = store.known_revision()
+    except (SchemaTooNew, SchemaLocked):
+        raise
     except Exception:  # unreachable: not this check's business (the outage path spools, /readyz says so)
         return
     head = store.head_revision()

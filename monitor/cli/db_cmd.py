@@ -1,7 +1,8 @@
 """``onnxmon db upgrade|current``: the history database's schema, migrated explicitly.
 
-PostgreSQL is only ever migrated by ``db upgrade`` (an initContainer in the Helm chart), so
-that several replicas never race on a migration.
+PostgreSQL is migrated by ``db upgrade`` (an initContainer in the Helm chart) or with
+``store.migrate: auto``; several run together (a pod per node) serialize on the migration lock
+(``monitor/store/migrate.py``): one migrates, the others wait and find the newest revision.
 """
 
 from __future__ import annotations
@@ -45,11 +46,16 @@ def register(app: typer.Typer) -> None:
         out: output.Output,
     ) -> None:
         """Print the database's schema revision and the newest one this version ships."""
+        from monitor.store import migrate
+
         with _store(out.config_file, url) as store:
             revision, head = store.current_revision(), store.head_revision()
             state = "up to date" if revision == head else "behind: run `onnxmon db upgrade`"
+            if not migrate.known(revision):  # after a rollback of onnxmon: upgrading cannot help
+                state = "newer than this onnxmon knows: a newer onnxmon migrated it; run that version"
             data = {"database": store.display_url, "revision": revision, "head": head, "up_to_date": revision == head}
-            sentence = f"{store.display_url}: revision {revision or 'none (empty database)'}, head {head} ({state})"
+            shown = "none (empty database)" if revision is None else revision or repr(revision)
+            sentence = f"{store.display_url}: revision {shown}, head {head} ({state})"
             out.emit(lambda: data, lambda wide: sentence)
             if check and revision != head:
                 raise typer.Exit(1)
@@ -60,4 +66,4 @@ def register(app: typer.Typer) -> None:
 def _store(config_file: str | None, url: str | None) -> Store:
     from monitor.store import Store
 
-    return Store(url or common.settings(config_file).store.url)
+    return Store(url) if url else Store.configured(common.settings(config_file).store)

@@ -49,7 +49,7 @@ class Recorded:
             return f"the history store cannot take results ({self.problem}); {self.lost} result(s) not recorded"
         return (
             f"the history store cannot take results ({self.problem}); {self.spooled} result(s) spooled in"
-            f" {self.spool_dir}, written back by the next check or daemon start"
+            f" {self.spool_dir}, written back by the next check or daemon start that can write to it"
         )
 
 
@@ -72,19 +72,19 @@ def record(settings: Settings, results: Sequence[CheckResult]) -> Recorded:
     try:
         with contextlib.suppress(Exception):
             sink.flush()  # a backlog from earlier runs goes first, in measured order
-        before = sink.spooled
         lost, failure = 0, None
         run_ids: list[int | None] = []
         for result in results:
             try:
-                sink.write(result)
-                run_ids.append(sink.last_run_id)
+                run_ids.append(sink.record(result))  # None: it went to the spool (or, counted below, nowhere)
             except Exception as exc:  # the spool failed too, or the store refused the row: printed, not recorded
                 run_ids.append(None)
                 lost += 1
                 failure = _why(exc, store_cfg.url)
-        spooled = sink.spooled - before
         lost += sink.unspooled  # neither the store nor the spool took these: the sink logged each in full
+        spooled = run_ids.count(None) - lost  # this command's own, whatever another process adds or drains
+        if spooled and not lost and sink.last_outage is None and _written_back(sink):
+            spooled = 0  # no outage: they had joined another process's write-back (the daemon's), now written
         failure = failure or sink.spool_error
         problem = (failure or sink.last_outage or "unknown") if (spooled or lost) else None
         return Recorded(len(results) - spooled - lost, spooled, lost, problem, str(fallback.directory), tuple(run_ids))
@@ -92,6 +92,20 @@ def record(settings: Settings, results: Sequence[CheckResult]) -> Recorded:
         quiet.setLevel(level)
         sink.close()
         store.close()
+
+
+def _written_back(sink: DatabaseSink) -> bool:
+    """True when a write-back of the whole spool (this command's results at its tail) met no outage.
+
+    The store answered, yet results went to the spool: its queue was not empty because another process
+    (a daemon) is writing a backlog back. Written in measured order, behind that backlog, they are
+    stored once this write-back (or the other process's) reaches them: not an outage to report.
+    """
+    try:
+        sink.flush()
+    except Exception:  # an outage or a refusal: the results wait in the spool, as reported
+        return False
+    return sink.last_outage is None
 
 
 def _spool_all(
@@ -109,4 +123,5 @@ def _spool_all(
 
 def _why(exc: BaseException, url: str) -> str:
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return f"{mask_url(url)}: {type(exc).__name__}: {first}"[:300]
+    where = "" if "://" in first else f"{mask_url(url)}: "  # the store's own lines name the database already
+    return f"{where}{type(exc).__name__}: {first}"[:500]

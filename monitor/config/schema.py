@@ -178,6 +178,14 @@ class StoreConfig(StrictModel):
         description="Longest wait of a write; then the result goes to the spool. Bounds SIGTERM's wait"
         " for a hung database.",
     )
+    migrate_timeout: Duration = Field(
+        default=120.0,
+        gt=0,
+        le=MAX_SHORT,
+        description="Longest wait for the schema lock when a database behind is migrated (another onnxmon"
+        " migrating it, a session locking its tables); then one line and exit 3. The revision check waits"
+        " at most store.read_timeout.",
+    )
     retention_passing: Duration = Field(
         default=30 * 86400.0, le=MAX_RETENTION, description="Prune passing runs older than this."
     )
@@ -186,6 +194,12 @@ class StoreConfig(StrictModel):
         le=MAX_RETENTION,
         description="Prune failing/error runs older than this (events are kept).",
     )
+
+    @field_validator("migrate", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: Any) -> Any:
+        """``migrate: off`` unquoted is YAML 1.1's ``false`` (so is ``ONNXMON_STORE__MIGRATE=off``): "off"."""
+        return "off" if value is False else value
 
     @field_validator("url")
     @classmethod

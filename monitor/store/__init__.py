@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from monitor.store.events import EVENT_KINDS
 from monitor.store.health import StoreOutage, StoreUnavailable
+from monitor.store.migrate import SchemaLocked, SchemaTooNew
 from monitor.store.recent import RECENT_RUNS, RecentState
 from monitor.store.records import (
     BaselineRecord,
@@ -29,6 +30,8 @@ __all__ = [
     "PruneStats",
     "RecentState",
     "RunRecord",
+    "SchemaLocked",
+    "SchemaTooNew",
     "Store",
     "StoreOutage",
     "StoreUnavailable",

@@ -14,16 +14,12 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-from alembic import command
 from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, event, make_url, select
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError, DisconnectionError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError
 from sqlalchemy.orm import Session
 
 from monitor.config.dburl import mask_url
@@ -35,6 +31,7 @@ from monitor.store import (
     events,
     health,
     leases,
+    migrate,
     queries,
     recent,
     retention,
@@ -53,7 +50,6 @@ from monitor.store.records import (
     RunRecord,
 )
 
-MIGRATIONS = Path(__file__).parent / "migrations"
 log = logging.getLogger("onnxmon.store")
 
 
@@ -61,11 +57,18 @@ class Store:
     """The durable history: runs, output metrics, baselines, environments and events."""
 
     def __init__(
-        self, url: str, *, echo: bool = False, read_timeout_s: float = 3.0, write_timeout_s: float = 10.0
+        self,
+        url: str,
+        *,
+        echo: bool = False,
+        read_timeout_s: float = 3.0,
+        write_timeout_s: float = 10.0,
+        migrate_timeout_s: float = 120.0,
     ) -> None:
         self.url = url
         self.read_timeout_s = read_timeout_s
         self.write_timeout_s = write_timeout_s
+        self.migrate_timeout_s = migrate_timeout_s  # the longest wait for the schema lock (migrate.py)
         self.problem: str | None = None  # what the last health check found (logged when it changes)
         self.text_replaced = 0  # results stored with a character replaced (store/text.py), since start
         self._latest_cache: dict[int, RunRecord] = {}
@@ -76,8 +79,13 @@ class Store:
 
     @classmethod
     def configured(cls, store: StoreConfig) -> Store:
-        """The store of ``store.url`` with the configured read and write time limits."""
-        return cls(store.url, read_timeout_s=store.read_timeout, write_timeout_s=store.write_timeout)
+        """The store of ``store.url`` with the configured read, write and migration time limits."""
+        return cls(
+            store.url,
+            read_timeout_s=store.read_timeout,
+            write_timeout_s=store.write_timeout,
+            migrate_timeout_s=store.migrate_timeout,
+        )
 
     @property
     def display_url(self) -> str:
@@ -97,26 +105,29 @@ class Store:
 
     def migration_config(self, connection: Connection) -> Config:
         """An Alembic config bound to ``connection`` (no ini file; scripts live in the package)."""
-        cfg = Config()
-        cfg.set_main_option("script_location", str(MIGRATIONS))
-        cfg.attributes["connection"] = connection
-        return cfg
+        return migrate.config(connection)
 
     def upgrade(self, revision: str = "head") -> None:
-        """Bring the schema to ``revision`` (``alembic upgrade head``)."""
-        with health.outages(), self.engine.begin() as connection:
-            command.upgrade(self.migration_config(connection), revision)
+        """Bring the schema to ``revision``: atomic, one migrator at a time, time-limited (``migrate.py``).
+
+        ``SchemaTooNew`` when the database is at a revision this onnxmon does not know.
+        """
+        migrate.upgrade(self, revision)
 
     def current_revision(self) -> str | None:
-        """The revision the database is at, ``None`` for an empty database."""
-        with health.outages(), self.engine.connect() as connection:
-            return MigrationContext.configure(connection).get_current_revision()
+        """The revision the database is at, ``None`` for an empty database (read within ``read_timeout_s``)."""
+        return migrate.current(self)
+
+    def known_revision(self) -> str | None:
+        """``current_revision``, or ``SchemaTooNew`` when this onnxmon does not know it (a newer one wrote it)."""
+        revision = self.current_revision()
+        if not migrate.known(revision):
+            raise migrate.too_new(self, str(revision))
+        return revision
 
     def head_revision(self) -> str | None:
         """The newest revision shipped with this version of onnxmon."""
-        cfg = Config()
-        cfg.set_main_option("script_location", str(MIGRATIONS))
-        return ScriptDirectory.from_config(cfg).get_current_head()
+        return migrate.head()
 
     def ping(self) -> bool:
         """True when the database answers in time, has its schema and (SQLite) is still the same file."""
@@ -187,6 +198,21 @@ class Store:
         if text.needs_replacing([result.to_dict(), node, pod]):  # kept, never lost: replaced, counted, logged
             self.text_replaced += 1
             log.warning("run of %r stored with characters the store cannot hold replaced by U+FFFD", result.model)
+        try:
+            return self._record_run(result, node, pod, at, key, candidate)
+        except IntegrityError:
+            if key is None:
+                raise
+            # another process wrote the same spool entry back meanwhile (it commits first): written once, as asked
+            with self._session() as session:
+                stored = session.scalar(select(schema.Run.id).where(schema.Run.run_key == key))
+            if stored is None:
+                raise
+            return stored
+
+    def _record_run(
+        self, result: CheckResult, node: str | None, pod: str | None, at: datetime, key: str | None, candidate: bool
+    ) -> int:
         with self._session(write=True) as session:
             if key is not None and (stored := session.scalar(select(schema.Run.id).where(schema.Run.run_key == key))):
                 return stored
