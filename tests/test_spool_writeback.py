@@ -117,3 +117,37 @@ def test_kill_9_at_random_points_of_the_write_back_writes_every_result_exactly_o
         assert len(stored) == len(set(stored)), f"{len(stored) - len(set(stored))} run(s) written twice"
         DatabaseSink(store, spool=spool, retry_s=3600).flush()
         assert started(store) == [1000.0 + i for i in range(count)], (kills, left)
+
+
+APPENDER = """
+import sys
+from monitor.results import CheckResult, Verdict
+from monitor.sinks.spool import Spool
+spool = Spool(sys.argv[1], max_results=100_000)
+sys.stdin.readline()  # both start together
+for index in range(int(sys.argv[2])):
+    spool.append(CheckResult(sys.argv[3] + str(index), Verdict.PASS, 0.0, 1.0))
+"""
+
+
+@pytest.mark.process
+def test_two_processes_appending_at_once_lose_no_result(tmp_path: Path) -> None:
+    """A daemon and a hand-run ``check`` share a spool: the same sequence number taken twice replaced a result."""
+    count = 300
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", APPENDER, str(tmp_path / "spool"), str(count), name],
+            stdin=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("a", "b")
+    ]
+    for writer in writers:
+        assert writer.stdin is not None
+        writer.stdin.write("go\n")
+        writer.stdin.flush()
+    assert [writer.wait(120) for writer in writers] == [0, 0]
+    spool = Spool(tmp_path / "spool")
+    models = sorted(spool.read(path).result.model for path in spool.entries())
+    assert models == sorted(f"{name}{index}" for name in ("a", "b") for index in range(count))
+    assert not [p for p in (tmp_path / "spool").iterdir() if p.name.startswith(".tmp-")]

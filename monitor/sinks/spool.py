@@ -6,7 +6,8 @@ oldest first, once the database answers again. The queue lives on disk so that a
 restarted during the outage still delivers what it measured before.
 
 Layout: one JSON file per result, ``<directory>/<sequence:012d>.json``, written to a
-``.tmp-*`` file, fsynced and renamed into place, so a crash never leaves a half-written entry
+``.tmp-*`` file, fsynced and hard-linked into place (a link never replaces an entry another
+process wrote under the same number at the same moment), so a crash never leaves a half-written entry
 that a reader would see. The sequence number gives the order (numerically: past 10^12 it simply
 has more digits, which the entry pattern still matches); it continues across restarts.
 Each entry carries a ``key`` (a uuid) that the store keeps with the run it becomes, so an entry
@@ -122,14 +123,13 @@ class Spool:
                     "result spool %s is full (%d): dropped the oldest, %s", self.directory, self.max_results, oldest
                 )
             sequence = _sequence(entries[-1]) + 1 if entries else 1
-            final = self.directory / f"{sequence:012d}.json"
             temp = self.directory / f".tmp-{sequence:012d}-{os.getpid()}-{os.urandom(4).hex()}"
             try:
                 with temp.open("wb") as handle:
                     handle.write(data)
                     handle.flush()
                     os.fsync(handle.fileno())
-                os.replace(temp, final)
+                final = _claim(temp, self.directory, sequence)
             finally:
                 temp.unlink(missing_ok=True)
             _fsync_dir(self.directory)
@@ -280,6 +280,21 @@ def legacy_directory(store_url: str, baselines_dir: Path) -> Path:
             path = Path(file)
             return path.with_name(path.name + ".spool")
     return Path(baselines_dir).parent / "spool"
+
+
+def _claim(temp: Path, directory: Path, sequence: int) -> Path:
+    """Give the written ``temp`` the first free sequence number from ``sequence`` on, never overwriting.
+
+    Another process (a daemon and a hand-run ``check`` share a spool) may take the same number at the
+    same moment: a hard link fails on a name that exists, where a rename would replace that result.
+    """
+    while True:
+        final = directory / f"{sequence:012d}.json"
+        try:
+            os.link(temp, final)
+            return final
+        except FileExistsError:
+            sequence += 1
 
 
 def _sequence(path: Path) -> int:
