@@ -55,6 +55,7 @@ TABLES: dict[tuple[str, ...], tuple[str, ...]] = {
 # Commands whose data differs from one run to the next (new ids, timestamps, timings, load):
 # their -o json and -o yaml runs are compared by shape (the same keys and list lengths), the rest by value.
 VARIES = {
+    ("add",),  # each run captures a new baseline (--replace): new ids and times
     ("baseline", "capture"),
     ("baseline", "import"),
     ("benchset", "import"),  # the first run makes the set ("created"), the next finds it ("unchanged")

@@ -65,7 +65,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
 
 # The arguments each printing command runs with here ({config}, {baseline}, {model_file} filled in).
 ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
-    ("add",): ("{model_file}", "--name", "added", "-c", "{fresh_config}"),  # a config of its own: setup's stays
+    ("add",): ("{model_file}", "--name", "added", "--replace", "-c", "{fresh_config}"),  # own config; again: replaced
     ("baseline", "capture"): ("clf", "-c", "{config}"),
     ("baseline", "history"): ("clf", "-c", "{config}"),
     ("baseline", "import"): ("clf", "{npz}", "-c", "{config}"),

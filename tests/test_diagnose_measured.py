@@ -294,9 +294,9 @@ def test_a_diagnosis_an_older_onnxmon_stored_still_renders_and_says_where_it_com
     assert found.summary().startswith("likely cause: runtime_version (diagnosed by an older onnxmon")
     text = render(older)
     assert "older onnxmon" in text and "current=as configured" in text and not OLD_PERCENT.search(text)
-    from monitor.api.web import diagnosis as page
+    from monitor.api.web import diagnosis
 
-    shown = page.view(7, older, [])
+    shown = diagnosis.view(7, older, [])
     assert (
         shown.older
         and shown.chart is None

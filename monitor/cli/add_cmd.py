@@ -26,8 +26,7 @@ import yaml
 from pydantic import ValidationError
 
 from monitor.cli import baseline_cmd, common, output
-from monitor.config import edit, scope
-from monitor.config import settings as config
+from monitor.config import edit, scope, settings
 from monitor.config.plan import plan_for
 from monitor.config.settings import GenerateSpec, Settings
 from monitor.daemon import child
@@ -88,18 +87,18 @@ def register(app: typer.Typer) -> None:
         Creates the config (./onnxmon.yaml, or -c PATH) when there is none. Exit 2 with the options to
         pass when it cannot infer something (an unnamed dynamic axis's size), or when the name is taken.
         """
-        file = config.config_path(out.config_file)
+        file = settings.config_path(out.config_file)
         added = _entries(file, model, name, dim or [], value_range or [], count, edge_cases, provider or [], replace)
         text = file.read_text(encoding="utf-8") if file.exists() else NEW_CONFIG
         new_text = edit.edited(text, {"benchsets": added.benchset, "models": added.model}, file)
-        settings = _settings(new_text, file)
-        plan = plan_for(settings, added.name)
-        store = common.open_store(settings)  # an un-migrated store stops here, before anything is written
-        before = baseline_undo.active_state(settings.store.baselines_dir, added.name)
+        configured = _settings(new_text, file)
+        plan = plan_for(configured, added.name)
+        store = common.open_store(configured)  # an un-migrated store stops here, before anything is written
+        before = baseline_undo.active_state(configured.store.baselines_dir, added.name)
         options = {"promote": before.active is not None, "promoted_by": common.login()}
         try:
             baseline = child.capture_isolated(
-                plan, options, timeout_s=3 * plan.timeout_s, memory_limit_mb=settings.daemon.memory_limit_mb
+                plan, options, timeout_s=3 * plan.timeout_s, memory_limit_mb=configured.daemon.memory_limit_mb
             )
         except MonitorError as exc:  # the model cannot run on the generated inputs: say what to try
             told = MonitorError(
@@ -114,11 +113,11 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"{file} cannot be written: {exc.strerror or exc}; nothing was added") from None
         try:
             with store:
-                baseline_cmd.record_or_undo(settings, baseline, before, store=store)
+                baseline_cmd.record_or_undo(configured, baseline, before, store=store)
         except BaseException:
             _put_back(file, text if not added.created else None)
             raise
-        active = baselines.active_id(settings.store.baselines_dir, added.name) == baseline.id
+        active = baselines.active_id(configured.store.baselines_dir, added.name) == baseline.id
         _report(out, added, baseline.id, baseline.meta.sample_count, str(baseline.directory), active)
 
 
@@ -159,7 +158,7 @@ def _entries(
             {"model": model, "count": count, "dims": dims, "ranges": ranges, "edge_cases": edge_cases}
         )
     except ValidationError as exc:  # a range low > high, a dim past 2**31-1
-        raise ConfigError(f"{model}: {config.format_error(exc.errors()[0])}") from None
+        raise ConfigError(f"{model}: {settings.format_error(exc.errors()[0])}") from None
     problems = benchset_generate.generate_problems(spec, spec_inputs)
     if problems:
         raise ConfigError(f"{model}: {'; '.join(problems)} (generate.dims: --dim, generate.ranges: --range)")
@@ -229,7 +228,7 @@ def _settings(text: str, file: Path) -> Settings:
     from monitor.runtime import envsnap  # NVML is probed only for the pool scope
 
     raw = yaml.safe_load(text) or {}
-    loaded = config.from_mapping(config.apply_env_overrides(raw, os.environ), origin=file)
+    loaded = settings.from_mapping(settings.apply_env_overrides(raw, os.environ), origin=file)
     return scope.apply(loaded, gpu_name=envsnap.first_gpu_name)
 
 
@@ -242,7 +241,7 @@ def _put_back(file: Path, text: str | None) -> None:
 
 
 def _report(out: output.Output, added: Added, baseline_id: str, samples: int, directory: str, active: bool) -> None:
-    flag = "" if added.file == Path(config.DEFAULT_CONFIG) else f" -c {added.file}"
+    flag = "" if added.file == Path(settings.DEFAULT_CONFIG) else f" -c {added.file}"
     following = [f"onnxmon check {added.name}{flag}", f"onnxmon serve{flag}"]
     data = {
         "model": added.name,
