@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from monitor.cli import baseline_cmd, common, output
 from monitor.config import edit, scope, settings
+from monitor.config.fields import NAME_PATTERN
 from monitor.config.plan import plan_for
 from monitor.config.settings import GenerateSpec, Settings
 from monitor.daemon import child
@@ -42,7 +43,7 @@ store:
   baselines_dir: baselines
   benchsets_dir: benchsets
 """
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_NAME = re.compile(NAME_PATTERN)  # the schema's: refused here before anything is written
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from monitor.config.fields import StrictModel
+from monitor.config.fields import NAME_PATTERN, StrictModel
 
 
 class GenerateSpec(StrictModel):
@@ -56,7 +56,7 @@ def _one_or_many(value: Any) -> Any:
 class BenchsetConfig(StrictModel):
     """A declared benchmark set; exactly one source."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Name of the set.")
+    name: str = Field(pattern=NAME_PATTERN, description="Name of the set.")
     generate: GenerateSpec | None = Field(default=None, description="Generate samples from the model signature.")
     npz: Annotated[list[Path] | None, BeforeValidator(_one_or_many)] = Field(
         default=None, description="One .npz per sample (globs like data/*.npz, sorted by name); keys are input names."

@@ -46,6 +46,7 @@ MAX_BACKOFF = 7 * DAY
 MAX_RETENTION = 100 * 365 * DAY
 MAX_REPEATS = 1000
 MAX_MEMORY_MB = 16 * 1024 * 1024  # 16 TiB: beyond any node, still a valid RLIMIT_AS
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"  # a model or set name: metrics labels, paths, URLs
 URL_SHAPE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # no control character anywhere: see has_control_characters
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 

@@ -277,7 +277,7 @@ class ModelChecks(StrictModel):
 class ModelConfig(StrictModel):
     """A deployed model to monitor."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Name used in metrics, API and CLI.")
+    name: str = Field(pattern=fields.NAME_PATTERN, description="Name used in metrics, API and CLI.")
     path: Path = Field(description="The .onnx file (external data next to it is hashed too).")
     benchset: str = Field(description="Name of a declared benchmark set.")
     providers: Annotated[list[ProviderSpec], BeforeValidator(_provider_list)] = Field(
