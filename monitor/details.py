@@ -8,8 +8,8 @@ stays text everywhere else.
 
 - ``Details``: the keys a check writes, each with its type. The plain ones (``session``, ``model``,
   ``env_diff``, ``worker``, ...) are typed to their leaves. The *documents* (``model_diff``, ``lint``,
-  ``batch_invariance``, ``localization``, ``diagnosis``) are ``Document``: JSON objects their own
-  modules define (``ModelDiff.to_dict``, ``LocalizationReport.to_dict``, ``Diagnosis.to_dict``, ...),
+  ``batch_invariance``, ``calibration_coverage``, ``localization``, ``diagnosis``) are ``Document``: JSON
+  objects their own modules define (``ModelDiff.to_dict``, ``LocalizationReport.to_dict``, ``Diagnosis.to_dict``, ...),
   read back as written. A non-finite float in a document is its ``monitor.jsonsafe`` spelling once
   written; the readers of a document turn the floats they use back with ``float()``, as they always did
   for runs read from the store.
@@ -85,6 +85,7 @@ class Details(TypedDict, total=False):
     model_diff: Document  # ModelDiff.to_dict, when the model file differs from the baseline's
     lint: Document  # exportcheck.lint_warnings.details, or {"note": why not linted}
     batch_invariance: Document  # exportcheck.batch's details, or {"note": why not run}
+    calibration_coverage: Document  # quant.check's details (quant.coverage.Coverage), or {"note": why not run}
     localization: Document  # LocalizationReport.to_dict, on a fail (daemon.localize_on_fail)
     diagnosis: Document  # Diagnosis.to_dict, on a fail (daemon.diagnose_on_fail)
     worker: WorkerNote

@@ -57,6 +57,7 @@ REASON_CODES: frozenset[str] = frozenset(
         "benchset_changed",  # the benchmark set hash differs from the baseline's
         "batch_variant",  # checks.batch_invariance: a batched run differs from single-sample runs
         "input_mismatch",  # a PyTorch reference consumed other inputs than the benchmark set (described)
+        "calibration_out_of_range",  # checks.calibration_coverage: a quantized tensor clips too many values
         "decision_changed",  # models[].decisions: more decisions differ than tolerance.max_decision_flip_ratio
         # could not measure (verdict error)
         "shape_changed",

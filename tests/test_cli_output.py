@@ -36,6 +36,7 @@ TIMEOUT_S = 600
 # classifier has no QDQ layer and prints nothing (exit 3); here it gets a quantized model.
 OVERRIDES: dict[tuple[str, ...], tuple[str, ...]] = {
     ("sqnr",): ("qdq", "--float", "{float_model}", "-c", "{config}"),
+    ("coverage",): ("qdq", "-c", "{config}"),
 }
 
 # The header of each command's table (its TSV first line, or for `check` the line the table starts at).
@@ -46,6 +47,7 @@ TABLES: dict[tuple[str, ...], tuple[str, ...]] = {
     ("baseline", "list"): ("", "id", "created", "source", "samples", "model sha256", "environment"),
     ("benchset", "list"): ("name", "version", "samples", "source", "created", "sha256"),
     ("check",): ("model", "output", "verdict"),
+    ("coverage",): ("tensor", "clipped", "codes used", "seen min", "seen max", "range min", "range max"),
     ("history",): ("when (UTC)", "run"),
     ("incident", "list"): ("id", "at", "model", "run", "cause", "fix", "text"),
     ("localize",): ("#", "node", "op", "rel error", "max abs", "changed", "out of tol", "inputs changed"),

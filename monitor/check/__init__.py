@@ -30,6 +30,7 @@ from monitor.check.reasons import (
 from monitor.check.replay import Clock, Replay, SampleSink, replay_benchset, with_repeat_spread
 from monitor.config.plan import CheckPlan
 from monitor.errors import BaselineError, BenchsetError, ConfigError, ModelError, MonitorError
+from monitor.quant import coverage_check
 from monitor.results import CheckResult, Verdict, error_result
 from monitor.runtime import footprint
 from monitor.runtime.session import RunTimeout
@@ -75,7 +76,8 @@ def run_check(
     """
     result = _run_check(plan, clock=clock, capture_env=capture_env, worker=worker or WorkerState())
     result = with_model_change(plan, result) if result.verdict is Verdict.ERROR else result
-    return exportcheck.with_export_checks(plan, result, clock=clock)  # lint warnings, batch invariance
+    result = exportcheck.with_export_checks(plan, result, clock=clock)  # lint warnings, batch invariance
+    return coverage_check.with_calibration_coverage(plan, result, clock=clock)  # checks.calibration_coverage
 
 
 def _run_check(plan: CheckPlan, *, clock: Clock, capture_env: EnvCapture | None, worker: WorkerState) -> CheckResult:

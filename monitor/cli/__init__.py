@@ -79,6 +79,7 @@ def _register() -> None:
         incident_cmd,
         lint_cmd,
         localize_cmd,
+        quant_cmd,
         reference_cmd,
         rehearse_cmd,
         serve_cmd,
@@ -97,6 +98,7 @@ def _register() -> None:
     lint_cmd.register(app)
     incident_cmd.register(app)
     localize_cmd.register(app)
+    quant_cmd.register(app)
     reference_cmd.register(app)
     rehearse_cmd.register(app)
     serve_cmd.register(app)

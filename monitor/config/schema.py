@@ -262,12 +262,33 @@ class BatchInvariance(StrictModel):
     batch: int = Field(default=8, ge=2, le=4096, description="Samples stacked on axis 0 for the batched run.")
 
 
+class CalibrationCoverage(StrictModel):
+    """Per quantized tensor of a QDQ model: the share of benchmark values its scale and zero point clip."""
+
+    max_clipped_share: float = Field(
+        default=0.01,
+        ge=0.0,
+        le=1.0,
+        description="Reason calibration_out_of_range when a tensor clips more than this share of its values.",
+    )
+    min_codes_used_share: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="List tensors using fewer of their codes than this share (an under-used range); never a reason.",
+    )
+
+
 class ModelChecks(StrictModel):
     """Checks run beside the comparison with the baseline."""
 
     batch_invariance: BatchInvariance | None = Field(
         default=None,
         description="Compare a batched run with single-sample runs (reason batch_variant); needs a dynamic batch axis.",
+    )
+    calibration_coverage: CalibrationCoverage | None = Field(
+        default=None,
+        description="QDQ models: values outside each quantized tensor's calibrated range (calibration_out_of_range).",
     )
     lint: bool = Field(
         default=True, description="Report the model's export hazards (onnxmon lint) with each run, as warnings."
