@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from monitor.modeldiff import values
+from monitor.modeldiff import quantparams, values
 from monitor.modeldiff.facts import ListFacts, ModelFacts, TensorFacts
 from monitor.modeldiff.result import IOChange, ListChange, ModelDiff, NodeChange, NodeEntry, TensorChange
 from monitor.modeldiff.summary import summarize
@@ -45,6 +45,7 @@ def compare(
     old_files = {t.location for t in old.tensors.values() if t.location is not None}
     new_files = {t.location for t in new.tensors.values() if t.location is not None}
     external = {"added": tuple(sorted(new_files - old_files)), "removed": tuple(sorted(old_files - new_files))}
+    ordered = tuple(sorted(tensors, key=_severity))
     diff = ModelDiff(
         old=names[0],
         new=names[1],
@@ -52,12 +53,13 @@ def compare(
         summary=(),
         header=header,
         graph_io=graph_io,
-        changed_tensors=tuple(sorted(tensors, key=_severity)),
+        changed_tensors=ordered,
         changed_attributes=lists,
         nodes_added=added,
         nodes_removed=removed,
         nodes_changed=changed,
         external_data=external,
+        quantization=quantparams.changes(ordered, old, new),
     )
     return dataclasses.replace(diff, summary=summarize(diff, new))
 

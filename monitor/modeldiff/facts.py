@@ -13,8 +13,10 @@ and so are the list weights (compared as list attributes).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,10 +26,13 @@ from onnx import helper
 
 from monitor.modeldiff import values
 from monitor.modeldiff.load import LoadedModel
-from monitor.modeldiff.walk import NodeKey, TensorKey, is_list_weight, keyed_nodes, list_attributes, tensors
+from monitor.modeldiff.walk import GraphPath, NodeKey, TensorKey, is_list_weight, keyed_nodes, list_attributes, tensors
 
 SHORT = 64
 ListKey = tuple[NodeKey, str]
+QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
+QPARAM_VALUES = 4096  # a scale or zero point up to this many elements keeps its values (manifest too)
+Role = tuple[str, str | None]  # (scale | zero_point | quantized, the scale a quantized tensor is read under)
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,7 @@ class TensorFacts:
     stats: dict[str, float] | None = None
     location: str | None = None
     proto: onnx.TensorProto | None = field(default=None, compare=False, repr=False)
+    values: tuple[float, ...] | None = field(default=None, compare=False, repr=False)  # scales and zero points
 
 
 @dataclass(frozen=True)
@@ -93,8 +99,14 @@ def facts(model: LoadedModel, *, digests: bool) -> ModelFacts:
     proto = model.proto
     graph = proto.graph
     found_tensors: dict[TensorKey, TensorFacts] = {}
+    keyed = list(keyed_nodes(graph))
+    roles = parameter_names((key.graph, node.op_type, tuple(node.input)) for key, node in keyed)
     for key, kind, tensor in tensors(graph):
-        found_tensors[key] = tensor_facts(tensor, kind, model.external.get(key), digests=digests)
+        found = tensor_facts(tensor, kind, model.external.get(key), digests=digests)
+        role = roles.get((key.graph, key.name))
+        if digests and not key.attribute and role and role[0] != "quantized" and _small(tensor):
+            found = dataclasses.replace(found, values=tuple(float(v) for v in values.as_array(tensor)))
+        found_tensors[key] = found
     found_lists: dict[ListKey, ListFacts] = {}
     for node_key, op_type, _node, attr in list_attributes(graph):
         array = list_array(attr)
@@ -114,7 +126,7 @@ def facts(model: LoadedModel, *, digests: bool) -> ModelFacts:
             tuple(node.output),
             {attr.name: text for attr in node.attribute if (text := attribute_text(attr)) is not None},
         )
-        for key, node in keyed_nodes(graph)
+        for key, node in keyed
     }
     return ModelFacts(
         ir_version=int(proto.ir_version),
@@ -126,6 +138,26 @@ def facts(model: LoadedModel, *, digests: bool) -> ModelFacts:
         lists=found_lists,
         nodes=nodes,
     )
+
+
+def parameter_names(nodes: Iterable[tuple[GraphPath, str, Sequence[str]]]) -> dict[tuple[GraphPath, str], Role]:
+    """Each Q/DQ parameter's role by (graph, name), from (graph, op type, inputs) of every node."""
+    roles: dict[tuple[GraphPath, str], Role] = {}
+    for graph, op_type, inputs in nodes:
+        if op_type not in QDQ:
+            continue
+        scale = inputs[1] if len(inputs) > 1 and inputs[1] else None
+        if scale:
+            roles[(graph, scale)] = ("scale", None)
+        if len(inputs) > 2 and inputs[2]:
+            roles[(graph, inputs[2])] = ("zero_point", None)
+        if op_type == "DequantizeLinear" and inputs and inputs[0]:
+            roles.setdefault((graph, inputs[0]), ("quantized", scale))
+    return roles
+
+
+def _small(tensor: onnx.TensorProto) -> bool:
+    return values.is_numeric(tensor.data_type) and int(np.prod(tensor.dims, dtype=np.int64)) <= QPARAM_VALUES
 
 
 def tensor_facts(tensor: onnx.TensorProto, kind: str, location: str | None, *, digests: bool) -> TensorFacts:

@@ -4,8 +4,10 @@ A baseline does not keep a copy of the model file, so it keeps this instead: per
 dtype, shape, the sha256 of its values and (floats) min, max, mean and std; per node its key,
 name, op type, inputs, outputs and short attribute texts (``facts.attribute_text``); per list
 attribute holding weights its dtype, length and sha256; the opsets, IR version, producer and the
-graph's input and output types. No per-element data: the size grows with the number of tensors
-and nodes, not with the weights (measured in docs/modeldiff.md).
+graph's input and output types; and the values of each quantization scale and zero point (a QDQ
+model's, up to ``facts.QPARAM_VALUES`` elements each, so a re-calibration says by how much). No
+other per-element data: the size grows with the number of tensors and nodes, not with the weights
+(measured in docs/modeldiff.md).
 
 ``diff_against_manifest`` gives the same ``ModelDiff`` as a diff of two files, with what can be
 known without the old values: which tensors changed (digest), their consumers, dtype and shape
@@ -94,7 +96,13 @@ def from_manifest(data: Mapping[str, Any]) -> ModelFacts:
         outputs={v["name"]: ValueFacts(v["dtype"], _shape(v["shape"])) for v in data["outputs"]},
         tensors={
             TensorKey(_path(t), t["name"], t.get("attribute", "")): TensorFacts(
-                t["kind"], t["dtype"], tuple(int(d) for d in t["shape"]), t["sha256"], t.get("stats"), t.get("location")
+                t["kind"],
+                t["dtype"],
+                tuple(int(d) for d in t["shape"]),
+                t["sha256"],
+                t.get("stats"),
+                t.get("location"),
+                values=None if t.get("values") is None else tuple(float(v) for v in t["values"]),
             )
             for t in data["tensors"]
         },
@@ -143,6 +151,8 @@ def _tensor(key: TensorKey, tensor: TensorFacts) -> dict[str, Any]:
         out["stats"] = tensor.stats
     if tensor.location is not None:
         out["location"] = tensor.location
+    if tensor.values is not None:
+        out["values"] = list(tensor.values)
     return out
 
 

@@ -3,7 +3,8 @@
 ``ModelDiff`` is frozen and answers ``bool()``: False when the two models are the same (the same
 values, nodes, types and header), True when anything differs. ``to_dict()`` is the JSON shape
 (``changed_tensors``, ``changed_attributes``, ``nodes_added``, ``nodes_removed``,
-``nodes_changed``, ``graph_io``, ``header``, ``external_data``, ``summary``); each list holds at
+``nodes_changed``, ``graph_io``, ``header``, ``external_data``, ``summary``, ``quantization_params``:
+the scales and zero points that moved, ``quantparams.py``); each list holds at
 most ``limit`` entries (the largest changes first) and says how many it left out, so a
 conversion touching a thousand weights stays readable. ``render()`` is the short text form.
 """
@@ -14,6 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from monitor.modeldiff.quantparams import QuantParamChange
 from monitor.modeldiff.walk import Consumer, GraphPath, NodeKey, TensorKey
 
 LIMIT = 200
@@ -179,6 +181,12 @@ class ModelDiff:
     nodes_removed: tuple[NodeEntry, ...]
     nodes_changed: tuple[NodeChange, ...]
     external_data: dict[str, tuple[str, ...]]
+    quantization: tuple[QuantParamChange, ...] = ()  # scales, zero points, re-quantized tensors (quantparams)
+
+    @property
+    def same_graph(self) -> bool:
+        """True when no node, wiring or graph input/output differs (values may)."""
+        return not (self.graph_io or self.nodes_added or self.nodes_removed or self.nodes_changed)
 
     def __bool__(self) -> bool:
         """True when the models differ in anything the diff looks at."""
@@ -211,6 +219,7 @@ class ModelDiff:
             "nodes_added": self.nodes_added,
             "nodes_removed": self.nodes_removed,
             "nodes_changed": self.nodes_changed,
+            "quantization_params": self.quantization,
         }
         for field, entries in lists.items():
             out[field] = [entry.to_dict() for entry in entries[:limit]]
@@ -222,7 +231,11 @@ class ModelDiff:
         if not self:
             return f"identical: {self.new} has the same values, nodes and types as {self.old}"
         lines = ["differs: " + "; ".join(self.summary)]
-        for change in self.changed_tensors[:top]:
+        for param in self.quantization[:top]:
+            lines.append(f"  quantization {param.role.replace('_', ' ')} {param.text()}")
+        quantization = {param.key for param in self.quantization}
+        weights = [change for change in self.changed_tensors if change.key not in quantization]
+        for change in weights[:top]:
             lines.append("  " + _tensor_line(change))
         for attr in self.changed_attributes[:top]:
             lines.append(f"  attribute {where(attr.node.graph, attr.node.key)}.{attr.attribute} ({attr.op_type}): "
@@ -231,7 +244,7 @@ class ModelDiff:
                                              else ""))  # fmt: skip
         for node in self.nodes_changed[:top]:
             lines.append(f"  node {where(node.node.graph, node.node.key)} ({node.op_type}): {', '.join(node.changes)}")
-        shown = min(top, len(self.changed_tensors)) + min(top, len(self.changed_attributes))
+        shown = min(top, len(weights)) + min(top, len(self.changed_attributes)) + min(top, len(self.quantization))
         hidden = len(self.changed_tensors) + len(self.changed_attributes) - shown
         hidden += max(0, len(self.nodes_changed) - top)
         if hidden > 0:

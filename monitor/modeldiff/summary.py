@@ -2,7 +2,10 @@
 
 An fp16 build reads "412 initializers float32→float16; 2 graph inputs float32→float16; 96 nodes
 added (Cast×96)", an int8 build "quantize/dequantize nodes added (DequantizeLinear×103,
-QuantizeLinear×40) around 63 nodes", a retrained weight "1 initializer changed values (float32)".
+QuantizeLinear×40) around 63 nodes", a retrained weight "1 initializer changed values (float32)", a
+re-calibrated QDQ build "quantization parameters changed (same graph): 12 scales, 12 zero points, 3
+stored tensors re-quantized under their new scale: input_scale 0.01569→0.06275 (+300.0%); ..." (its
+scales and zero points are not counted again as changed initializers).
 Each line counts every entry, also those the listing leaves out.
 """
 
@@ -39,7 +42,9 @@ def summarize(diff: ModelDiff, new: ModelFacts) -> tuple[str, ...]:
     structure, then values, then header. ``new`` is the newer model's facts (what a QDQ pair sits around)."""
     added, removed, changed, lists = diff.nodes_added, diff.nodes_removed, diff.nodes_changed, diff.changed_attributes
     lines: list[str] = []
-    lines += _tensor_lines(diff.changed_tensors)
+    quantization = {param.key for param in diff.quantization}
+    lines += _parameter_lines(diff)
+    lines += _tensor_lines(c for c in diff.changed_tensors if c.key not in quantization)
     lines += _io_lines(diff.graph_io)
     lines += _quantization_lines(added, new)
     if added:
@@ -83,6 +88,29 @@ def _tensor_lines(tensors: Iterable[TensorChange]) -> list[str]:
         for kind, dtypes in sorted(found.items()):
             lines.append(f"{_noun(kind, sum(dtypes.values()))} {status} ({by_kind(dtypes)})")
     return lines
+
+
+def _parameter_lines(diff: ModelDiff, named: int = 3) -> list[str]:
+    """ "quantization parameters changed (same graph): 6 scales, 6 zero points; ..." with the largest scale changes."""
+    if not diff.quantization:
+        return []
+    counts = Counter(param.role for param in diff.quantization)
+    parts = [
+        f"{counts[role]} {noun}{'s' * (counts[role] != 1)}"
+        for role, noun in (("scale", "scale"), ("zero_point", "zero point"))
+        if counts[role]
+    ]
+    if counts["requantized"]:
+        n = counts["requantized"]
+        parts.append(f"{n} stored tensor{'s' * (n != 1)} re-quantized under {'its' if n == 1 else 'their'} new scale")
+    graph = "same graph" if diff.same_graph else "graph changed too"
+    text = f"quantization parameters changed ({graph}): {', '.join(parts)}"
+    shown = [param.text() for param in diff.quantization if param.role != "requantized"][:named]
+    if shown:
+        text += ": " + "; ".join(shown)
+        more = sum(1 for param in diff.quantization if param.role != "requantized") - len(shown)
+        text += f"; and {more} more" if more > 0 else ""
+    return [text]
 
 
 def _io_lines(graph_io: Iterable[IOChange]) -> list[str]:
