@@ -46,6 +46,7 @@ TABLES: dict[tuple[str, ...], tuple[str, ...]] = {
     ("baseline", "history"): ("", "id", "source", "created", "active from", "active until", "environment"),
     ("baseline", "list"): ("", "id", "created", "source", "samples", "model sha256", "environment"),
     ("benchset", "list"): ("name", "version", "samples", "source", "created", "sha256"),
+    ("calibrate",): ("method", "SQNR dB", "worst layer dB", "flipped", "decisions", "size", "error"),
     ("check",): ("model", "output", "verdict"),
     ("coverage",): ("tensor", "clipped", "codes used", "seen min", "seen max", "range min", "range max"),
     ("history",): ("when (UTC)", "run"),
@@ -59,6 +60,7 @@ TABLES: dict[tuple[str, ...], tuple[str, ...]] = {
 VARIES = {
     ("add",),  # each run captures a new baseline (--replace): new ids and times
     ("baseline", "capture"),
+    ("calibrate",),  # quantize_seconds
     ("baseline", "import"),
     ("benchset", "import"),  # the first run makes the set ("created"), the next finds it ("unchanged")
     ("check",),

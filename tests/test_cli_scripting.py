@@ -96,6 +96,7 @@ ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("lint",): ("{model_file}",),
     ("sqnr",): ("clf", "--float", "{model_file}", "-c", "{config}"),
     ("coverage",): ("clf", "-c", "{config}"),  # not QDQ: exit 3, the empty coverage printed
+    ("calibrate",): ("clf", "--method", "MinMax", "-c", "{config}"),
 }
 NOT_PRINTING = {("serve",): "a daemon: it logs (--log-format json) instead of printing a result"}
 # Printing commands whose run needs more than this module's workspace; their -o json is run there.

@@ -14,6 +14,7 @@ measured, 3 when none could be.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import typer
 
@@ -27,6 +28,11 @@ CRASHED = 3
 
 
 def register(app: typer.Typer) -> None:
+    register_coverage(app)
+    register_calibrate(app)
+
+
+def register_coverage(app: typer.Typer) -> None:
     @app.command("coverage")
     @output.options()
     def coverage_cmd(
@@ -96,6 +102,76 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"onnxmon: {plan.model.path} has no QuantizeLinear node that could be read", err=True)
             raise typer.Exit(CRASHED)
         raise typer.Exit(1 if out_of_range else 0)
+
+
+def register_calibrate(app: typer.Typer) -> None:
+    @app.command("calibrate")
+    @output.options()
+    def calibrate_cmd(
+        model: str = typer.Argument(..., help="Model name from the config (its file is the float model)."),
+        data: str | None = typer.Option(
+            None, "--data", help="A declared benchmark set to calibrate on (default: the model's own)."
+        ),
+        benchset: str | None = typer.Option(
+            None, "--benchset", help="A declared set to count decisions and SQNR on (default: the model's own)."
+        ),
+        methods: list[str] = typer.Option(
+            [], "--method", help="MinMax, Entropy or Percentile (repeatable; default: all three)."
+        ),
+        keep: Path | None = typer.Option(None, "--keep", help="Keep each quantized model in this folder."),
+        *,
+        out: output.Output,
+    ) -> None:
+        """Quantize a float model under MinMax, Entropy and Percentile; measure SQNR, flipped decisions, size."""
+        from monitor.files import benchsets
+        from monitor.quant import calibrate
+        from monitor.runtime import quantizer
+
+        unknown = [m for m in methods if m not in quantizer.METHODS]
+        if unknown:
+            raise typer.BadParameter(f"--method {unknown[0]!r}: one of {', '.join(quantizer.METHODS)}")
+        settings = common.settings(out.config_file)
+        plan = plan_for(settings, model)
+        try:
+            calibration = benchsets.ensure(_benchset_config(settings, plan, data), plan.benchsets_dir)
+            bench = benchsets.ensure(_benchset_config(settings, plan, benchset), plan.benchsets_dir)
+            found = calibrate.calibrate(
+                plan.model.path,
+                list(calibration.iter_samples()),
+                list(bench.iter_samples()),
+                decisions=plan.model.decisions,
+                methods=methods or quantizer.METHODS,
+                keep=keep,
+            )
+        except MonitorError as exc:
+            if exc.exit_code != 1:
+                raise
+            _crashed(exc)
+        except Exception as exc:
+            _crashed(exc)
+
+        def table(wide: bool) -> list[common.PlainTable | str]:
+            shown = common.PlainTable(
+                "method", "SQNR dB", "worst layer dB", "flipped", "decisions", "size", "error",
+                title=f"calibration methods: calibrated on {calibration.name}, measured on {bench.name}",
+            )  # fmt: skip
+            for m in found.methods:
+                worst = m.worst_layer
+                shown.add_row(
+                    m.method, common.fmt(m.sqnr_db), common.fmt(worst.sqnr_db if worst else None),
+                    common.fmt(m.decisions_flipped), common.fmt(m.decisions_total), common.fmt(m.size_bytes, "d"),
+                    m.error or "",
+                )  # fmt: skip
+            choice = f"recommended: {found.recommended}" if found.recommended else "no method could be measured"
+            return [shown, f"{choice} (rule: {calibrate.RULE})"]
+
+        out.emit(
+            lambda: {**found.to_dict(), "calibration_set": calibration.name, "benchset": bench.name},
+            table,
+        )
+        if found.recommended is None:
+            typer.echo("onnxmon: no calibration method could be measured", err=True)
+            raise typer.Exit(CRASHED)
 
 
 def _benchset_config(settings: Settings, plan: CheckPlan, name: str | None) -> BenchsetConfig:

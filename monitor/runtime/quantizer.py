@@ -9,6 +9,8 @@ here: the methods are compared as ORT ships them, so what ``calibrate`` measures
 
 from __future__ import annotations
 
+import contextlib
+import io
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -39,14 +41,16 @@ def quantize_qdq(float_model: Path, target: Path, samples: Sequence[Mapping[str,
     if not samples:
         raise ModelError(f"{method} calibration of {float_model} needs at least one sample")
     try:
-        quantize_static(
-            str(float_model),
-            str(target),
-            _Samples(samples),
-            quant_format=QuantFormat.QDQ,
-            calibrate_method=getattr(CalibrationMethod, method),
-            calibration_providers=["CPUExecutionProvider"],
-        )
+        # the histogram calibrators print their progress: never onto a command's stdout (its JSON)
+        with contextlib.redirect_stdout(io.StringIO()):
+            quantize_static(
+                str(float_model),
+                str(target),
+                _Samples(samples),
+                quant_format=QuantFormat.QDQ,
+                calibrate_method=getattr(CalibrationMethod, method),
+                calibration_providers=["CPUExecutionProvider"],
+            )
     except Exception as exc:  # the quantizer raises many types: a refusal of this model, said once
         raise ModelError(
             f"onnxruntime.quantization ({method}) cannot quantize {float_model}: {type(exc).__name__}: {exc}"[:600]
