@@ -56,6 +56,7 @@ REASON_CODES: frozenset[str] = frozenset(
         "model_changed",  # the model file hash differs from the baseline's
         "benchset_changed",  # the benchmark set hash differs from the baseline's
         "batch_variant",  # checks.batch_invariance: a batched run differs from single-sample runs
+        "concurrency_variant",  # checks.concurrency: an answer from threads at once differs bitwise from the serial one
         "input_mismatch",  # a PyTorch reference consumed other inputs than the benchmark set (described)
         "decision_changed",  # models[].decisions: more decisions differ than tolerance.max_decision_flip_ratio
         # could not measure (verdict error)
