@@ -96,6 +96,7 @@ CAUSE_CODES: frozenset[str] = frozenset(
         "tf32",  # TF32 math in GEMM / convolutions
         "conv_algorithm",  # cuDNN convolution algorithm choice
         "nondeterminism",  # repeats of the same run disagree
+        "concurrency",  # answers from threads calling one session at once differ from serial ones
         "cpu_isa",  # MLAS kernels dispatched by another CPU instruction set
         "gpu_throttling",  # clocks held down by temperature or power
         # the export computes something else than the framework's model (lint errors, against a reference)

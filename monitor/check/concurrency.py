@@ -34,7 +34,7 @@ from monitor.results import Reason
 from monitor.runtime import concurrent
 from monitor.runtime.session import Deadline, RunTimeout, Session
 
-PASSES = 3  # each sample's concurrent calls: several, each in another round beside other samples
+PASSES = concurrent.PASSES
 KEPT = 8  # differing answers kept to measure (the first of each output)
 MOST_SAMPLES = 100  # sample indices listed per output
 

@@ -30,6 +30,7 @@ import numpy as np
 from monitor.runtime.session import RunTimeout, Session
 from monitor.runtime.watchdog import Deadline
 
+PASSES = 3  # each sample's concurrent calls: several, each beside other samples
 STRIPE = 4  # calls per thread per round, back to back: a thread still waking from the barrier meets the others'
 Loader = Callable[[int], Mapping[str, np.ndarray]]
 Each = Callable[[int, Mapping[str, np.ndarray]], None]
