@@ -83,7 +83,7 @@ def test_a_session_that_answers_differently_under_overlap_fails_with_concurrency
     assert reason["output"] == "y"
     found = result["details"]["concurrency"]
     assert found["threads"] == 4 and found["passes"] == 3
-    assert found["calls"] == 12  # 4 samples x 3 passes, 4 threads equally busy
+    assert found["calls"] >= 12  # 4 samples x 3 passes, and again while a thread is still waking
     assert found["overlapped_calls"] > 0 and found["max_in_flight"] >= 2
     differing = found["differing"]["y"]
     # the wrapper nudges only calls that overlapped (its window sits inside the one onnxmon measures)
@@ -120,7 +120,7 @@ def test_plain_onnx_runtime_agrees_with_itself_under_concurrency(tmp_path: Path,
     assert ran.exit_code == 0, ran.stdout
     [result] = json.loads(ran.stdout)
     found = result["details"]["concurrency"]
-    assert found["calls"] == 12 and found["differing"] == {} and found["failures"] == []
+    assert found["calls"] >= 12 and found["differing"] == {} and found["failures"] == []
     assert found["overlapped_calls"] > 0
 
 

@@ -121,8 +121,8 @@ def check_concurrency(
     )
     if ran.overlapped_calls == 0:
         details["note"] = (
-            "no call overlapped another (each ended before the next began): nothing ran concurrently;"
-            " a model this fast needs more threads or samples to be tested under concurrency"
+            "no call overlapped another (each ended before the next began): nothing ran concurrently,"
+            " so nothing was tested under concurrency"
         )
     return Concurrency(tuple(concurrency_reasons(details)), details)
 

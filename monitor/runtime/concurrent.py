@@ -8,8 +8,11 @@ thread loads and validates its round's samples (``Session.prepare``), waits at a
 others, then calls ONNX Runtime for each back to back (``Session.run_prepared``: no Python work
 between the barrier and the call) — the barrier is what makes the calls of a round really overlap
 instead of trickling in one after another, and the stripe keeps a thread that wakes late from the
-barrier among busy ones — and hands each answer to ``each(sample, outputs)`` in that thread, where it
-is compared and dropped: memory holds a round's inputs and one answer per thread, never the set.
+barrier among busy ones. A thread done with its calls while another has not yet made its first of
+the round calls its samples again (for at most ``LATE_S``): a model that answers faster than a
+thread wakes would otherwise be called one thread at a time, and overlap nothing. Each answer goes
+to ``each(sample, outputs)`` in that thread, where it is compared and dropped: memory holds a round's
+inputs and one answer per thread, never the set.
 
 ONNX Runtime documents ``InferenceSession.run`` as safe to call from several threads at once; a custom
 op, an execution provider or a model that keeps state may not be, and that is what this looks for.
@@ -31,6 +34,7 @@ from monitor.runtime.session import RunTimeout, Session
 from monitor.runtime.watchdog import Deadline
 
 PASSES = 3  # each sample's concurrent calls: several, each beside other samples
+LATE_S = 1.0  # the longest a thread repeats its round's calls while another has not made its first
 STRIPE = 4  # calls per thread per round, back to back: a thread still waking from the barrier meets the others'
 Loader = Callable[[int], Mapping[str, np.ndarray]]
 Each = Callable[[int, Mapping[str, np.ndarray]], None]
@@ -73,29 +77,29 @@ def schedule(samples: int, threads: int, passes: int, stripe: int = STRIPE) -> l
 
 
 class _InFlight:
-    """Which calls are running now; a call that ever shares a moment with another is marked overlapped."""
+    """Which calls are running now; a call that ever shares a moment with another counts as overlapped."""
 
-    def __init__(self, calls: int) -> None:
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._active: set[int] = set()
-        self._overlapped = bytearray(calls)
+        self._active: dict[int, bool] = {}  # call -> overlapped so far
+        self._numbers = itertools.count()
+        self.calls = 0
+        self.overlapped = 0
         self.most = 0
 
-    def start(self, call: int) -> None:
+    def start(self) -> int:
         with self._lock:
-            self._active.add(call)
-            self.most = max(self.most, len(self._active))
+            call = next(self._numbers)
+            self._active[call] = len(self._active) > 0
             if len(self._active) > 1:
-                for running in self._active:
-                    self._overlapped[running] = 1
+                self._active = dict.fromkeys(self._active, True)
+            self.most = max(self.most, len(self._active))
+            return call
 
     def end(self, call: int) -> None:
         with self._lock:
-            self._active.discard(call)
-
-    @property
-    def overlapped(self) -> int:
-        return sum(self._overlapped)
+            self.calls += 1
+            self.overlapped += self._active.pop(call)
 
 
 def replay_concurrently(
@@ -113,18 +117,29 @@ def replay_concurrently(
     raised here, as is ``RunTimeout`` when ``guard`` fired (every run after it fails at once).
     """
     threads = len(rounds[0]) if rounds else 0
-    calls = sum(len(jobs) for dealt in rounds for jobs in dealt)
     if threads == 0:
         return Concurrent(0, 0, 0, 0, 0, 0.0)
     barrier = threading.Barrier(threads)
-    flight = _InFlight(calls)
-    numbers = itertools.count()  # each call's id (``next`` on it is atomic in CPython)
+    flight = _InFlight()
+    entered = [0] * len(rounds)  # per round, the threads that made their first call
     failures: list[Failure] = []
     fatal: list[BaseException] = []
     lock = threading.Lock()
 
+    def call(sample: int, feeds: dict[str, np.ndarray]) -> None:
+        number = flight.start()
+        try:
+            outputs = session.run_prepared(feeds, guard=guard)
+        except Exception as exc:
+            with lock:
+                failures.append(Failure(sample, _first_line(exc)))
+            return
+        finally:
+            flight.end(number)
+        each(sample, outputs)
+
     def work(slot: int) -> None:
-        for dealt in rounds:
+        for number, dealt in enumerate(rounds):
             try:
                 mine = [(s, session.prepare(load(s), where=f"{where}: sample {s}")) for s in dealt[slot]]
                 barrier.wait()
@@ -135,25 +150,21 @@ def replay_concurrently(
                     fatal.append(exc)
                 barrier.abort()
                 return
-            for sample, feeds in mine:
-                call = next(numbers)
-                flight.start(call)
-                try:
-                    outputs = session.run_prepared(feeds, guard=guard)
-                except Exception as exc:
-                    flight.end(call)
+            until, turn = time.perf_counter() + LATE_S, 0
+            while turn < len(mine) or (entered[number] < threads and time.perf_counter() < until):
+                if guard.fired.is_set() or fatal:
+                    return
+                if turn == 0:
                     with lock:
-                        failures.append(Failure(sample, _first_line(exc)))
-                    continue
-                flight.end(call)
+                        entered[number] += 1
                 try:
-                    each(sample, outputs)
-                except BaseException as exc:
+                    call(*mine[turn % len(mine)])
+                except BaseException as exc:  # ``each`` failed: a bug, not a finding
                     with lock:
                         fatal.append(exc)
                     barrier.abort()
                     return
-                del outputs
+                turn += 1
             del mine
 
     session.configure(guard)  # the run options every thread shares: written once, before any reads them
@@ -169,7 +180,8 @@ def replay_concurrently(
     if guard.fired.is_set():
         raise RunTimeout(f"{where} exceeded {guard.timeout_s:g}s and was terminated")
     failures.sort(key=lambda f: f.sample)
-    return Concurrent(threads, len(rounds), calls, flight.overlapped, flight.most, seconds, tuple(failures))
+    ran = (flight.calls, flight.overlapped, flight.most)
+    return Concurrent(threads, len(rounds), *ran, seconds=seconds, failures=tuple(failures))
 
 
 def _first_line(exc: BaseException) -> str:
