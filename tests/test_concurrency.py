@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -176,3 +177,33 @@ def test_digests_are_bit_patterns() -> None:
     found = bitwise.difference(a, b)
     expected = int((a.view(np.uint32) != b.view(np.uint32)).sum())  # numpy's own bit patterns
     assert (found.elements_differing, found.elements, found.max_abs_difference) == (expected, 4, 0.5)
+
+
+def test_a_concurrent_replay_past_the_timeout_is_a_timeout_reason_keeping_the_serial_measurement(
+    tmp_path: Path,
+) -> None:
+    from monitor import capture
+    from monitor.check import concurrency
+    from monitor.config.plan import plan_for
+    from monitor.runtime.session import Deadline, RunTimeout, Session
+
+    ws = Workspace(tmp_path)
+    ws.add_model("mm", matmul_model(), count=2, dims={"batch": 64}, checks={"lint": False})
+    plan = plan_for(ws.settings(), "mm")
+    capture.capture_baseline(plan)
+    bench = benchsets.open_benchset(ws.root / "benchsets", "mm-bench")
+    session = Session(plan.model.path, plan.model.providers, plan.model.session)
+    serial = concurrency.SerialDigests()
+    for index in range(len(bench)):
+        serial.feed(index, session.run(bench.load_sample(index)))
+    for timeout_s in (0.0, -1.0):  # the serial replay used the whole timeout
+        found = concurrency.check_concurrency(session, bench, serial, threads=2, timeout_s=timeout_s)
+        assert [r.code for r in found.reasons] == ["timeout"], found
+        assert "not finished within the check's timeout" in found.details["note"]
+    with Deadline(1e-3) as guard:  # a deadline that fires during the concurrent replay ends it as a timeout
+        time.sleep(0.5)
+        rounds = concurrent.schedule(len(bench), 2, concurrent.PASSES)
+        with pytest.raises(RunTimeout):
+            concurrent.replay_concurrently(session, rounds, load=bench.load_sample, each=lambda i, o: None, guard=guard)
+    found = concurrency.check_concurrency(session, bench, serial, threads=2, timeout_s=60.0)
+    assert found.reasons == () and found.details["differing"] == {} and found.details["calls"] >= 6
