@@ -179,7 +179,7 @@ def test_digests_are_bit_patterns() -> None:
     assert (found.elements_differing, found.elements, found.max_abs_difference) == (expected, 4, 0.5)
 
 
-def test_a_concurrent_replay_past_the_timeout_is_a_timeout_reason_keeping_the_serial_measurement(
+def test_a_concurrent_replay_stopped_by_the_timeout_or_a_failure_is_a_reason_not_an_exception(
     tmp_path: Path,
 ) -> None:
     from monitor import capture
@@ -207,3 +207,9 @@ def test_a_concurrent_replay_past_the_timeout_is_a_timeout_reason_keeping_the_se
             concurrent.replay_concurrently(session, rounds, load=bench.load_sample, each=lambda i, o: None, guard=guard)
     found = concurrency.check_concurrency(session, bench, serial, threads=2, timeout_s=60.0)
     assert found.reasons == () and found.details["differing"] == {} and found.details["calls"] >= 6
+    for tensor in (ws.root / "benchsets" / "mm-bench").rglob("s00001_*.npy"):
+        tensor.write_bytes(b"not a tensor any more")  # replaced between the serial and the concurrent replay
+    found = concurrency.check_concurrency(session, bench, serial, threads=2, timeout_s=60.0)
+    [reason] = found.reasons
+    assert reason.code == "internal_error" and "checks.concurrency" in reason.detail
+    assert found.details["note"] == reason.detail  # stopped: a reason, never an exception out of the check

@@ -15,7 +15,8 @@ and the details say so (``serial_rerun_bitwise: false``).
 What it finds goes to ``details["concurrency"]`` (``details.ConcurrencyDetails``: threads, calls, how
 many overlapped, per differing output the samples) and, through ``reasons.concurrency_reasons``, to
 ``concurrency_variant`` reasons (verdict ``fail``). The concurrent replay shares the check's deadline;
-running out of it is a ``timeout`` reason (verdict ``error``) that keeps the serial measurement.
+running out of it is a ``timeout`` reason (verdict ``error``) that keeps the serial measurement, as
+is anything else that stops it (``internal_error``: a thread that cannot start under the memory cap).
 """
 
 from __future__ import annotations
@@ -105,6 +106,10 @@ def check_concurrency(
     except RunTimeout as exc:
         note = f"{where}: not finished within the check's timeout: {exc}"
         return Concurrency((Reason("timeout", note),), ConcurrencyDetails(threads=threads, passes=PASSES, note=note))
+    except Exception as exc:  # a thread that cannot start under the memory cap, a bug: the serial result stays
+        note = f"{where}: {type(exc).__name__}: {exc}"[:2000]
+        stopped = ConcurrencyDetails(threads=threads, passes=PASSES, note=note)
+        return Concurrency((Reason("internal_error", note),), stopped)
     details = ConcurrencyDetails(
         threads=threads,
         passes=PASSES,

@@ -89,8 +89,9 @@ def check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCapture
         details["concurrency"] = found.details
         reasons += found.reasons
         codes = {r.code for r in found.reasons}
-        if codes:  # concurrency_variant fails; a timeout could not finish measuring
-            verdict = Verdict.worst([verdict, Verdict.ERROR if "timeout" in codes else Verdict.FAIL])
+        if codes:  # concurrency_variant fails; a timeout or an internal error could not finish measuring
+            stopped = codes & {"timeout", "internal_error"}
+            verdict = Verdict.worst([verdict, Verdict.ERROR if stopped else Verdict.FAIL])
     judged = Judged(verdict, tuple(reasons), env_changes, details)
     return assemble(plan, opened, measured, judged, started, clock())
 
