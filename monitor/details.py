@@ -7,7 +7,7 @@ turns a spelling back into a float exactly where the type says float (``monitor.
 stays text everywhere else.
 
 - ``Details``: the keys a check writes, each with its type. The plain ones (``session``, ``model``,
-  ``env_diff``, ``worker``, ...) are typed to their leaves. The *documents* (``model_diff``, ``lint``,
+  ``env_diff``, ``worker``, ``concurrency``, ...) are typed to their leaves. The *documents* (``model_diff``, ``lint``,
   ``batch_invariance``, ``calibration_coverage``, ``localization``, ``diagnosis``) are ``Document``: JSON
   objects their own modules define (``ModelDiff.to_dict``, ``LocalizationReport.to_dict``, ``Diagnosis.to_dict``, ...),
   read back as written. A non-finite float in a document is its ``monitor.jsonsafe`` spelling once
@@ -72,6 +72,41 @@ class WorkerNote(TypedDict, total=False):
     model_hashed: bool
 
 
+class ConcurrencyOutput(TypedDict, total=False):
+    """One output whose concurrent answers differ bitwise from the serial ones (``check/concurrency.py``)."""
+
+    answers_differing: int  # concurrent answers of this output unlike their sample's serial answer
+    samples: list[int]  # the samples concerned (the first 100)
+    first_sample: int  # the differing answer measured element by element against a serial re-run
+    elements_differing: int
+    elements: int
+    max_abs_difference: float  # the largest finite |a-b| among the differing elements (absent: none finite)
+    shape_or_dtype: str  # "float32 (2, 3) vs float16 (2, 3)" when those differ
+    serial_rerun_bitwise: bool  # the serial re-run equals the first serial answer: the difference is concurrency's
+
+
+class ConcurrencyFailure(TypedDict, total=False):
+    """A concurrent call that raised (its sample's serial call did not)."""
+
+    sample: int
+    error: str
+
+
+class ConcurrencyDetails(TypedDict, total=False):
+    """``models[].checks.concurrency``: the same session called from ``threads`` threads at once."""
+
+    threads: int
+    passes: int  # how many times each sample ran concurrently
+    rounds: int
+    calls: int  # concurrent calls made
+    overlapped_calls: int  # of them, in flight at the same moment as another (measured)
+    max_in_flight: int
+    seconds: float
+    differing: dict[str, ConcurrencyOutput]  # by output name; empty when every answer is the serial one
+    failures: list[ConcurrencyFailure]
+    note: str  # why it did not finish (the check's timeout), or that no call overlapped another
+
+
 class Details(TypedDict, total=False):
     """``CheckResult.details``: what the run page, the API and the diagnosis show beside the verdict."""
 
@@ -86,6 +121,7 @@ class Details(TypedDict, total=False):
     lint: Document  # exportcheck.lint_warnings.details, or {"note": why not linted}
     batch_invariance: Document  # exportcheck.batch's details, or {"note": why not run}
     calibration_coverage: Document  # quant.check's details (quant.coverage.Coverage), or {"note": why not run}
+    concurrency: ConcurrencyDetails  # models[].checks.concurrency (check/concurrency.py)
     localization: Document  # LocalizationReport.to_dict, on a fail (daemon.localize_on_fail)
     diagnosis: Document  # Diagnosis.to_dict, on a fail (daemon.diagnose_on_fail)
     worker: WorkerNote

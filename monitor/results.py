@@ -56,6 +56,7 @@ REASON_CODES: frozenset[str] = frozenset(
         "model_changed",  # the model file hash differs from the baseline's
         "benchset_changed",  # the benchmark set hash differs from the baseline's
         "batch_variant",  # checks.batch_invariance: a batched run differs from single-sample runs
+        "concurrency_variant",  # checks.concurrency: an answer from threads at once differs bitwise from the serial one
         "input_mismatch",  # a PyTorch reference consumed other inputs than the benchmark set (described)
         "calibration_out_of_range",  # checks.calibration_coverage: a quantized tensor clips too many values
         "decision_changed",  # models[].decisions: more decisions differ than tolerance.max_decision_flip_ratio
@@ -96,6 +97,7 @@ CAUSE_CODES: frozenset[str] = frozenset(
         "tf32",  # TF32 math in GEMM / convolutions
         "conv_algorithm",  # cuDNN convolution algorithm choice
         "nondeterminism",  # repeats of the same run disagree
+        "concurrency",  # answers from threads calling one session at once differ from serial ones
         "cpu_isa",  # MLAS kernels dispatched by another CPU instruction set
         "gpu_throttling",  # clocks held down by temperature or power
         # the export computes something else than the framework's model (lint errors, against a reference)

@@ -9,6 +9,8 @@
 - ``reasons_of``: what differs from the baseline besides the numbers (provider fallback, model,
   external data, benchmark set, the reference's inputs);
 - ``details_of``: what the run page and the API show beside the verdict;
+- with ``checks.concurrency``, the same session from threads at once against the serial answers
+  (``concurrency.py``);
 - ``assemble``: the ``CheckResult``, from what was opened, measured and judged (``Judged``: the verdict,
   its reasons, the environment's changes, the details).
 """
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from monitor.check.concurrency import SerialDigests, check_concurrency
 from monitor.check.reasons import attribute, describe_model_change, external_data_changes
 from monitor.check.reasons import env_changes as environment_changes
 from monitor.check.replay import Clock, Replay, replay_benchset, with_repeat_spread
@@ -73,11 +76,22 @@ def check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCapture
         name = plan.model.name
         detail = f"no active baseline for {name!r}: run `onnxmon baseline capture {name}`"
         return error_result(name, "no_baseline", detail, started, clock())
-    measured = measure(plan, opened, deadline=started + plan.timeout_s, clock=clock, capture_env=capture_env)
+    threads = plan.model.checks.concurrency or 1
+    serial = SerialDigests() if threads > 1 else None
+    deadline = started + plan.timeout_s
+    measured = measure(plan, opened, deadline=deadline, clock=clock, capture_env=capture_env, serial=serial)
     reasons = reasons_of(plan, opened)
     env_changes = environment_changes(opened.baseline.meta.environment, measured.snapshot)
     verdict = Verdict.worst([o.verdict for o in measured.outputs] + ([Verdict.FAIL] if reasons else []))
     reasons, details = details_of(plan, opened, reasons, env_changes)
+    if serial is not None:  # the same session from threads at once, against the serial answers
+        found = check_concurrency(opened.session, opened.bench, serial, threads=threads, timeout_s=deadline - clock())
+        details["concurrency"] = found.details
+        reasons += found.reasons
+        codes = {r.code for r in found.reasons}
+        if codes:  # concurrency_variant fails; a timeout or an internal error could not finish measuring
+            stopped = codes & {"timeout", "internal_error"}
+            verdict = Verdict.worst([verdict, Verdict.ERROR if stopped else Verdict.FAIL])
     judged = Judged(verdict, tuple(reasons), env_changes, details)
     return assemble(plan, opened, measured, judged, started, clock())
 
@@ -100,8 +114,11 @@ def measure(
     deadline: float,
     clock: Clock,
     capture_env: EnvCapture,
+    serial: SerialDigests | None = None,
 ) -> Measured:
-    """Replay the set, comparing each sample's outputs with the baseline's as they come; then the snapshot."""
+    """Replay the set, comparing each sample's outputs with the baseline's as they come; then the snapshot.
+
+    With ``serial``, each sample's answer is also kept as digests, for ``checks.concurrency``."""
     baseline, session = opened.baseline, opened.session
     comparison = Comparison(
         list(baseline.meta.outputs),
@@ -115,6 +132,8 @@ def measure(
     def feed(index: int, produced: Mapping[str, np.ndarray]) -> None:
         if index < baseline.meta.sample_count:  # a count mismatch is judged by finish()
             comparison.feed(produced, baseline.sample_outputs(index))
+        if serial is not None:
+            serial.feed(index, produced)
 
     replay = replay_benchset(session, opened.bench, plan.repeats, deadline=deadline, clock=clock, each=feed)
     snapshot = capture_env()

@@ -15,7 +15,7 @@ from typing import Any
 
 from monitor import modeldiff
 from monitor.config.plan import CheckPlan
-from monitor.details import Details, EnvChange
+from monitor.details import ConcurrencyDetails, Details, EnvChange
 from monitor.errors import MonitorError
 from monitor.files import baselines, modelfile
 from monitor.results import CheckResult, Reason, Verdict
@@ -115,6 +115,42 @@ def external_data_changes(model_file: str, now: Mapping[str, str], before: Mappi
         else:
             detail = f"external data {location} of {model_file} sha256 {new[:12]} != baseline {old[:12]}"
         reasons.append(Reason("model_changed", detail))
+    return reasons
+
+
+def concurrency_reasons(found: ConcurrencyDetails) -> list[Reason]:
+    """``concurrency_variant`` reasons of ``checks.concurrency``'s record: one per output whose concurrent
+    answers differ bitwise from the serial ones (naming its samples), one for calls that raised only then."""
+    reasons = []
+    calls, threads = found.get("calls", 0), found.get("threads", 0)
+    for name, entry in found.get("differing", {}).items():
+        samples = entry.get("samples", [])
+        shown = ", ".join(str(s) for s in samples[:10]) + (", ..." if len(samples) > 10 else "")
+        detail = (
+            f"{entry.get('answers_differing', 0)} of {calls} answers from {threads} threads at once differ bitwise"
+            f" from the serial answer (samples {shown})"
+        )
+        if "elements_differing" in entry:
+            largest = entry.get("max_abs_difference")
+            detail += (
+                f"; sample {entry.get('first_sample')}: {entry['elements_differing']} of {entry.get('elements')}"
+                " elements" + (f", max |diff| {largest:.3g}" if largest is not None else "")
+            )
+        if entry.get("shape_or_dtype"):
+            detail += f"; {entry['shape_or_dtype']}"
+        if entry.get("serial_rerun_bitwise") is False:
+            detail += "; a serial re-run differs too: not deterministic even serially"
+        elif entry.get("serial_rerun_bitwise"):
+            detail += "; serial re-runs agree bitwise: it differs only under concurrency"
+        reasons.append(Reason("concurrency_variant", detail[:2000], name))
+    failures = found.get("failures", [])
+    if failures:
+        samples = sorted({f.get("sample", -1) for f in failures})
+        detail = (
+            f"{len(failures)} of {calls} calls from {threads} threads at once raised (samples"
+            f" {', '.join(str(s) for s in samples[:10])}): {failures[0].get('error', '')}"
+        )
+        reasons.append(Reason("concurrency_variant", detail[:2000]))
     return reasons
 
 

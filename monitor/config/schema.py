@@ -279,8 +279,29 @@ class CalibrationCoverage(StrictModel):
     )
 
 
+MAX_CONCURRENCY = 64  # threads calling one session at once: beyond any server's worker pool on one model
+
+
+def _concurrency(value: Any) -> Any:
+    """``off`` (YAML's ``false``) and ``1`` are the serial replay only; ``true`` names no thread count."""
+    if value is False or value == "off":
+        return None
+    if value is True:
+        raise ValueError("expected a number of threads (2 or more), or off; got true")
+    return value
+
+
 class ModelChecks(StrictModel):
     """Checks run beside the comparison with the baseline."""
+
+    concurrency: Annotated[int | None, BeforeValidator(_concurrency)] = Field(
+        default=None,
+        ge=1,
+        le=MAX_CONCURRENCY,
+        description="After the serial replay, replay the benchmark set through the same session from this many"
+        " threads at once (each sample 3 times, interleaved) and compare every answer bitwise with the serial one"
+        " (reason concurrency_variant); off or 1: serial only.",
+    )
 
     batch_invariance: BatchInvariance | None = Field(
         default=None,

@@ -37,7 +37,7 @@ from typing import Any, Unpack
 
 from monitor.config.plan import CheckPlan
 from monitor.details import Details
-from monitor.diagnose import evidence, fixes, knobs, modelfile, rank
+from monitor.diagnose import concurrency, evidence, fixes, knobs, modelfile, rank
 from monitor.diagnose.measure import Measure, effect
 from monitor.diagnose.replay import measure, measure_shared
 from monitor.diagnose.result import Diagnosis, Experiment, finite_or_none
@@ -96,7 +96,7 @@ def diagnose(
             notes.append(f"the current setup could not be replayed ({before.note or 'no ratio'}): evidence only")
         else:
             swept, reference = _sweep(plan, baseline.meta.session, run, samples, children, notes, share)
-            experiments += swept
+            experiments += swept + _concurrency(plan, run, samples, children)
             reference = reference or before.measure
     localization = run.details.get("localization")
     if localization is None and before is not None and before.measured and before.within_tolerance is False:
@@ -110,7 +110,7 @@ def diagnose(
         run = _with_details(run, localization=localization)
     reproduced = before is not None and before.within_tolerance is False
     experiments = [_with_effect(e, reference if reproduced else None) for e in experiments]
-    fixed = [e.knob for e in experiments if e.within_tolerance and e.knob not in ("current", "repeat")]
+    fixed = [e.knob for e in experiments if e.within_tolerance and e.knob not in ("current", "repeat", "concurrency")]
     repeat = next((e for e in experiments if e.knob == "repeat"), None)
     repeats_differ = bool(repeat and repeat.within_tolerance is False)
     facts = evidence.facts(
@@ -144,6 +144,8 @@ def diagnose(
                 recorded=recorded,
             ),
             *rank.not_reproduced(experiments, before, outputs_failed=outputs_failed),
+            *concurrency.hypotheses(experiments),
+            *concurrency.from_run(run),
             *evidence.from_run(
                 run, repeats_differ=repeats_differ, model_kinds=modelfile.kinds(plan), session=plan.model.session
             ),
@@ -275,6 +277,16 @@ def _sweep(
     return found, first_run.measure
 
 
+def _concurrency(plan: CheckPlan, run: CheckResult, samples: Sequence[int], children: _Children) -> list[Experiment]:
+    """The ``concurrency`` knob, when the model is checked under concurrency or the run failed by it."""
+    threads = concurrency.threads_of(plan, run)
+    if threads is None or children.left() < 1.0:
+        return []
+    setup = concurrency.variation(plan, threads)
+    value = children.run((plan, setup, concurrency.samples_of(run, samples), threads), concurrency.measure_concurrency)
+    return [concurrency.experiment(setup, value)]
+
+
 def _run_shared(
     plan: CheckPlan,
     variations: Sequence[knobs.Variation],
@@ -347,7 +359,7 @@ def _experiment(variation: knobs.Variation, value: Mapping[str, Any], plan: Chec
 
 def _with_effect(experiment: Experiment, reference: Measure | None) -> Experiment:
     """``experiment`` with its effect against the current setup's ``reference`` (none for those two)."""
-    if experiment.knob in ("current", "repeat"):
+    if experiment.knob in ("current", "repeat", "concurrency"):
         return experiment
     return dataclasses.replace(experiment, effect=effect(reference, experiment.measure, experiment.within_tolerance))
 

@@ -57,7 +57,9 @@ def from_experiments(
         if experiment.knob == "repeat":
             found += _repeat(experiment, session, in_use, cuda_options)
             continue
-        if experiment.knob == "current" or not reproduced or before is None or experiment.measure is None:
+        if experiment.knob in ("current", "concurrency") or not reproduced:
+            continue
+        if before is None or experiment.measure is None:
             continue
         if experiment.effect not in (RESTORES, REDUCES):
             continue

@@ -66,6 +66,11 @@ class Experiment:
         if self.knob == "repeat":
             bitwise = self.extra.get("bitwise")
             return "bitwise equal" if bitwise is True else "differ (run against run)"
+        if self.knob == "concurrency":
+            if self.extra.get("bitwise") is True:
+                return "bitwise equal under concurrency"
+            only = self.extra.get("serial_bitwise") is True
+            return "differs only under concurrency" if only else "differs under concurrency, serially too"
         said = {True: "within", False: "over", None: "-"}[self.within_tolerance]
         return f"{said}, {self.effect}" if self.effect in ("restores", "reduces") else f"{said}, no effect"
 
@@ -150,7 +155,7 @@ class Diagnosis:
     @property
     def replayed(self) -> bool:
         """Some knob other than the current setup was replayed and measured."""
-        return any(e.measured for e in self.experiments if e.knob not in ("current", "repeat"))
+        return any(e.measured for e in self.experiments if e.knob not in ("current", "repeat", "concurrency"))
 
     def summary(self) -> str:
         """The one line every surface prints: the cause a revert measurably restores, or that none does, and why."""
