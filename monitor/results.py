@@ -84,6 +84,7 @@ CAUSE_CODES: frozenset[str] = frozenset(
         "model_weights_changed",  # same graph, other initializer values
         "model_precision_changed",  # float32 -> float16 / bfloat16 (or back)
         "model_quantized",  # QDQ / integer operators where the baseline's model had floats
+        "model_requantized",  # same QDQ graph, other scales / zero points (re-calibrated)
         "model_structure_changed",  # nodes, ops or wiring differ
         "benchset_changed",  # the inputs are not the baseline's
         "input_mismatch",  # the model was fed other inputs than the baseline's (channel order, scale, cast)

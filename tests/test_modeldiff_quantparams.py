@@ -21,6 +21,7 @@ from onnx import numpy_helper
 
 from monitor import modeldiff
 from monitor.check import run_check
+from monitor.diagnose import evidence
 from monitor.files import benchsets
 from tests import quantized
 from tests.conftest import Ran
@@ -119,6 +120,8 @@ def test_the_checks_model_changed_reason_and_diff_model_name_the_moved_scales(
     assert "quantization parameters changed (same graph)" in reason.detail and largest in reason.detail
     listed = {p["name"] for p in result.details["model_diff"]["quantization_params"]}
     assert set(scales) <= listed
+    causes = [h.cause for h in evidence.from_run(result)]
+    assert causes[0] == "model_requantized" and "model_weights_changed" not in causes, causes
 
     ran = run_cli("diff-model", first, second, "-o", "json")
     assert ran.exit_code == 1, ran.output

@@ -209,10 +209,18 @@ def _model_hypotheses(codes: set[str], model_diff: Any) -> list[Hypothesis]:
         " after checking its accuracy",
         "model_precision_changed": "deploy the float32 model, or keep sensitive ops in float32 when converting",
         "model_structure_changed": "deploy the baseline's model, or capture a new baseline for the new graph",
+        "model_requantized": "the build re-calibrated: deploy the baseline's quantized model, or freeze its"
+        " quantization parameters (same calibration data; onnxmon coverage, onnxmon calibrate)",
         "model_weights_changed": "deploy the baseline's weights, or capture a new baseline if the new weights"
         " are intended",
     }
-    ordered = ["model_quantized", "model_precision_changed", "model_structure_changed", "model_weights_changed"]
+    ordered = [
+        "model_quantized",
+        "model_requantized",
+        "model_precision_changed",
+        "model_structure_changed",
+        "model_weights_changed",
+    ]
     causes = [c for c in ordered if c.removeprefix("model_").split("_")[0] in kinds] or ["model_weights_changed"]
     return [Hypothesis(c, 0.8 - 0.1 * i, evidence, fixes[c], "evidence") for i, c in enumerate(causes)]
 
@@ -238,14 +246,21 @@ def _verify_hypotheses(run: CheckResult, codes: set[str], kinds: set[str]) -> li
 
 
 def model_change_kinds(model_diff: Any) -> set[str]:
-    """What a model diff shows: ``quantized``, ``precision``, ``structure``, ``weights`` (any of them)."""
+    """What a model diff shows: ``quantized``, ``requantized``, ``precision``, ``structure``, ``weights``.
+
+    ``requantized``: scales or zero points moved (``quantization_params``); their tensors are not
+    counted as changed weights there, so a re-calibrated build of the same graph is not a weight change.
+    """
     if not isinstance(model_diff, Mapping):
         return set()
     kinds: set[str] = set()
     added = [str(n.get("op_type", "")) for n in model_diff.get("nodes_added", []) if isinstance(n, Mapping)]
     if any(marker in op for op in added for marker in _QDQ):
         kinds.add("quantized")
+    qparams = {str(p.get("name")) for p in model_diff.get("quantization_params", []) if isinstance(p, Mapping)}
     for tensor in model_diff.get("changed_tensors", []):
+        if str(tensor.get("name")) in qparams:
+            continue
         old, new = str(tensor.get("old_dtype")), str(tensor.get("new_dtype"))
         if old != new and new in _LOW_PRECISION:
             kinds.add("precision")
@@ -253,6 +268,8 @@ def model_change_kinds(model_diff: Any) -> set[str]:
             kinds.add("quantized")
         elif tensor.get("status") == "changed" and old == new:
             kinds.add("weights")
+    if qparams:
+        kinds.add("requantized")
     summary = " ".join(model_diff.get("summary", []))
     if "float16" in summary and "→" in summary:
         kinds.add("precision")
