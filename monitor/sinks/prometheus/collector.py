@@ -30,7 +30,8 @@ from prometheus_client.samples import Sample
 from monitor.config.settings import ModelConfig, Settings
 from monitor.results import CAUSE_CODES, AppliedTolerance, Verdict, fingerprint_of
 from monitor.sinks.prometheus import label_values, runtime_info
-from monitor.sinks.prometheus.counters import VERDICTS, Clock, Metrics, ModelState
+from monitor.sinks.prometheus.counters import VERDICTS, Clock, Metrics
+from monitor.sinks.prometheus.model_states import ModelState
 from monitor.store import RECENT_RUNS, RecentState, RunRecord, Store, incidents, pick_latest
 
 log = logging.getLogger(__name__)
