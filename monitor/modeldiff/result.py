@@ -225,10 +225,15 @@ class ModelDiff:
         for change in self.changed_tensors[:top]:
             lines.append("  " + _tensor_line(change))
         for attr in self.changed_attributes[:top]:
-            lines.append(f"  attribute {where(attr.node.graph, attr.node.key)}.{attr.attribute} ({attr.op_type}): "
-                         f"{attr.status}" + (f", {attr.changed_elements} changed, max abs {attr.max_abs_change:.3g}"
-                                             if attr.changed_elements is not None and attr.max_abs_change is not None
-                                             else ""))  # fmt: skip
+            lines.append(
+                f"  attribute {where(attr.node.graph, attr.node.key)}.{attr.attribute} ({attr.op_type}): "
+                f"{attr.status}"
+                + (
+                    f", {attr.changed_elements} changed, max abs {attr.max_abs_change:.3g}"
+                    if attr.changed_elements is not None and attr.max_abs_change is not None
+                    else ""
+                )
+            )
         for node in self.nodes_changed[:top]:
             lines.append(f"  node {where(node.node.graph, node.node.key)} ({node.op_type}): {', '.join(node.changes)}")
         shown = min(top, len(self.changed_tensors)) + min(top, len(self.changed_attributes))
