@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 import yaml
 
-from tests import conftest, modelzoo
-from tests.test_cli_scripting import ARGS, NOT_PRINTING, RUN_ELSEWHERE, Setup, fill, leaves, strict
+from tests import conftest, inprocess, modelzoo
+from tests.test_cli_scripting import ARGS, NOT_PRINTING, RUN_ELSEWHERE, Setup, as_run, fill, leaves, strict
 from tests.workspace import Workspace
 
 ONNXMON = str(Path(sys.executable).parent / "onnxmon")
@@ -116,7 +116,7 @@ def quantized(float_path: Path, qdq_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
-    """Model ``clf`` with a baseline captured, promoted and checked by the CLI, an incident noted on that
+    """Model ``clf`` with a baseline captured, promoted and checked (in this process), an incident noted on that
     run; model ``qdq``, an int8 QDQ build of ``models/float.onnx``."""
     ws = Workspace(tmp_path_factory.mktemp("ws"))
     ws.add_model("clf", modelzoo.classifier())
@@ -124,14 +124,10 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
     ws.add_model("qdq", modelzoo.deep_mlp(layers=4))
     quantized(float_path, ws.root / "models" / "qdq.onnx")
     config = str(ws.write())
-    captured = in_process("baseline", "capture", "clf", "--promote", "-o", "json", "-c", config)
-    assert captured.returncode == 0, captured.stderr
-    checked = in_process("check", "clf", "-o", "json", "-c", config)
-    assert checked.returncode == 0, checked.stderr
-    (result,) = strict(checked.stdout)
-    noted = in_process("incident", "note", str(result["run_id"]), "--cause", "unknown", "--text", "t", "-c", config)
+    made = inprocess.capture_and_check(ws, "clf")
+    noted = in_process("incident", "note", str(made.run_id), "--cause", "unknown", "--text", "t", "-c", config)
     assert noted.returncode == 0, noted.stderr
-    return Setup(ws, strict(captured.stdout)["id"], result["environment"]["fingerprint"])
+    return Setup(ws, made.baseline_id, str(made.result.environment_fingerprint))
 
 
 def printing() -> list[tuple[str, ...]]:
@@ -187,10 +183,10 @@ def test_every_printing_command_is_run_here() -> None:
     assert commands.issuperset(TABLES) and commands.issuperset(VARIES), "a command named here is gone"
 
 
-@pytest.mark.process
 @pytest.mark.parametrize(
     ("path", "run"),
-    [(p, in_process) for p in printing()] + [(p, onnxmon) for p in sorted(AS_A_PROCESS)],
+    [as_run(p, in_process) for p in printing()]
+    + [pytest.param(p, onnxmon, marks=pytest.mark.process) for p in sorted(AS_A_PROCESS)],
     ids=lambda v: " ".join(v) if isinstance(v, tuple) else v.__name__,
 )
 def test_yaml_is_yaml_json_is_the_same_data_and_a_piped_table_is_tab_separated(

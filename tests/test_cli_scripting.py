@@ -22,7 +22,7 @@ import typer.main
 
 from monitor import cli
 from monitor.cli import tree
-from tests import modelzoo, tiers
+from tests import inprocess, modelzoo
 from tests.conftest import onnxmon
 from tests.workspace import Workspace
 
@@ -48,19 +48,13 @@ class Setup:
 
 
 @pytest.fixture(scope="module")
-@tiers.starts("process")  # its check runs in a worker process
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
-    """A workspace with model ``clf``: a baseline captured and promoted by the CLI, one check recorded."""
+    """A workspace with model ``clf``: a baseline captured and promoted, one check recorded (in this process)."""
     ws = Workspace(tmp_path_factory.mktemp("ws"))
     ws.add_model("clf", modelzoo.classifier())
     ws.write()
-    captured = onnxmon("baseline", "capture", "clf", "--promote", "-o", "json", "-c", str(ws.config_file))
-    assert captured.exit_code == 0, captured.output
-    baseline_id = strict(captured.stdout)["id"]
-    checked = onnxmon("check", "clf", "-o", "json", "-c", str(ws.config_file))
-    assert checked.exit_code == 0, checked.output
-    (result,) = strict(checked.stdout)
-    return Setup(ws, baseline_id, result["environment"]["fingerprint"])
+    made = inprocess.capture_and_check(ws, "clf")
+    return Setup(ws, made.baseline_id, str(made.result.environment_fingerprint))
 
 
 # The arguments each printing command runs with here ({config}, {baseline}, {model_file} filled in).
@@ -98,6 +92,8 @@ ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("coverage",): ("clf", "-c", "{config}"),  # not QDQ: exit 3, the empty coverage printed
     ("calibrate",): ("clf", "--method", "MinMax", "-c", "{config}"),
 }
+# The commands that run their model in a worker or child process (the rest run in this one: the fast tier).
+STARTS_A_PROCESS = {("add",), ("baseline", "capture"), ("check",), ("diagnose",), ("localize",), ("rehearse",)}
 NOT_PRINTING = {("serve",): "a daemon: it logs (--log-format json) instead of printing a result"}
 # Printing commands whose run needs more than this module's workspace; their -o json is run there.
 RUN_ELSEWHERE = {("reference", "torch"): "needs torch and a factory: tests/test_torchref.py runs it with -o yaml"}
@@ -181,8 +177,12 @@ def test_every_printing_command_takes_dash_o_dash_dash_json_and_dash_c() -> None
     assert not missing, "commands without -o/--output, --json and -c/--config:\n" + "\n".join(missing)
 
 
-@pytest.mark.process
-@pytest.mark.parametrize("path", sorted(ARGS), ids=" ".join)
+def as_run(path: tuple[str, ...], *values: Any) -> Any:
+    """``pytest.param(path, *values)``, marked ``process`` when the command starts one (``STARTS_A_PROCESS``)."""
+    return pytest.param(path, *values, marks=[pytest.mark.process] if path in STARTS_A_PROCESS else [])
+
+
+@pytest.mark.parametrize("path", [as_run(path) for path in sorted(ARGS)], ids=" ".join)
 def test_dash_o_json_prints_strict_json_on_every_printing_command(
     setup: Setup, path: tuple[str, ...], tmp_path: Path
 ) -> None:

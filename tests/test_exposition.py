@@ -170,3 +170,26 @@ def test_a_config_declared_at_a_freed_configs_address_is_not_served_that_configs
         if s.name == "onnxmon_output_tolerance_atol" and s.labels == {"model": "clf", "output": "logits"}
     )
     assert atol == 0.125
+
+
+def test_the_run_duration_histogram_has_the_buckets_docs_metrics_md_names(scenario: Scenario, store: Store) -> None:
+    # each bucket is a series per model: the buckets are few on purpose, and docs/metrics.md says which
+    row = next(
+        line
+        for line in (Path(__file__).resolve().parents[1] / "docs" / "metrics.md").read_text().splitlines()
+        if line.startswith("| `onnxmon_run_duration_seconds` |")
+    )
+    documented = [float(b) for b in re.search(r"Buckets ([\d., ]+) s", row).group(1).split(", ")]  # type: ignore[union-attr]
+    daemon = RealDaemon(scenario.settings, store)
+    daemon.dispatch(scenario.passing)
+    text = assert_served_by_the_client(daemon)
+    buckets = [
+        sample.labels["le"]
+        for parsed in text_string_to_metric_families(text)
+        for sample in parsed.samples
+        if sample.name == "onnxmon_run_duration_seconds_bucket" and sample.labels["model"] == "clf"
+    ]
+    assert buckets == [*(str(b) for b in documented), "+Inf"]
+    le = next(b for b in documented if b >= scenario.passing.duration_s)
+    count = _value(text, "onnxmon_run_duration_seconds_count", "clf")
+    assert count == 1 and f'onnxmon_run_duration_seconds_bucket{{le="{le}",model="clf"}} 1.0' in text

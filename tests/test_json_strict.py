@@ -22,16 +22,15 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from monitor import capture, jsonsafe
+from monitor import jsonsafe
 from monitor.api.app import create_app
-from monitor.config.plan import plan_for
 from monitor.localize.report import LocalizationReport, NodeDivergence
 from monitor.localize.sqnr import LayerSQNR
 from monitor.results import AppliedTolerance, CheckResult, OutputMetrics, OutputStats, Reason, Verdict
 from monitor.sinks.log import LogSink
 from monitor.sinks.spool import Spool
 from monitor.store import Store, schema
-from tests import modelzoo, tiers
+from tests import inprocess, modelzoo
 from tests.conftest import onnxmon
 from tests.test_metrics import RealDaemon
 from tests.workspace import Workspace
@@ -77,8 +76,6 @@ def non_finite_result(started_at: float = 2_000_000_000.0) -> CheckResult:
 class Setup:
     ws: Workspace
     baseline_id: str
-    check_stdout: str
-    check_exit: int
 
     @property
     def config(self) -> str:
@@ -90,18 +87,14 @@ class Setup:
 
 
 @pytest.fixture(scope="module")
-@tiers.starts("process")  # its check runs in a worker process
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
-    """A workspace with a baseline of ``clf``, checked once by the CLI, plus a stored non-finite run."""
+    """A workspace with a promoted baseline of ``clf``, checked once (in this process), plus a stored non-finite run."""
     ws = Workspace(tmp_path_factory.mktemp("ws"))
     ws.add_model("clf", modelzoo.classifier())
-    baseline = capture.capture_baseline(plan_for(ws.settings(), "clf"))
-    promoted = onnxmon("baseline", "promote", baseline.id, "-c", str(ws.config_file))
-    assert promoted.exit_code == 0, promoted.output
-    checked = onnxmon("check", "clf", "--json", "-c", str(ws.config_file))
+    made = inprocess.capture_and_check(ws, "clf")
     with Store(f"sqlite:///{ws.root / 'onnxmon.db'}") as store:
         store.record_run(non_finite_result(), node="gpu-1")
-    return Setup(ws, baseline.id, checked.stdout, checked.exit_code)
+    return Setup(ws, made.baseline_id)
 
 
 # --- the CLI ------------------------------------------------------------------------------------
@@ -109,8 +102,9 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
 
 @pytest.mark.process
 def test_check_json_of_a_model_against_its_own_baseline_writes_snr_as_the_string_infinity(setup: Setup) -> None:
-    assert setup.check_exit == 0, setup.check_stdout
-    (result,) = strict(setup.check_stdout)
+    checked = onnxmon("check", "clf", "--json", "--no-store", "-c", setup.config)
+    assert checked.exit_code == 0, checked.output
+    (result,) = strict(checked.stdout)
     assert result["verdict"] == "pass"
     snrs = [o["metrics"]["snr_db"] for o in result["outputs"]]
     assert snrs and all(s == "Infinity" for s in snrs), "identical outputs: SNR +inf"
@@ -118,7 +112,6 @@ def test_check_json_of_a_model_against_its_own_baseline_writes_snr_as_the_string
     assert all(isinstance(o["metrics"]["max_abs_error"], float) for o in result["outputs"]), "finite: a number"
 
 
-@pytest.mark.process
 @pytest.mark.parametrize(
     "argv",
     [
@@ -130,7 +123,7 @@ def test_check_json_of_a_model_against_its_own_baseline_writes_snr_as_the_string
         ("config", "show"),
         ("env", "show", "--json"),
         ("env", "diff", "--json", "current", "current"),
-        ("localize", "clf", "--json"),
+        pytest.param(("localize", "clf", "--json"), marks=pytest.mark.process),  # in a child
     ],
     ids=lambda argv: " ".join(a for a in argv if not a.startswith("{")),
 )

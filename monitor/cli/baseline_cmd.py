@@ -125,9 +125,14 @@ def register(app: typer.Typer) -> None:
             for b in items:
                 fp = b.meta.environment_fingerprint or "-"
                 shown.add_row(
-                    "*" if b.id == active else "", b.id, b.meta.created_at, b.meta.source,
-                    str(b.meta.sample_count), b.meta.model_sha256[:cut], fp[:cut],
-                )  # fmt: skip
+                    "*" if b.id == active else "",
+                    b.id,
+                    b.meta.created_at,
+                    b.meta.source,
+                    str(b.meta.sample_count),
+                    b.meta.model_sha256[:cut],
+                    fp[:cut],
+                )
             return shown
 
         out.emit(lambda: [_listed(b.meta.to_dict(), b.id == active) for b in items], table)

@@ -102,8 +102,10 @@ def register(app: typer.Typer) -> None:
 
         def text(wide: bool) -> list[str]:
             # a person's text: escapes shown, not obeyed
-            lines = [terminal.safe(f"{key}: {data[key]}") for key in ("id", "at", "model", "run_id", "created_by",
-                                                                      "cause", "fix", "text")]  # fmt: skip
+            lines = [
+                terminal.safe(f"{key}: {data[key]}")
+                for key in ("id", "at", "model", "run_id", "created_by", "cause", "fix", "text")
+            ]
             return lines + [
                 f"signature.{part}: {', '.join(values) or '-'}" for part, values in data["signature"].items()
             ]

@@ -79,11 +79,18 @@ def register(app: typer.Typer) -> None:
 
         reference = reference_model(against, reference_path)
         request = localize_request(
-            sample=sample, against="model" if reference is not None else against, reference_model=reference,
-            mode=mode, graph_level=graph_level, graph_view=graph_view, threshold_rule=threshold_rule,
-            chunk_size=chunk_size, rel_threshold=threshold, time_budget_s=parse_duration(budget) if budget else None,
+            sample=sample,
+            against="model" if reference is not None else against,
+            reference_model=reference,
+            mode=mode,
+            graph_level=graph_level,
+            graph_view=graph_view,
+            threshold_rule=threshold_rule,
+            chunk_size=chunk_size,
+            rel_threshold=threshold,
+            time_budget_s=parse_duration(budget) if budget else None,
             runs=runs,
-        )  # fmt: skip
+        )
         settings = common.settings(out.config_file)
         plan = plan_for(settings, model)
         console = common.console()
@@ -109,15 +116,27 @@ def register(app: typer.Typer) -> None:
         def text(wide: bool) -> list[common.PlainTable | str]:
             details = (report.comparison_detail, report.rule_detail, report.graph_level_detail, *report.notes)
             table = common.PlainTable(
-                "#", "node", "op", "rel error", "max abs", "changed", "out of tol", "inputs changed",
+                "#",
+                "node",
+                "op",
+                "rel error",
+                "max abs",
+                "changed",
+                "out of tol",
+                "inputs changed",
                 title="top nodes by error",
-            )  # fmt: skip
+            )
             for node in report.top:
                 table.add_row(
-                    str(node.index), node.name, node.op_type, common.fmt(node.rel_error),
-                    common.fmt(node.max_abs_error), _yes(node.changed), _yes(node.out_of_tolerance),
+                    str(node.index),
+                    node.name,
+                    node.op_type,
+                    common.fmt(node.rel_error),
+                    common.fmt(node.max_abs_error),
+                    _yes(node.changed),
+                    _yes(node.out_of_tolerance),
                     _yes(node.inputs_changed),
-                )  # fmt: skip
+                )
             return [report.summary(), *(f"  {line}" for line in details), table]
 
         out.emit(report.to_dict, text, quiet=quiet)
@@ -153,9 +172,13 @@ def register(app: typer.Typer) -> None:
             shown = common.PlainTable("#", "node", "op", "tensor", "paired with", "SQNR dB", title="per-layer SQNR")
             for layer in layers:
                 shown.add_row(
-                    str(layer.index), layer.node, layer.op_type, layer.tensor, layer.quantized_tensor,
+                    str(layer.index),
+                    layer.node,
+                    layer.op_type,
+                    layer.tensor,
+                    layer.quantized_tensor,
                     common.fmt(layer.sqnr_db),
-                )  # fmt: skip
+                )
             return shown
 
         out.emit(lambda: {"model": model, "float": str(float_model), "layers": [x.to_dict() for x in layers]}, table)

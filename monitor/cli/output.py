@@ -136,9 +136,13 @@ class Output:
         return structured(self.format)
 
     def emit(
-        self, data: Callable[[], Any], text: Callable[[bool], Shown] | None = None, *, quiet: bool = False,
+        self,
+        data: Callable[[], Any],
+        text: Callable[[bool], Shown] | None = None,
+        *,
+        quiet: bool = False,
         err: bool = False,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """``emit`` in this invocation's format."""
         emit(self.format, data, text, quiet=quiet, err=err)
 
@@ -158,11 +162,12 @@ def options(*, reads_config: bool = True) -> Callable[[Callable[..., Any]], Call
             raise TypeError(f"{command.__qualname__} takes no `out` parameter for output.options to give")
         kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
         shared = [
-            inspect.Parameter("config_path", kind, default=ConfigOption if reads_config else UnusedConfigOption,
-                              annotation=str | None),
+            inspect.Parameter(
+                "config_path", kind, default=ConfigOption if reads_config else UnusedConfigOption, annotation=str | None
+            ),
             inspect.Parameter("output_format", kind, default=OutputOption, annotation=str | None),
             inspect.Parameter("as_json", kind, default=JsonOption, annotation=bool),
-        ]  # fmt: skip
+        ]
 
         @functools.wraps(command)
         def with_output(*args: Any, **kwargs: Any) -> Any:
@@ -267,9 +272,13 @@ Shown = Table | str | Sequence[Table | str]
 
 
 def emit(
-    fmt: str, data: Callable[[], Any], text: Callable[[bool], Shown] | None = None, *, quiet: bool = False,
+    fmt: str,
+    data: Callable[[], Any],
+    text: Callable[[bool], Shown] | None = None,
+    *,
+    quiet: bool = False,
     err: bool = False,
-) -> None:  # fmt: skip
+) -> None:
     """The one way a command prints: ``data()`` for json/yaml, else ``text(wide)``.
 
     A table is a rich table on a terminal and TSV when piped; a sentence is printed as written, its

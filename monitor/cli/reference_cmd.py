@@ -18,8 +18,9 @@ from monitor.config.plan import plan_for
 
 
 def register(app: typer.Typer) -> None:
-    group = typer.Typer(help="Make reference baselines from the framework a model was exported from.",
-                        no_args_is_help=True)  # fmt: skip
+    group = typer.Typer(
+        help="Make reference baselines from the framework a model was exported from.", no_args_is_help=True
+    )
 
     @group.command("torch")
     @output.options()

@@ -9,7 +9,9 @@ tensors): a bitwise-equal chunk (tested on the integer view of the bits) only ad
 ``|d|`` is computed once; p99 keeps the largest ``k`` errors behind a rising threshold
 (``p99.py``); the ``atol + rtol*|b|`` count is skipped when ``max|d| <= atol`` and its limits are
 reused by the error ratio; the error ratio and the relative error are skipped for a chunk whose
-``max|d|`` bound cannot beat the running max, and divided out only for the elements that could.
+``max|d|`` bound cannot beat the running max, and divided out only for the elements that could;
+once those elements and the p99 candidates are few, one comparison with the lowest of their bounds
+picks them all (``_few_tails``), instead of a pass each.
 Sums are lanes (``formulas.lane_sums``), never a BLAS dot: ``np.dot`` over a chunk made OpenBLAS
 spread it over its own spinning threads, and its order depends on the CPU's kernel.
 """
@@ -67,6 +69,7 @@ class Worker:
         self.max_abs = self.max_rel = self.max_ratio = 0.0
         self.max_ulp = 0
         self.bitwise_equal = True
+        self.p99_few = False  # whether the last chunk's p99 candidates were under an eighth of it
 
     def update(self, index: int, raw_a: Array, raw_b: Array) -> None:
         n = raw_a.size
@@ -128,11 +131,81 @@ class Worker:
             abs_b, limit = self._limit(b)
             self.finite_mismatch += int(np.count_nonzero(np.greater(err, limit, out=self.mask[:n])))
         # ratio <= max|d| / atol (a normal atol: a subnormal or zero one bounds nothing)
-        if not self.exact and (self.tol.atol < _TINY or chunk_max / self.tol.atol > self.max_ratio):
+        ratio = not self.exact and (self.tol.atol < _TINY or chunk_max / self.tol.atol > self.max_ratio)
+        rel = chunk_max / self.floor > self.max_rel  # |d| / max(|b|, floor) <= max|d| / floor
+        if self._few_tails(err, b, limit, chunk_max, ratio=ratio, rel=rel):
+            return
+        if ratio:
             self.max_ratio = max(self.max_ratio, self._max_ratio(err, b, limit))
-        if chunk_max / self.floor > self.max_rel:  # |d| / max(|b|, floor) <= max|d| / floor
+        if rel:
             self.max_rel = max(self.max_rel, self._max_rel(err, b, abs_b))
-        self.largest.offer(err, chunk_max, self.mask)
+        self._offer(err, chunk_max)
+
+    def _offer(self, err: F64, chunk_max: float) -> None:
+        """The chunk's p99 candidates (``p99.Largest.offer``); notes whether they were few, for the next chunk."""
+        self.p99_few = self.largest.offer(err, chunk_max, self.mask) * 8 < err.size
+
+    def _few_tails(self, err: F64, b: F64, limit: F64 | None, chunk_max: float, *, ratio: bool, rel: bool) -> bool:
+        """The error ratio, relative error and p99 candidates from one pass over ``|d|``, when few elements matter.
+
+        Each of the three reads only the elements of ``|d|`` above its own bound (the running
+        maxima's, as in ``_max_ratio`` and ``_max_rel``; the p99 floor). One comparison with the lowest
+        bound picks a superset of all three; when it is under an eighth of the chunk, each takes its
+        own elements from it, in index order, as its own pass would have: the same maxima and the
+        same candidates, to the bit. False (nothing done) when a bound skips nothing or the superset
+        is large: the three passes follow.
+        """
+        n = err.size
+        # the p99 floor joins when the last chunk's candidates were few: it rises to the top 1 %
+        # only as the stream goes on, and below that it would make every superset large
+        p99_joins = self.p99_few and chunk_max > self.largest.floor
+        bounds = [self.largest.floor] if p99_joins else []
+        ratio_bound = self.max_ratio * self.tol.atol * (1 - 2**-50)
+        rel_bound = self.max_rel * self.floor * (1 - 2**-50)
+        if ratio:
+            if not (self.tol.rtol >= 0 and self.tol.atol >= _TINY and 2.0**-1000 <= ratio_bound < math.inf):
+                return False
+            bounds.append(ratio_bound)
+        if rel:
+            if not 2.0**-1000 <= rel_bound < math.inf:
+                return False
+            bounds.append(rel_bound)
+        if not bounds:  # nothing can beat a running maximum; the p99 candidates, if any, on their own
+            self._offer(err, chunk_max)
+            return True
+        above = np.greater(err, min(bounds), out=self.mask[:n])
+        if int(np.count_nonzero(above)) * 8 >= n:
+            return False
+        index = np.flatnonzero(above)
+        tail = err[index]
+        if ratio:
+            own = tail > ratio_bound
+            if int(np.count_nonzero(own)) * 8 >= n:  # as _max_ratio: the whole chunk divided out
+                self.max_ratio = max(self.max_ratio, self._max_ratio(err, b, limit))
+            elif own.any():
+                few = index[own]
+                if limit is not None:
+                    found = _fmax(tail[own] / limit[few])
+                else:
+                    scale = np.abs(b[few])
+                    scale *= self.tol.rtol
+                    scale += self.tol.atol
+                    found = _fmax(np.divide(tail[own], scale, out=scale))
+                self.max_ratio = max(self.max_ratio, found)
+        if rel:
+            own = tail > rel_bound
+            if int(np.count_nonzero(own)) * 8 >= n:  # as _max_rel: the whole chunk divided out
+                self.max_rel = max(self.max_rel, self._max_rel(err, b, None))
+            elif own.any():
+                scale = np.maximum(np.abs(b[index[own]]), self.floor)
+                self.max_rel = max(self.max_rel, float(np.divide(tail[own], scale, out=scale).max()))
+        if p99_joins:
+            candidates = tail[tail > self.largest.floor]
+            self.largest.offer_few(candidates)
+            self.p99_few = candidates.size * 8 < n
+        else:
+            self._offer(err, chunk_max)
+        return True
 
     def _limit(self, b: F64) -> tuple[F64, F64]:
         """``|b|`` and ``atol + rtol*|b|``, each element's limit, in this worker's buffers."""

@@ -44,13 +44,20 @@ class Largest:
     def values(self) -> F64:
         return self.buffer[: self.size]
 
-    def offer(self, values: F64, values_max: float, mask: npt.NDArray[np.bool_]) -> None:
+    def offer(self, values: F64, values_max: float, mask: npt.NDArray[np.bool_]) -> int:
+        """Keep the ``values`` above ``floor``; how many there were."""
         if values_max <= self.floor:
-            return
+            return 0
         above = np.greater(values, self.floor, out=mask[: values.size])
         count = int(np.count_nonzero(above))
         np.compress(above, values, out=self.buffer[self.size : self.size + count])
         self.accept(count)
+        return count
+
+    def offer_few(self, above: F64) -> None:
+        """Take ``above``: the offered values above ``floor``, already picked, in their order."""
+        self.buffer[self.size : self.size + above.size] = above
+        self.accept(above.size)
 
     def accept(self, count: int) -> None:
         """Take the ``count`` values ``offer`` just wrote after ``values``."""

@@ -140,8 +140,11 @@ def localize(
         )
     reference_model_path = request.reference_model
     mode, graph_level, graph_view, threshold_rule = (
-        request.mode, request.graph_level, request.graph_view, request.threshold_rule
-    )  # fmt: skip
+        request.mode,
+        request.graph_level,
+        request.graph_view,
+        request.threshold_rule,
+    )
     chunk_size, rel_threshold, abs_floor = request.chunk_size, request.rel_threshold, request.abs_floor
     time_budget_s = request.time_budget_s
     started = time.perf_counter()
@@ -279,9 +282,12 @@ def localize(
             skipped=result.skipped,
             notes=tuple(result.notes)
             + below
-            + ((f"the reference is nondeterministic: {len(nondeterministic)} tensor(s) differ between two runs",)
-               if nondeterministic else ()),
-        )  # fmt: skip
+            + (
+                (f"the reference is nondeterministic: {len(nondeterministic)} tensor(s) differ between two runs",)
+                if nondeterministic
+                else ()
+            ),
+        )
 
 
 def capture_intermediates(

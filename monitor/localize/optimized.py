@@ -83,8 +83,12 @@ def map_optimized(model: onnx.ModelProto, optimized: onnx.ModelProto) -> Optimiz
     """Join ``optimized`` (as saved by ``optimized_model_filepath``) to ``model``; see the module docstring."""
     model_tensors = node_outputs(model)
     wanted = set(model_tensors) | {o.name for o in model.graph.output}
-    producer_name = {out: node.name or f"{node.op_type}_{i}" for i, node in enumerate(optimized.graph.node)
-                     for out in node.output if out}  # fmt: skip
+    producer_name = {
+        out: node.name or f"{node.op_type}_{i}"
+        for i, node in enumerate(optimized.graph.node)
+        for out in node.output
+        if out
+    }
     reorders = {n.output[0]: n.input[0] for n in optimized.graph.node if n.op_type == "ReorderOutput" and n.input}
 
     def computed_by(tensor: str) -> str:
@@ -143,10 +147,14 @@ def _expose_as(
         target = f"{ADDED_PREFIX}nchw/{tensor}" if cast else tensor
         nodes.append(
             helper.make_node(
-                "ReorderOutput", [source], [target], name=f"{ADDED_PREFIX}{tensor}", domain=NCHWC_DOMAIN,
+                "ReorderOutput",
+                [source],
+                [target],
+                name=f"{ADDED_PREFIX}{tensor}",
+                domain=NCHWC_DOMAIN,
                 channels=blocked_channels,
             )
-        )  # fmt: skip
+        )
         source = target
     if cast:
         nodes.append(helper.make_node("Cast", [source], [tensor], name=f"{ADDED_PREFIX}cast/{tensor}", to=dtype))

@@ -238,10 +238,15 @@ class ModelDiff:
         for change in weights[:top]:
             lines.append("  " + _tensor_line(change))
         for attr in self.changed_attributes[:top]:
-            lines.append(f"  attribute {where(attr.node.graph, attr.node.key)}.{attr.attribute} ({attr.op_type}): "
-                         f"{attr.status}" + (f", {attr.changed_elements} changed, max abs {attr.max_abs_change:.3g}"
-                                             if attr.changed_elements is not None and attr.max_abs_change is not None
-                                             else ""))  # fmt: skip
+            lines.append(
+                f"  attribute {where(attr.node.graph, attr.node.key)}.{attr.attribute} ({attr.op_type}): "
+                f"{attr.status}"
+                + (
+                    f", {attr.changed_elements} changed, max abs {attr.max_abs_change:.3g}"
+                    if attr.changed_elements is not None and attr.max_abs_change is not None
+                    else ""
+                )
+            )
         for node in self.nodes_changed[:top]:
             lines.append(f"  node {where(node.node.graph, node.node.key)} ({node.op_type}): {', '.join(node.changes)}")
         shown = min(top, len(weights)) + min(top, len(self.changed_attributes)) + min(top, len(self.quantization))

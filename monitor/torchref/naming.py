@@ -29,8 +29,9 @@ import onnx
 
 NAME_SCOPES = "pkg.torch.onnx.name_scopes"
 CLASS_HIERARCHY = "pkg.torch.onnx.class_hierarchy"
-FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
-                         onnx.TensorProto.BFLOAT16})  # fmt: skip
+FLOAT_TYPES = frozenset(
+    {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
+)
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,12 @@ class TensorMap:
     bypassed: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
-        return {"exporter": self.exporter, "tensors": dict(self.tensors), "folded": dict(self.folded),
-                "bypassed": dict(self.bypassed)}  # fmt: skip
+        return {
+            "exporter": self.exporter,
+            "tensors": dict(self.tensors),
+            "folded": dict(self.folded),
+            "bypassed": dict(self.bypassed),
+        }
 
     def hint(self) -> str:
         """Why the coverage may be low, or how it was kept: a parent module whose ``forward`` was bypassed."""

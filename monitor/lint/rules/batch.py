@@ -112,11 +112,34 @@ def _baked_dim(graph: LintGraph, node: Node, target: object, names: set[str]) ->
 # Ops whose output has the rank of their data inputs and keeps each of their axes (elementwise).
 KEEPS_AXES = frozenset(
     {
-        "LayerNormalization", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Gelu", "Erf", "Softmax", "LogSoftmax",
-        "Clip", "Dropout", "Identity", "Cast", "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Exp", "Neg", "Abs",
-        "Where", "QuantizeLinear", "DequantizeLinear", "SkipLayerNormalization",
+        "LayerNormalization",
+        "Relu",
+        "LeakyRelu",
+        "Sigmoid",
+        "Tanh",
+        "Gelu",
+        "Erf",
+        "Softmax",
+        "LogSoftmax",
+        "Clip",
+        "Dropout",
+        "Identity",
+        "Cast",
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Pow",
+        "Sqrt",
+        "Exp",
+        "Neg",
+        "Abs",
+        "Where",
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "SkipLayerNormalization",
     }
-)  # fmt: skip
+)
 
 
 def _dim_source(graph: LintGraph, tensor: str, axis: int, seen: dict[tuple[str, int], str], depth: int = 0) -> str:
@@ -172,13 +195,50 @@ def _dynamic_dim_names(graph: LintGraph) -> set[str]:
 # Ops whose output keeps the leading dim of their (non-constant) data inputs.
 KEEPS_LEADING = frozenset(
     {
-        "Conv", "ConvTranspose", "BatchNormalization", "InstanceNormalization", "LayerNormalization", "Relu",
-        "LeakyRelu", "Sigmoid", "Tanh", "Gelu", "Erf", "Softmax", "LogSoftmax", "Clip", "Dropout", "Identity",
-        "Cast", "Resize", "Upsample", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Add",
-        "Sub", "Mul", "Div", "Pow", "Sqrt", "Exp", "Neg", "Abs", "MatMul", "Gemm", "Pad", "Flatten",
-        "ReduceMean", "ReduceSum", "ReduceMax", "Where", "QuantizeLinear", "DequantizeLinear",
+        "Conv",
+        "ConvTranspose",
+        "BatchNormalization",
+        "InstanceNormalization",
+        "LayerNormalization",
+        "Relu",
+        "LeakyRelu",
+        "Sigmoid",
+        "Tanh",
+        "Gelu",
+        "Erf",
+        "Softmax",
+        "LogSoftmax",
+        "Clip",
+        "Dropout",
+        "Identity",
+        "Cast",
+        "Resize",
+        "Upsample",
+        "MaxPool",
+        "AveragePool",
+        "GlobalAveragePool",
+        "GlobalMaxPool",
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Pow",
+        "Sqrt",
+        "Exp",
+        "Neg",
+        "Abs",
+        "MatMul",
+        "Gemm",
+        "Pad",
+        "Flatten",
+        "ReduceMean",
+        "ReduceSum",
+        "ReduceMax",
+        "Where",
+        "QuantizeLinear",
+        "DequantizeLinear",
     }
-)  # fmt: skip
+)
 
 
 def _batch_source(graph: LintGraph, tensor: str, seen: dict[str, str], depth: int = 0) -> str:

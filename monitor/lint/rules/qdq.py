@@ -20,13 +20,45 @@ from monitor.lint.hazards import Hazard, hazard
 # QDQ propagation moves pairs through: a DQ feeding one of these is expected to be fused.
 FUSED_BY_RUNTIME = frozenset(
     {
-        "Conv", "ConvTranspose", "MatMul", "Gemm", "Add", "Mul", "Concat", "MaxPool", "AveragePool",
-        "GlobalAveragePool", "LeakyRelu", "Sigmoid", "Softmax", "Tanh", "Relu", "Clip", "Gather",
-        "GatherElements", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Expand", "Slice",
-        "Resize", "Pad", "Split", "Where", "ArgMax", "InstanceNormalization", "Identity", "DepthToSpace",
-        "SpaceToDepth", "QuantizeLinear", "MatMulInteger", "ConvInteger",
+        "Conv",
+        "ConvTranspose",
+        "MatMul",
+        "Gemm",
+        "Add",
+        "Mul",
+        "Concat",
+        "MaxPool",
+        "AveragePool",
+        "GlobalAveragePool",
+        "LeakyRelu",
+        "Sigmoid",
+        "Softmax",
+        "Tanh",
+        "Relu",
+        "Clip",
+        "Gather",
+        "GatherElements",
+        "Reshape",
+        "Transpose",
+        "Squeeze",
+        "Unsqueeze",
+        "Flatten",
+        "Expand",
+        "Slice",
+        "Resize",
+        "Pad",
+        "Split",
+        "Where",
+        "ArgMax",
+        "InstanceNormalization",
+        "Identity",
+        "DepthToSpace",
+        "SpaceToDepth",
+        "QuantizeLinear",
+        "MatMulInteger",
+        "ConvInteger",
     }
-)  # fmt: skip
+)
 # op -> index of the weight input that may carry a per-channel (axis) scale
 PER_CHANNEL_WEIGHT = {"Conv": 1, "ConvTranspose": 1, "Gemm": 1, "MatMul": 1}
 QDQ_DOMAINS = ("", "ai.onnx", "com.microsoft")

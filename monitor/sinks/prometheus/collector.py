@@ -25,14 +25,17 @@ import prometheus_client
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from monitor.config.settings import ModelConfig, Settings
 from monitor.results import CAUSE_CODES, AppliedTolerance, Verdict, fingerprint_of
 from monitor.sinks.prometheus import label_values, runtime_info
-from monitor.sinks.prometheus.counters import VERDICTS, Clock, Metrics, ModelState
+from monitor.sinks.prometheus.counters import VERDICTS, Clock, Metrics
+from monitor.sinks.prometheus.model_states import ModelState
 from monitor.store import RECENT_RUNS, RecentState, RunRecord, Store, incidents, pick_latest
 
 log = logging.getLogger(__name__)
+BASELINE_LABELS = ("model", "baseline_id", "source", "environment")
 
 
 class StoreCollector(Collector):
@@ -123,74 +126,87 @@ class StoreCollector(Collector):
         return cache[key]
 
     def _model(self, f: _Families, scrape: _Scrape, model: ModelConfig, state: ModelState) -> None:
-        """The model's series in every family: the config's, the disk's, and (store answering) its last run's."""
+        """The model's series in every family: the config's, the disk's, and (store answering) its last run's.
+
+        One labels dict per model and one per output serve every family they label (the client keeps
+        the dict it is given): a scrape at 200 models holds thousands of samples at once, and the
+        fewer objects it allocates, the less of it goes to the garbage collector.
+        """
         settings, latest, name = scrape.settings, scrape.latest, model.name
+        own = {"model": name}
+        per_output = {output: {"model": name, "output": output} for output in state.outputs}
         meta = self.metrics.active_baseline(settings.store.baselines_dir, name)
-        f.model_info.add_metric([name, state.facts.sha256, state.facts.opset], 1.0)
+        _add(f.model_info, {"model": name, "model_sha256": state.facts.sha256, "opset": state.facts.opset}, 1.0)
         baseline_labels = (
             [name, meta.id, label_values.baseline_source_label(meta.source), (meta.environment_fingerprint or "")[:16]]
             if meta
             else [name, "", "none", ""]
         )
-        f.baseline_info.add_metric(baseline_labels, 1.0)
-        f.interval.add_metric([name], state.interval)
-        for output in state.outputs:
+        _add(f.baseline_info, dict(zip(BASELINE_LABELS, baseline_labels, strict=True)), 1.0)
+        _add(f.interval, own, state.interval)
+        for output, labels in per_output.items():
             tolerance = self._tolerance(settings, model, output)
-            f.atol.add_metric([name, output], tolerance.atol)
-            f.rtol.add_metric([name, output], tolerance.rtol)
-            f.max_mismatch.add_metric([name, output], tolerance.max_mismatch_ratio)
+            _add(f.atol, labels, tolerance.atol)
+            _add(f.rtol, labels, tolerance.rtol)
+            _add(f.max_mismatch, labels, tolerance.max_mismatch_ratio)
         if latest is None:
             return  # store down: no last-run values rather than wrong ones
         last = latest.get(name)
-        f.last_run.add_metric([name], last.finished_at.timestamp() if last is not None else self.metrics.started_at)
+        _add(f.last_run, own, last.finished_at.timestamp() if last is not None else self.metrics.started_at)
         success = state.last_success
         if last is not None and last.verdict is Verdict.PASS:
             success = max(success, last.finished_at.timestamp())
-        f.last_success.add_metric([name], success)
-        f.last_success_flag.add_metric([name], 1.0 if last is not None and last.verdict is Verdict.PASS else 0.0)
+        _add(f.last_success, own, success)
+        _add(f.last_success_flag, own, 1.0 if last is not None and last.verdict is Verdict.PASS else 0.0)
         for verdict in VERDICTS:
-            f.last_verdict.add_metric([name, verdict], 1.0 if last is not None and last.verdict == verdict else 0.0)
+            flag = 1.0 if last is not None and last.verdict == verdict else 0.0
+            _add(f.last_verdict, {"model": name, "verdict": verdict}, flag)
         fallback = (
             label_values.provider_fallback(last.providers_requested, last.providers_effective, last.reasons)
             if last is not None
             else None
         )
-        f.fallback.add_metric([name], state.fallback if fallback is None else fallback)
-        f.diagnosis.add_metric([name, diagnosed_cause(last, scrape.causes)], 1.0)
+        _add(f.fallback, own, state.fallback if fallback is None else fallback)
+        _add(f.diagnosis, {"model": name, "cause": diagnosed_cause(last, scrape.causes)}, 1.0)
         run_fingerprint = (last.environment_fingerprint if last is not None else None) or scrape.env_fingerprint
         matches = meta is not None and run_fingerprint is not None and run_fingerprint == meta.environment_fingerprint
-        f.env_matches.add_metric([name], 1.0 if matches else 0.0)
+        _add(f.env_matches, own, 1.0 if matches else 0.0)
         recent = scrape.recent.get(name) if scrape.recent is not None else None
         if recent is not None:
-            f.recent_runs.add_metric([name], float(recent.runs))
-            f.recent_errors.add_metric([name], float(recent.errors))
-            f.recent_failed.add_metric([name], float(recent.failed))
-            for output in state.outputs:
-                f.recent_failing.add_metric([name, output], float(recent.failing.get(output, 0)))
-            f.env_changed_at.add_metric([name], _timestamp(recent.environment_changed_at))
-            f.promoted_at.add_metric([name], _timestamp(recent.baseline_promoted_at))
+            _add(f.recent_runs, own, float(recent.runs))
+            _add(f.recent_errors, own, float(recent.errors))
+            _add(f.recent_failed, own, float(recent.failed))
+            for output, labels in per_output.items():
+                _add(f.recent_failing, labels, float(recent.failing.get(output, 0)))
+            _add(f.env_changed_at, own, _timestamp(recent.environment_changed_at))
+            _add(f.promoted_at, own, _timestamp(recent.baseline_promoted_at))
         measured = {o.name: o for o in last.outputs} if last is not None and last.verdict is not Verdict.ERROR else {}
-        for output in state.outputs:
+        for output, labels in per_output.items():
             stats = measured.get(output)
-            labels = [name, output]
             if stats is None or not stats.is_measured:
                 for family in f.per_output_values():
-                    family.add_metric(labels, math.nan)
+                    _add(family, labels, math.nan)
                 continue
             m = stats.metrics
-            f.max_abs.add_metric(labels, m.max_abs_error)
-            f.max_rel.add_metric(labels, m.max_rel_error)
-            f.rms.add_metric(labels, m.rms_error)
-            f.cosine.add_metric(labels, m.cosine_similarity)
-            f.mismatch.add_metric(labels, m.mismatch_ratio)
-            f.nondeterministic.add_metric(labels, 1.0 if stats.is_nondeterministic else 0.0)
-            f.error_ratio.add_metric(labels, stats.error_ratio)
+            _add(f.max_abs, labels, m.max_abs_error)
+            _add(f.max_rel, labels, m.max_rel_error)
+            _add(f.rms, labels, m.rms_error)
+            _add(f.cosine, labels, m.cosine_similarity)
+            _add(f.mismatch, labels, m.mismatch_ratio)
+            _add(f.nondeterministic, labels, 1.0 if stats.is_nondeterministic else 0.0)
+            _add(f.error_ratio, labels, stats.error_ratio)
         for output in model.decisions:  # only what the config says is decided: bounded, and NaN until measured
             stats = measured.get(output)
+            labels = per_output.get(output) or {"model": name, "output": output}
             decided = stats.decisions if stats is not None else None
-            f.decisions_flipped.add_metric([name, output], decided.ratio if decided is not None else math.nan)
+            _add(f.decisions_flipped, labels, decided.ratio if decided is not None else math.nan)
             warned = 1.0 if stats is not None and stats.warnings else 0.0 if stats is not None else math.nan
-            f.numeric_warning.add_metric([name, output], warned)
+            _add(f.numeric_warning, labels, warned)
+
+
+def _add(family: Metric, labels: dict[str, str], value: float) -> None:
+    """One sample of ``family``, labelled by ``labels`` as given (``Metric.samples`` holds the client's ``Sample``)."""
+    family.samples.append(Sample(family.name, labels, value))
 
 
 def _timestamp(when: datetime | None) -> float:
@@ -249,9 +265,7 @@ class _Families:
         self.model_info = gauge(
             "onnxmon_model_info", "Always 1; the model file checked.", ["model", "model_sha256", "opset"]
         )
-        self.baseline_info = gauge(
-            "onnxmon_baseline_info", "Always 1; the active baseline.", ["model", "baseline_id", "source", "environment"]
-        )
+        self.baseline_info = gauge("onnxmon_baseline_info", "Always 1; the active baseline.", list(BASELINE_LABELS))
         self.interval = gauge("onnxmon_schedule_interval_seconds", "Longest time between two scheduled starts.", model)
         self.last_run = gauge("onnxmon_last_run_timestamp_seconds", "Unix time the last run finished.", model)
         self.last_success = gauge("onnxmon_last_success_timestamp_seconds", "Unix time of the last pass.", model)
