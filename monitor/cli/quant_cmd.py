@@ -73,14 +73,25 @@ def register_coverage(app: typer.Typer) -> None:
 
         def table(wide: bool) -> list[common.PlainTable | str]:
             shown = common.PlainTable(
-                "tensor", "clipped", "codes used", "seen min", "seen max", "range min", "range max",
+                "tensor",
+                "clipped",
+                "codes used",
+                "seen min",
+                "seen max",
+                "range min",
+                "range max",
                 title=f"calibration coverage over {bench.name} v{bench.version} ({found.samples} samples)",
-            )  # fmt: skip
+            )
             for t in found.tensors[:top]:
                 shown.add_row(
-                    t.tensor, f"{t.clipped_share:.2%}", f"{t.codes_used}/{t.codes}", common.fmt(t.observed_min),
-                    common.fmt(t.observed_max), common.fmt(t.range_min), common.fmt(t.range_max),
-                )  # fmt: skip
+                    t.tensor,
+                    f"{t.clipped_share:.2%}",
+                    f"{t.codes_used}/{t.codes}",
+                    common.fmt(t.observed_min),
+                    common.fmt(t.observed_max),
+                    common.fmt(t.range_min),
+                    common.fmt(t.range_max),
+                )
             verdict = (
                 f"{len(out_of_range)} of {len(found.tensors)} quantized tensors clip more than {most:.2%}"
                 if out_of_range
@@ -152,16 +163,26 @@ def register_calibrate(app: typer.Typer) -> None:
 
         def table(wide: bool) -> list[common.PlainTable | str]:
             shown = common.PlainTable(
-                "method", "SQNR dB", "worst layer dB", "flipped", "decisions", "size", "error",
+                "method",
+                "SQNR dB",
+                "worst layer dB",
+                "flipped",
+                "decisions",
+                "size",
+                "error",
                 title=f"calibration methods: calibrated on {calibration.name}, measured on {bench.name}",
-            )  # fmt: skip
+            )
             for m in found.methods:
                 worst = m.worst_layer
                 shown.add_row(
-                    m.method, common.fmt(m.sqnr_db), common.fmt(worst.sqnr_db if worst else None),
-                    common.fmt(m.decisions_flipped), common.fmt(m.decisions_total), common.fmt(m.size_bytes, "d"),
+                    m.method,
+                    common.fmt(m.sqnr_db),
+                    common.fmt(worst.sqnr_db if worst else None),
+                    common.fmt(m.decisions_flipped),
+                    common.fmt(m.decisions_total),
+                    common.fmt(m.size_bytes, "d"),
                     m.error or "",
-                )  # fmt: skip
+                )
             choice = f"recommended: {found.recommended}" if found.recommended else "no method could be measured"
             return [shown, f"{choice} (rule: {calibrate.RULE})"]
 
