@@ -23,6 +23,7 @@ import numpy as np
 from monitor.check.reasons import attribute, describe_model_change, external_data_changes
 from monitor.check.reasons import env_changes as environment_changes
 from monitor.check.replay import Clock, Replay, replay_benchset, with_repeat_spread
+from monitor.check.served import measure_served
 from monitor.compare.accumulate import Comparison
 from monitor.config.plan import CheckPlan
 from monitor.details import Details, EnvChange
@@ -32,6 +33,7 @@ from monitor.results import CheckResult, OutputStats, Reason, Verdict, error_res
 from monitor.runtime import envsnap
 from monitor.runtime.session import Session
 from monitor.runtime.worker_state import WorkerState
+from monitor.serving import metadata
 
 EnvCapture = Callable[[], "envsnap.EnvSnapshot"]
 
@@ -54,6 +56,7 @@ class Measured:
     outputs: tuple[OutputStats, ...]
     replay: Replay
     snapshot: envsnap.EnvSnapshot
+    endpoint_s: float | None = None  # the endpoint's replay, when the model names one (check/served.py)
 
 
 @dataclass(frozen=True)
@@ -75,9 +78,25 @@ def check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCapture
         return error_result(name, "no_baseline", detail, started, clock())
     measured = measure(plan, opened, deadline=started + plan.timeout_s, clock=clock, capture_env=capture_env)
     reasons = reasons_of(plan, opened)
+    served = None
+    if plan.model.endpoint is not None:  # the endpoint's numbers become the run's; the local ones its control
+        served = measure_served(
+            plan,
+            opened.session,
+            opened.baseline,
+            opened.bench,
+            measured.outputs,
+            deadline=started + plan.timeout_s,
+            clock=clock,
+        )
+        snapshot = metadata.with_server(measured.snapshot, served.fields)
+        measured = Measured(served.outputs, measured.replay, snapshot, served.seconds)
+        reasons.extend(served.reasons)
     env_changes = environment_changes(opened.baseline.meta.environment, measured.snapshot)
     verdict = Verdict.worst([o.verdict for o in measured.outputs] + ([Verdict.FAIL] if reasons else []))
     reasons, details = details_of(plan, opened, reasons, env_changes)
+    if served is not None:
+        details["serving"] = served.details
     judged = Judged(verdict, tuple(reasons), env_changes, details)
     return assemble(plan, opened, measured, judged, started, clock())
 
@@ -193,7 +212,11 @@ def assemble(
         providers_effective=session.info.effective,
         sample_count=len(bench),
         # load_s is this check's own session build: 0 when the worker kept its session from an earlier check
-        timings={"load_s": session.info.load_seconds if opened.built else 0.0, "replay_s": measured.replay.seconds},
+        timings={
+            "load_s": session.info.load_seconds if opened.built else 0.0,
+            "replay_s": measured.replay.seconds,
+            **({"endpoint_s": measured.endpoint_s} if measured.endpoint_s is not None else {}),
+        },
         environment=measured.snapshot.to_dict(),
         attribution=attribute(verdict, list(reasons), judged.env_changes),
         details=judged.details,
