@@ -177,3 +177,32 @@ def raw_answer(server: OipServer, protocol: str, feeds: dict[str, np.ndarray]) -
     answer = connection.infer(server.name, [tensor], outputs=[client.InferRequestedOutput("probs")])
     connection.close()
     return np.asarray(answer.as_numpy("probs"))
+
+
+def test_the_daemon_keeps_checking_the_other_models_while_an_endpoint_is_down(plain: OipServer, tmp_path: Path) -> None:
+    from monitor.store import Store
+    from tests import modelzoo
+    from tests.serving import Served, free_port
+
+    ws = served_workspace(tmp_path, plain, "v2-grpc", timeout_s="1s")
+    ws.add_model("clf", modelzoo.classifier(), count=2)
+    capture.capture_baseline(plan_for(ws.settings(), "clf"), promote=True)
+    ws.set("cnn", endpoint={**ws.models["cnn"]["endpoint"], "url": f"127.0.0.1:{free_closed_port()}"})
+    for name in ("cnn", "clf"):
+        ws.set(name, schedule={"interval": "3s"}, timeout="2s")
+    ws.extra["daemon"] = {"startup_spread": 0}
+    ws.write()
+    url = ws.settings().store.url
+
+    def runs(model: str) -> list[Any]:
+        with Store(url) as store:
+            return store.runs(model)
+
+    served = Served(ws, free_port())
+    try:
+        served.wait_until(lambda: len(runs("cnn")) >= 2 and len(runs("clf")) >= 2, "two runs of each model", 120)
+    finally:
+        assert served.stop() == 0
+    assert {r.verdict for r in runs("cnn")} == {"error"}
+    assert all(r.reasons[0].code == "endpoint_unreachable" for r in runs("cnn"))
+    assert {r.verdict for r in runs("clf")} == {"pass"}
