@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,7 @@ ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("check",): ("clf", "--no-store", "-c", "{config}"),
     ("config", "reference"): (),
     ("config", "show"): ("-c", "{config}"),
+    ("config", "from-triton"): ("{triton_repo}",),
     ("config", "validate"): ("-c", "{config}"),
     ("db", "current"): ("-c", "{config}"),
     ("db", "upgrade"): ("-c", "{config}"),
@@ -127,6 +129,12 @@ def fill(setup: Setup, args: tuple[str, ...], tmp: Path) -> list[str]:
         "fresh_config": str(tmp / "added.yaml"),
         "python": sys.executable,
     }
+    if "{triton_repo}" in args:  # one ONNX Runtime model in a Triton model repository
+        folder = tmp / "triton" / "clf"
+        (folder / "1").mkdir(parents=True, exist_ok=True)
+        shutil.copy(values["model_file"], folder / "1" / "model.onnx")
+        (folder / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\noptimization { graph: { level: 1 } }\n')
+        values["triton_repo"] = str(tmp / "triton")
     if "{run}" in args or "{incident}" in args:
         values["run"] = str(_a_run(setup))
     if "{incident}" in args:
