@@ -100,7 +100,11 @@ ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
 }
 NOT_PRINTING = {("serve",): "a daemon: it logs (--log-format json) instead of printing a result"}
 # Printing commands whose run needs more than this module's workspace; their -o json is run there.
-RUN_ELSEWHERE = {("reference", "torch"): "needs torch and a factory: tests/test_torchref.py runs it with -o yaml"}
+RUN_ELSEWHERE = {
+    ("reference", "torch"): "needs torch and a factory: tests/test_torchref.py runs it with -o yaml",
+    ("benchset", "stage"): "needs a set declared imported: tests/test_api_traffic.py runs it with -o yaml and json",
+    ("benchset", "promote"): "needs staged samples: tests/test_api_traffic.py runs it with -o yaml and json",
+}
 EXIT_CODES = {0, 1, 3}  # 1: drift or a difference, 3: could not measure (sqnr of a non-QDQ model)
 
 
