@@ -102,10 +102,10 @@ def test_posted_traffic_becomes_a_version_only_when_promoted_and_a_check_runs_on
 @pytest.mark.parametrize(
     ("payload", "status", "words"),
     [
-        ({"inputs": [{"name": "x", "shape": [1, 15], "datatype": "FP32", "data": [0.0] * 15}]}, 422, "x"),
-        ({"inputs": [{"name": "x", "shape": [1, 16], "datatype": "FP32", "data": [0.0] * 3}]}, 422, "does not fill"),
-        ({"inputs": [{"name": "x", "shape": [1, 16], "datatype": "BYTES", "data": ["a"] * 16}]}, 422, "BYTES"),
-        ({"outputs": []}, 422, "inputs"),
+        ({"inputs": [{"name": "x", "shape": [1, 15], "datatype": "FP32", "data": [0.0] * 15}]}, 400, "x"),
+        ({"inputs": [{"name": "x", "shape": [1, 16], "datatype": "FP32", "data": [0.0] * 3}]}, 400, "does not fill"),
+        ({"inputs": [{"name": "x", "shape": [1, 16], "datatype": "BYTES", "data": ["a"] * 16}]}, 400, "BYTES"),
+        ({"outputs": []}, 400, "inputs"),
     ],
 )
 def test_a_sample_that_does_not_fit_the_model_is_refused_with_why(

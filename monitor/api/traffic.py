@@ -4,7 +4,7 @@
   request-logger CloudEvent (binary mode: ``ce-*`` headers; structured: ``application/cloudevents+json``);
   bearer token as every mutating call, the body bounded by ``gate.py``. 201 with the sample's digest and
   whether it was a duplicate; 202 for an event that is not a request (the logger's response events);
-  422 for a payload that is not a sample of the model's signature; 409 when the set takes no traffic
+  400 for a payload that is not a sample of the model's signature; 409 when the set takes no traffic
   (declare it ``imported: true``) or its staging area is full.
 * ``GET  /api/v1/benchsets/{benchset}/samples``  how many samples are staged.
 * ``POST /api/v1/benchsets/{benchset}/promote``  the staged samples become the set's next version (201).
@@ -34,7 +34,7 @@ SetName = Annotated[str, PathParam(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_
 
 def mount(app: FastAPI, handle: DaemonHandle, *, auth: Sequence[Depends]) -> None:
     """Add the traffic routes; ``auth`` guards the two writes."""
-    problems: dict[int | str, dict[str, Any]] = {code: {"model": schemas.Problem} for code in (401, 403, 404, 409, 422)}
+    problems: dict[int | str, dict[str, Any]] = {code: {"model": schemas.Problem} for code in (400, 401, 403, 404, 409)}
 
     @app.post("/api/v1/benchsets/{benchset}/samples", dependencies=list(auth), responses=problems, tags=["benchsets"])
     async def add_sample(benchset: SetName, request: Request) -> JSONResponse:
@@ -50,7 +50,7 @@ def mount(app: FastAPI, handle: DaemonHandle, *, auth: Sequence[Depends]) -> Non
         except traffic.StagingFull as exc:
             raise HTTPException(409, str(exc)) from None
         except (BenchsetError, ModelError) as exc:
-            raise HTTPException(422, str(exc)) from None
+            raise HTTPException(400, str(exc)) from None
         body_out = {"benchset": name, "digest": staged.digest, "duplicate": staged.duplicate, "staged": staged.count}
         return JSONResponse(body_out, 200 if staged.duplicate else 201)
 
