@@ -132,6 +132,8 @@ def test_a_response_cache_answering_the_set_is_reported_as_cached(tmp_path: Path
         ("error500", "v2-grpc", "endpoint_status"),
         ("dtype", "v2-rest", "endpoint_dtype"),
         ("shape", "v2-grpc", "endpoint_shape"),
+        ("unknown-model", "v2-rest", "endpoint_status"),  # HTTP 404 from the server
+        ("unknown-model", "v2-grpc", "endpoint_status"),
     ],
 )
 def test_a_broken_server_is_one_clear_reason_never_a_crash(
@@ -141,6 +143,9 @@ def test_a_broken_server_is_one_clear_reason_never_a_crash(
     if variant == "down":
         server = None
         ws.set("cnn", endpoint={**ws.models["cnn"]["endpoint"], "url": f"127.0.0.1:{free_closed_port()}"})
+    elif variant == "unknown-model":
+        server = None
+        ws.set("cnn", endpoint={**ws.models["cnn"]["endpoint"], "model": "not-served"})
     else:
         server = OipServer(copy_model(tmp_path), "cnn", variant=variant, delay=6.0)
         ws.set("cnn", endpoint={**ws.models["cnn"]["endpoint"], "url": server.url(protocol)})
