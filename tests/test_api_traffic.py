@@ -17,10 +17,8 @@ from fastapi.testclient import TestClient
 
 from monitor import capture
 from monitor.api.app import create_app
-from monitor.check import run_check
 from monitor.config.plan import plan_for
 from monitor.files import benchsets, traffic
-from monitor.results import Verdict
 from monitor.store import Store
 from tests import modelzoo
 from tests.test_metrics import RealDaemon
@@ -96,7 +94,10 @@ def test_posted_traffic_becomes_a_version_only_when_promoted_and_a_check_runs_on
 
     settings = ws.settings()
     capture.capture_baseline(plan_for(settings, "live"), promote=True)
-    assert run_check(plan_for(settings, "live")).verdict is Verdict.PASS
+    checked = client.post("/api/v1/models/live/check", headers=AUTH)  # the check, through the API too
+    assert checked.status_code == 200, checked.text
+    assert checked.json()["verdict"] == "pass"
+    assert checked.json()["result"]["benchset"] == "traffic"
 
 
 @pytest.mark.parametrize(
