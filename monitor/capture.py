@@ -28,6 +28,7 @@ from monitor.errors import BaselineError, MonitorError
 from monitor.files import baseline_meta, baseline_writer, baselines, benchsets, polygraphy, tensors
 from monitor.runtime import envsnap
 from monitor.runtime.session import Session
+from monitor.serving import metadata
 
 Progress = Callable[[int, int], None]
 IntermediateCapture = Callable[[Session, Mapping[str, np.ndarray]], dict[str, np.ndarray]]
@@ -71,7 +72,10 @@ def capture_baseline(
                 writer.add_intermediates(index, grab(session, feeds))
             if progress:
                 progress(index + 1, len(bench))
-        meta = _meta(model, bench, session, "reference" if reference else "captured", capture_env(), note)
+        snapshot = capture_env()
+        if model.endpoint is not None:  # the server's metadata: an upgrade of it is then a named change
+            snapshot = metadata.with_server(snapshot, metadata.server_fields(model.endpoint))
+        meta = _meta(model, bench, session, "reference" if reference else "captured", snapshot, note)
         return _store(plan, meta, writer, promote, promoted_by, "capture --promote")
 
 

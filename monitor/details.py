@@ -125,6 +125,7 @@ class Details(TypedDict, total=False):
     localization: Document  # LocalizationReport.to_dict, on a fail (daemon.localize_on_fail)
     diagnosis: Document  # Diagnosis.to_dict, on a fail (daemon.diagnose_on_fail)
     worker: WorkerNote
+    serving: Document  # check/served.py: the drift's split (serving / model), the endpoint, the cache probe
 
 
 class EnvironmentField(TypedDict, total=False):

@@ -39,3 +39,14 @@ class BusyError(MonitorError):
     """
 
     exit_code = 3
+
+
+class EndpointError(MonitorError):
+    """A served model could not be measured: unreachable, too slow, an error status, an answer that lies
+    about its tensors. ``code`` is the run's reason code (``endpoint_*``); nothing was measured: exit 3."""
+
+    exit_code = 3
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code

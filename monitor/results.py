@@ -60,6 +60,8 @@ REASON_CODES: frozenset[str] = frozenset(
         "input_mismatch",  # a PyTorch reference consumed other inputs than the benchmark set (described)
         "calibration_out_of_range",  # checks.calibration_coverage: a quantized tensor clips too many values
         "decision_changed",  # models[].decisions: more decisions differ than tolerance.max_decision_flip_ratio
+        "serving_drift",  # models[].endpoint: the local session matches the baseline, the served model does not
+        "endpoint_cached",  # models[].endpoint: a response cache answers instead of the model (nonce-varied twin)
         # could not measure (verdict error)
         "shape_changed",
         "dtype_changed",  # a float output that became another float dtype is measured and fails instead
@@ -72,6 +74,13 @@ REASON_CODES: frozenset[str] = frozenset(
         "run_error",  # ONNX Runtime raised during Run()
         "timeout",
         "crash",
+        # models[].endpoint could not be measured (monitor/serving/client.py)
+        "endpoint_unreachable",  # refused, no route, no such host
+        "endpoint_timeout",  # no answer within endpoint.timeout_s
+        "endpoint_status",  # an HTTP or gRPC error status (500, NOT_FOUND, ...)
+        "endpoint_dtype",  # an output answered in another datatype than the model produces
+        "endpoint_shape",  # an output whose data does not fill its shape, or another shape than the model's
+        "endpoint_answer",  # an output missing from the answer
         "internal_error",
     }
 )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +74,7 @@ ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("check",): ("clf", "--no-store", "-c", "{config}"),
     ("config", "reference"): (),
     ("config", "show"): ("-c", "{config}"),
+    ("config", "from-triton"): ("{triton_repo}",),
     ("config", "validate"): ("-c", "{config}"),
     ("db", "current"): ("-c", "{config}"),
     ("db", "upgrade"): ("-c", "{config}"),
@@ -96,7 +98,11 @@ ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
 STARTS_A_PROCESS = {("add",), ("baseline", "capture"), ("check",), ("diagnose",), ("localize",), ("rehearse",)}
 NOT_PRINTING = {("serve",): "a daemon: it logs (--log-format json) instead of printing a result"}
 # Printing commands whose run needs more than this module's workspace; their -o json is run there.
-RUN_ELSEWHERE = {("reference", "torch"): "needs torch and a factory: tests/test_torchref.py runs it with -o yaml"}
+RUN_ELSEWHERE = {
+    ("reference", "torch"): "needs torch and a factory: tests/test_torchref.py runs it with -o yaml",
+    ("benchset", "stage"): "needs a set declared imported: tests/test_api_traffic.py runs it with -o yaml and json",
+    ("benchset", "promote"): "needs staged samples: tests/test_api_traffic.py runs it with -o yaml and json",
+}
 EXIT_CODES = {0, 1, 3}  # 1: drift or a difference, 3: could not measure (sqnr of a non-QDQ model)
 
 
@@ -125,6 +131,12 @@ def fill(setup: Setup, args: tuple[str, ...], tmp: Path) -> list[str]:
         "fresh_config": str(tmp / "added.yaml"),
         "python": sys.executable,
     }
+    if "{triton_repo}" in args:  # one ONNX Runtime model in a Triton model repository
+        folder = tmp / "triton" / "clf"
+        (folder / "1").mkdir(parents=True, exist_ok=True)
+        shutil.copy(values["model_file"], folder / "1" / "model.onnx")
+        (folder / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\noptimization { graph: { level: 1 } }\n')
+        values["triton_repo"] = str(tmp / "triton")
     if "{run}" in args or "{incident}" in args:
         values["run"] = str(_a_run(setup))
     if "{incident}" in args:

@@ -582,6 +582,7 @@ def known_values(scenario: Scenario) -> dict[str, Any]:
         "incident_id": 1,
         "baseline_id": scenario.baseline_id,
         "fingerprint": fingerprint[:12],
+        "benchset": "clf-bench",
     }
 
 

@@ -44,6 +44,8 @@ MUTATING = {("POST", "/api/v1/models/{name}/check"), ("POST", "/api/v1/baselines
     ("POST", "/-/reload"),
     ("POST", "/api/v1/runs/{run_id}/incidents"),
     ("POST", "/runs/{run_id}/incidents"),  # the run page's form: the token is a form field
+    ("POST", "/api/v1/benchsets/{benchset}/samples"),  # real traffic, staged (docs/serving.md)
+    ("POST", "/api/v1/benchsets/{benchset}/promote"),
 }
 
 
@@ -59,6 +61,7 @@ def concrete(path: str, scenario: Scenario) -> str:
     """``path`` with its parameters set to things that exist in the scenario."""
     fingerprint = str(scenario.passing.environment["fingerprint"])
     values = {"name": "clf", "run_id": "1", "incident_id": "1", "baseline_id": scenario.baseline_id}
+    values["benchset"] = "clf-bench"
     values["fingerprint"] = fingerprint
     path = re.sub(r"\{(\w+)(?::\w+)?\}", lambda m: values[m.group(1)], path)
     return path + (f"?a={fingerprint[:12]}&b={scenario.baseline_id}" if path.endswith("/diff") else "")

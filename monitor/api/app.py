@@ -35,7 +35,7 @@ from prometheus_client.exposition import choose_encoder
 from starlette.routing import Match, Route
 
 from monitor import __version__, bounded, jsonsafe
-from monitor.api import environments, gate, incidents, index, params, schemas, web
+from monitor.api import environments, gate, incidents, index, params, schemas, traffic, web
 from monitor.api.environments import HEX_PREFIX, NAME
 from monitor.api.guard import ErrorGuard, internal_error, invalid_request
 from monitor.api.handle import DaemonHandle
@@ -262,6 +262,7 @@ def _write_routes(app: FastAPI, handle: DaemonHandle) -> Callable[..., None]:
         429: {"model": schemas.Problem, "description": "every check worker is busy"}
     }
     incidents.mount(app, handle, auth=auth, token=lambda: _configured_token(handle.settings))
+    traffic.mount(app, handle, auth=auth)
 
     @app.post("/api/v1/models/{name}/check", dependencies=auth, responses=guarded | _NOT_FOUND | busy, tags=["actions"])
     def check_now(name: ModelName) -> schemas.CheckOut:

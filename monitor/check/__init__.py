@@ -29,7 +29,7 @@ from monitor.check.reasons import (
 )
 from monitor.check.replay import Clock, Replay, SampleSink, replay_benchset, with_repeat_spread
 from monitor.config.plan import CheckPlan
-from monitor.errors import BaselineError, BenchsetError, ConfigError, ModelError, MonitorError
+from monitor.errors import BaselineError, BenchsetError, ConfigError, EndpointError, ModelError, MonitorError
 from monitor.quant import coverage_check
 from monitor.results import CheckResult, Verdict, error_result
 from monitor.runtime import footprint
@@ -88,10 +88,14 @@ def _run_check(plan: CheckPlan, *, clock: Clock, capture_env: EnvCapture | None,
     except RunTimeout as exc:
         return error_result(model_name, "timeout", str(exc), started, clock())
     except MonitorError as exc:
-        code = next((c for kind, c in _ERROR_CODES if isinstance(exc, kind)), "config_error")
+        code = exc.code if isinstance(exc, EndpointError) else _error_code(exc)
         return error_result(model_name, code, str(exc), started, clock())
     except Exception as exc:  # a bug or an ORT failure: still a verdict, never a crash
         where = traceback.extract_tb(exc.__traceback__)[-1]
         detail = f"{type(exc).__name__}: {exc} (at {where.filename}:{where.lineno}){footprint.cap_note(exc)}"
         code = "run_error" if "onnxruntime" in type(exc).__module__ else "internal_error"
         return error_result(model_name, code, detail, started, clock())
+
+
+def _error_code(exc: MonitorError) -> str:
+    return next((c for kind, c in _ERROR_CODES if isinstance(exc, kind)), "config_error")

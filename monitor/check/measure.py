@@ -26,6 +26,7 @@ from monitor.check.concurrency import SerialDigests, check_concurrency
 from monitor.check.reasons import attribute, describe_model_change, external_data_changes
 from monitor.check.reasons import env_changes as environment_changes
 from monitor.check.replay import Clock, Replay, replay_benchset, with_repeat_spread
+from monitor.check.served import measure_served
 from monitor.compare.accumulate import Comparison
 from monitor.config.plan import CheckPlan
 from monitor.details import Details, EnvChange
@@ -35,6 +36,7 @@ from monitor.results import CheckResult, OutputStats, Reason, Verdict, error_res
 from monitor.runtime import envsnap
 from monitor.runtime.session import Session
 from monitor.runtime.worker_state import WorkerState
+from monitor.serving import metadata
 
 EnvCapture = Callable[[], "envsnap.EnvSnapshot"]
 
@@ -57,6 +59,7 @@ class Measured:
     outputs: tuple[OutputStats, ...]
     replay: Replay
     snapshot: envsnap.EnvSnapshot
+    endpoint_s: float | None = None  # the endpoint's replay, when the model names one (check/served.py)
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,20 @@ def check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCapture
     deadline = started + plan.timeout_s
     measured = measure(plan, opened, deadline=deadline, clock=clock, capture_env=capture_env, serial=serial)
     reasons = reasons_of(plan, opened)
+    served = None
+    if plan.model.endpoint is not None:  # the endpoint's numbers become the run's; the local ones its control
+        served = measure_served(
+            plan,
+            opened.session,
+            opened.baseline,
+            opened.bench,
+            measured.outputs,
+            deadline=started + plan.timeout_s,
+            clock=clock,
+        )
+        snapshot = metadata.with_server(measured.snapshot, served.fields)
+        measured = Measured(served.outputs, measured.replay, snapshot, served.seconds)
+        reasons.extend(served.reasons)
     env_changes = environment_changes(opened.baseline.meta.environment, measured.snapshot)
     verdict = Verdict.worst([o.verdict for o in measured.outputs] + ([Verdict.FAIL] if reasons else []))
     reasons, details = details_of(plan, opened, reasons, env_changes)
@@ -92,6 +109,8 @@ def check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCapture
         if codes:  # concurrency_variant fails; a timeout or an internal error could not finish measuring
             stopped = codes & {"timeout", "internal_error"}
             verdict = Verdict.worst([verdict, Verdict.ERROR if stopped else Verdict.FAIL])
+    if served is not None:
+        details["serving"] = served.details
     judged = Judged(verdict, tuple(reasons), env_changes, details)
     return assemble(plan, opened, measured, judged, started, clock())
 
@@ -212,7 +231,11 @@ def assemble(
         providers_effective=session.info.effective,
         sample_count=len(bench),
         # load_s is this check's own session build: 0 when the worker kept its session from an earlier check
-        timings={"load_s": session.info.load_seconds if opened.built else 0.0, "replay_s": measured.replay.seconds},
+        timings={
+            "load_s": session.info.load_seconds if opened.built else 0.0,
+            "replay_s": measured.replay.seconds,
+            **({"endpoint_s": measured.endpoint_s} if measured.endpoint_s is not None else {}),
+        },
         environment=measured.snapshot.to_dict(),
         attribution=attribute(verdict, list(reasons), judged.env_changes),
         details=judged.details,

@@ -1,4 +1,6 @@
-"""A benchmark set replayed through a session: each sample run ``repeats`` times, handed on one by one.
+"""A benchmark set replayed through a runner: each sample run ``repeats`` times, handed on one by one.
+
+The runner is a local session or a served endpoint (``runtime/runner.py``).
 
 Memory is bounded by one sample, not by the benchmark set: each sample runs (with its
 repeats), is handed to the caller's sink (the comparison) and dropped before the next runs.
@@ -18,7 +20,8 @@ import numpy as np
 from monitor.compare.outputs import repeat_spread
 from monitor.files import benchsets
 from monitor.results import OutputStats, Reason, Verdict
-from monitor.runtime.session import Deadline, RunTimeout, Session
+from monitor.runtime.runner import Runner
+from monitor.runtime.session import Deadline, RunTimeout
 
 Clock = Callable[[], float]
 SampleSink = Callable[[int, Mapping[str, np.ndarray]], None]
@@ -34,7 +37,7 @@ class Replay:
 
 
 def replay_benchset(
-    session: Session,
+    session: Runner,
     bench: benchsets.Benchset,
     repeats: int,
     *,

@@ -1,4 +1,4 @@
-"""``onnxmon benchset create|import|verify|list``: manage the benchmark sets checks replay."""
+"""``onnxmon benchset create|import|verify|list|stage|promote``: manage the benchmark sets checks replay."""
 
 from __future__ import annotations
 
@@ -57,6 +57,47 @@ def register(app: typer.Typer) -> None:
         before = _current_version(directory, name)
         bs = benchsets.import_files(name, files, directory, kind or _guess_kind(files))
         _print_state(out, bs, "unchanged" if before == bs.version else "created")
+
+    @group.command("stage")
+    @output.options()
+    def stage(
+        name: str = NameArgument,
+        files: list[Path] = typer.Argument(
+            ..., help="Samples of real traffic: .npz files or OIP request payloads (.json)."
+        ),
+        *,
+        out: output.Output,
+    ) -> None:
+        """Stage samples of real traffic for set NAME (declared imported: true), validated and deduplicated;
+        they become a version only with `onnxmon benchset promote NAME`."""
+        from monitor.files import traffic
+
+        settings = common.load(out.config_file)
+        if not settings.benchset(name).imported:
+            raise BenchsetError(f"benchset {name!r} is not declared 'imported: true': traffic cannot be added to it")
+        spec = traffic.signature_for([(m.name, m.path) for m in settings.models if m.benchset == name], name)
+        rows = []
+        for path in files:
+            staged = traffic.stage(settings.store.benchsets_dir, name, traffic.file_sample(path), spec, where=str(path))
+            rows.append({"file": str(path), "digest": staged.digest, "duplicate": staged.duplicate})
+        count = len(traffic.staged(settings.store.benchsets_dir, name))
+        new_ones = sum(not r["duplicate"] for r in rows)
+        out.emit(
+            lambda: {"benchset": name, "samples": rows, "staged": count},
+            lambda wide: (
+                f"{name}: {new_ones} staged, {len(rows) - new_ones} duplicate(s); {count} waiting for promotion"
+            ),
+        )
+
+    @group.command("promote")
+    @output.options()
+    def promote(name: str = NameArgument, *, out: output.Output) -> None:
+        """Make the staged samples of set NAME its next version (versioned, checksummed)."""
+        from monitor.files import traffic
+
+        settings = common.load(out.config_file)
+        settings.benchset(name)
+        _print_state(out, traffic.promote(settings.store.benchsets_dir, name), "created")
 
     @group.command("verify")
     @output.options()

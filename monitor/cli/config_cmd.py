@@ -1,6 +1,8 @@
-"""``onnxmon config validate|show|reference``: check a config file before the daemon ever sees it."""
+"""``onnxmon config validate|show|reference|from-triton``: check a config file before the daemon ever sees it."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
@@ -72,5 +74,37 @@ def register(app: typer.Typer) -> None:
 
         text = doc.render()
         out.emit(lambda: {"format": "markdown", "text": text}, lambda wide: text)
+
+    @group.command("from-triton")
+    @output.options(reads_config=False)
+    def from_triton(
+        repo: Path = typer.Argument(
+            ..., help="The Triton model repository (one folder per model, each a config.pbtxt)."
+        ),
+        endpoint_url: str = typer.Option(
+            "", "--endpoint-url", help="host:port of the Triton server: each model gets an endpoint entry too."
+        ),
+        protocol: str = typer.Option("v2-grpc", "--protocol", help="v2-grpc (Triton's 8001) or v2-rest (8000)."),
+        *,
+        out: output.Output,
+    ) -> None:
+        """Print config entries replicating each ONNX Runtime model of a Triton repository, naming what cannot be.
+
+        Reads each config.pbtxt (platform onnxruntime_onnx or backend onnxruntime): instance groups, the graph
+        level, TensorRT / CUDA / OpenVINO accelerators (TensorRT's precision mode), CUDA and thread parameters,
+        dynamic batching (as checks.batch_invariance) and the response cache; docs/serving.md.
+        """
+        from monitor.serving import triton_repo
+
+        endpoint = {"protocol": protocol, "url": endpoint_url} if endpoint_url else None
+        read = triton_repo.read(repo, endpoint=endpoint)
+        config = {"benchsets": [m.benchset for m in read.models], "models": [m.model for m in read.models]}
+        data = {
+            "repository": str(repo),
+            "config": config,
+            "not_replicated": {m.name: m.not_replicated for m in read.models},
+            "skipped": read.skipped,
+        }
+        out.emit(lambda: data, lambda wide: triton_repo.as_yaml(repo, read))
 
     app.add_typer(group, name="config")

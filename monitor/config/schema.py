@@ -22,6 +22,8 @@ from monitor.config.benchset_schema import BenchsetConfig as BenchsetConfig
 from monitor.config.benchset_schema import GenerateSpec as GenerateSpec
 from monitor.config.decisions import DECISIONS_FIELD, FLIP_RATIO_FIELD, NUMERIC_FIELD, numeric_warn_problem
 from monitor.config.decisions import Decision as Decision
+from monitor.config.endpoint_schema import ENDPOINT_FIELD
+from monitor.config.endpoint_schema import EndpointConfig as EndpointConfig
 from monitor.config.fields import DAY as DAY
 from monitor.config.fields import MAX_BACKOFF as MAX_BACKOFF
 from monitor.config.fields import MAX_INTERVAL as MAX_INTERVAL
@@ -336,6 +338,7 @@ class ModelConfig(StrictModel):
         default=False, description="On a fail, localize the first divergent node (within half the timeout)."
     )
     decisions: dict[str, Decision] = DECISIONS_FIELD
+    endpoint: EndpointConfig | None = ENDPOINT_FIELD
 
     @field_validator("providers")
     @classmethod

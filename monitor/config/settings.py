@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from monitor.config.schema import (
     BenchsetConfig,
     Defaults,
     Duration,
+    EndpointConfig,
     GenerateSpec,
     GraphOptLevel,
     ModelChecks,
@@ -63,6 +64,7 @@ __all__ = [
     "DaemonConfig",
     "Defaults",
     "Duration",
+    "EndpointConfig",
     "GenerateSpec",
     "GraphOptLevel",
     "LoggingConfig",
@@ -291,10 +293,20 @@ def _resolve_paths(settings: Settings, base: Path, origin: Path | None) -> Setti
         if b.polygraphy_json:
             update["polygraphy_json"] = rel(b.polygraphy_json)
         benchsets.append(b.model_copy(update=update))
-    models = [m.model_copy(update={"path": rel(m.path)}) for m in settings.models]
+    models = [
+        m.model_copy(update={"path": rel(m.path), "endpoint": _endpoint_paths(m.endpoint, rel)})
+        for m in settings.models
+    ]
     api = settings.api
     if api.token_file is not None:
         api = api.model_copy(update={"token_file": rel(api.token_file)})
     return settings.model_copy(
         update={"store": store, "api": api, "benchsets": benchsets, "models": models, "source": origin}
     )
+
+
+def _endpoint_paths(endpoint: EndpointConfig | None, rel: Callable[[Path], Path]) -> EndpointConfig | None:
+    """``endpoint`` with its ``token_file`` relative to the config file."""
+    if endpoint is None or endpoint.token_file is None:
+        return endpoint
+    return endpoint.model_copy(update={"token_file": rel(endpoint.token_file)})
