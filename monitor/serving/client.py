@@ -154,7 +154,7 @@ def _client_module(rest: bool) -> Any:
     except ImportError as exc:
         raise EndpointError(
             "config_error",
-            f"models[].endpoint needs tritonclient ({exc}): pip install 'onnxmon[serving]'",
+            f"models[].endpoint needs tritonclient ({exc}): from the clone, .venv/bin/pip install -e '.[serving]'",
         ) from None
     return module
 
