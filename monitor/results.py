@@ -274,6 +274,7 @@ class OutputDigest:
     samples: tuple[str, ...] = ()
     total: float | None = None
     magnitude: float | None = None
+    elements: int = 0  # over every sample: the sums' tolerance grows with it
 
     def to_dict(self) -> dict[str, Any]:
         return shapes.to_dict(self)

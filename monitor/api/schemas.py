@@ -218,6 +218,7 @@ class DigestOut(_Out):
     samples: list[str]
     total: JsonNumber | None = None
     magnitude: JsonNumber | None = None
+    elements: int = 0
 
 
 class RunDetail(RunSummary):

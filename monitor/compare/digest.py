@@ -67,6 +67,7 @@ class DigestAccumulator:
         self._samples: dict[str, list[str]] = {name: [] for name in self._names}
         self._total: dict[str, float] = {}
         self._magnitude: dict[str, float] = {}
+        self._elements: dict[str, int] = {}
 
     def feed(self, produced: Mapping[str, np.ndarray]) -> None:
         for name in self._names:
@@ -76,6 +77,7 @@ class DigestAccumulator:
                 continue
             array = np.asarray(array)
             self._samples[name].append(array_digest(array))
+            self._elements[name] = self._elements.get(name, 0) + int(array.size)
             if array.dtype.kind == "f" and array.size:
                 total, magnitude = _sums(array)
                 self._total[name] = self._total.get(name, 0.0) + total
@@ -88,6 +90,7 @@ class DigestAccumulator:
                 samples=tuple(self._samples[name]),
                 total=self._total.get(name),
                 magnitude=self._magnitude.get(name),
+                elements=self._elements.get(name, 0),
             )
             for name in self._names
         )

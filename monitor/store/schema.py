@@ -200,6 +200,7 @@ class Run(Base):
     run_digest: Mapped[str | None] = mapped_column(StoredString(32))
     stack: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict, server_default="{}")
     stack_key: Mapped[str | None] = mapped_column(StoredString(32))
+    spread: Mapped[float | None]  # the largest run-to-run spread of its outputs (repeats > 1), else NULL
 
 
 class OutputResult(Base):

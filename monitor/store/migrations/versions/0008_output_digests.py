@@ -1,4 +1,4 @@
-"""runs.digests, run_digest, stack, stack_key and the fleet_outliers table: the fleet vote (docs/fleet.md).
+"""runs.digests, run_digest, stack, stack_key, spread and the fleet_outliers table: the fleet vote (docs/fleet.md).
 
 A run records what it computed (each output's per-sample xxh3-128 digests and one digest of the run) and
 on which stack (the stack key's fields and their digest); ``fleet_outliers`` keeps what the vote found a
@@ -29,6 +29,7 @@ def upgrade() -> None:
         batch.add_column(sa.Column("run_digest", sa.String(32), nullable=True))
         batch.add_column(sa.Column("stack", sa.JSON(), nullable=False, server_default="{}"))
         batch.add_column(sa.Column("stack_key", sa.String(32), nullable=True))
+        batch.add_column(sa.Column("spread", sa.Double[float](), nullable=True))
     op.create_table(
         "fleet_outliers",
         sa.Column("model_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
@@ -48,6 +49,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("fleet_outliers")
     with op.batch_alter_table("runs") as batch:
+        batch.drop_column("spread")
         batch.drop_column("stack_key")
         batch.drop_column("stack")
         batch.drop_column("run_digest")
