@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -186,3 +187,35 @@ def test_the_fleet_command_prints_json_and_exits_1_while_an_outlier_stands(store
     table = onnxmon("fleet", "-c", config)
     assert table.exit_code == 1 and "n4 outvoted" in table.stdout
     assert onnxmon("fleet", "nosuch", "-c", config).exit_code != 0
+
+
+def test_the_api_the_page_and_a_daemon_vote_show_the_odd_node(store: Store, tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from monitor.api.app import create_app
+    from monitor.daemon import fleetvote
+    from monitor.sinks.prometheus.fleet_gauges import FleetGauges
+    from tests.test_metrics import RealDaemon
+
+    record(store, {f"n{i}": check() for i in range(4)})
+    odd_run = store.record_run(check(samples=odd(1)), node="n4")
+    client = TestClient(create_app(RealDaemon(SETTINGS, store)), raise_server_exceptions=False)
+    (document,) = client.get("/api/v1/fleet").json()
+    assert [(o["node"], o["kind"]) for o in document["outliers"]] == [("n4", "outvoted")]
+    assert client.get("/api/v1/fleet", params={"model": "other"}).json() == []
+    page = client.get("/fleet").text
+    assert "n4" in page and "1 outvoted" in page and "every node agrees" not in page
+    # each daemon votes for its own node (fleet.rerun off: no model file here to re-run) and sets its series
+    settings = from_mapping({"fleet": {"rerun": False}}, origin=Path("/nonexistent/onnxmon.yaml"))
+    plan_like: Any = type("Plan", (), {"name": "m", "timeout_s": 10.0})()
+    series = {}
+    for node, run_id in (("n4", odd_run), ("n0", 1)):
+        registry = CollectorRegistry()
+        fleetvote.after_check(
+            plan_like, check(), run_id, settings=settings, store=store, node=node, gauges=FleetGauges(registry)
+        )
+        text = generate_latest(registry).decode()
+        series[node] = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines() if "{" in line}
+    assert series["n4"] == {'onnxmon_fleet_consistent{model="m"}': 0.0, 'onnxmon_fleet_group{model="m"}': 1.0}
+    assert series["n0"] == {'onnxmon_fleet_consistent{model="m"}': 1.0, 'onnxmon_fleet_group{model="m"}': 1.0}

@@ -37,6 +37,7 @@ from monitor.files import baseline_meta, stamped
 from monitor.results import CheckResult, Verdict
 from monitor.sinks.prometheus import label_values, model_facts
 from monitor.sinks.prometheus.active_baselines import ActiveBaselines
+from monitor.sinks.prometheus.fleet_gauges import FleetGauges
 from monitor.store import RunRecord, Store, pick_latest
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,7 @@ class Metrics:
             registry=r,
         )
         self.session_builds = Counter("onnxmon_worker_session_builds", "Sessions workers built.", ["model"], registry=r)
+        self.fleet = FleetGauges(r)  # this node's place in the fleet vote, set by the daemon after its own vote
         self.reload_ok = Gauge(
             "onnxmon_config_last_reload_successful", "1 when the last config (re)load succeeded.", registry=r
         )
@@ -206,6 +208,7 @@ class Metrics:
             _remove(one, model)
         for reason in state.reasons_seen:
             _remove(self.run_failures, model, reason)
+        self.fleet.forget(model)
 
     def _remove_output(self, model: str, output: str) -> None:
         _remove(self.out_of_tolerance, model, output)
