@@ -9,6 +9,7 @@ node's daemon: ``own.py``) names its kind.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -21,6 +22,9 @@ from monitor.errors import ConfigError
 from monitor.fleet.vote import ModelVote, Outlier, Quorum, Tolerance, vote_model
 from monitor.results import AppliedTolerance, OutputDigest
 from monitor.store import Store, fleet_rows
+
+PREFETCH_MINORITY = 100
+"""Minority runs of one group whose digests are read ahead; more are read when the vote asks for them."""
 
 STANDING = frozenset({"outvoted", "suspect_hardware", "stack"})
 """Outlier kinds that stand (exit 1, ``onnxmon_fleet_consistent`` 0); a ``transient`` one is named only."""
@@ -37,6 +41,23 @@ class StoreLoader:
     def stacks(self, run_ids: Collection[int]) -> Mapping[int, Mapping[str, str]]:
         self._stacks.update(fleet_rows.stacks(self.store, [i for i in run_ids if i not in self._stacks]))
         return {i: self._stacks[i] for i in run_ids if i in self._stacks}
+
+    def prefetch(self, runs: Collection[fleet_rows.NodeRun]) -> None:
+        """Read at once what the votes of many models will ask for, model by model otherwise: each group's
+        first node's stack, and the digests of a group's minority runs with one run of its majority."""
+        groups: dict[tuple[str, str], list[fleet_rows.NodeRun]] = {}
+        for run in runs:
+            groups.setdefault((run.model, run.stack_key), []).append(run)
+        stacks, digests = [], []
+        for members in groups.values():
+            stacks.append(min(members, key=lambda r: r.node).run_id)
+            counts = Counter(r.run_digest for r in members)
+            majority, held = counts.most_common(1)[0]
+            digests.append(next(r.run_id for r in members if r.run_digest == majority))
+            if held < len(members) // 2 + 1 or len(counts) > 1:
+                digests += [r.run_id for r in members if r.run_digest != majority][:PREFETCH_MINORITY]
+        self.stacks(stacks)
+        self.digests(digests)
 
     def digests(self, run_ids: Collection[int]) -> Mapping[int, tuple[OutputDigest, ...]]:
         self._digests.update(fleet_rows.digests(self.store, [i for i in run_ids if i not in self._digests]))
@@ -88,6 +109,7 @@ def vote(store: Store, settings: Settings, now: datetime, *, model: str | None =
     for run in runs:
         by_model.setdefault(run.model, []).append(run)
     loader, quorum = StoreLoader(store), quorum_of(settings)
+    loader.prefetch(runs)
     votes = []
     for name in sorted(by_model):
         found = vote_model(

@@ -237,7 +237,8 @@ def _outvoted(tally: _Tally, loader: Loader) -> list[Outlier]:
     group = tally.group
     if not group.quorum or tally.reference is None:
         return []
-    odd = [r for r in tally.runs if r.node not in group.agreeing]
+    agreeing = set(group.agreeing)
+    odd = [r for r in tally.runs if r.node not in agreeing]
     if not odd:
         return []
     found = loader.digests([tally.reference.run_id, *(r.run_id for r in odd)])

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy import delete, select
+from sqlalchemy import Text, cast, delete, select
 from sqlalchemy.orm import Session
 
 from monitor.results import OutputDigest
@@ -23,9 +23,8 @@ if TYPE_CHECKING:
     from monitor.store.repo import Store
 
 
-@dataclass(frozen=True)
-class NodeRun:
-    """A node's latest run of a model, as the vote reads it."""
+class NodeRun(NamedTuple):
+    """A node's latest run of a model, as the vote reads it (a tuple: 100,000 of them are made per fleet vote)."""
 
     model: str
     node: str
@@ -34,7 +33,7 @@ class NodeRun:
     run_digest: str
     stack_key: str
     spread: float | None
-    reason_codes: tuple[str, ...]
+    reason_codes: tuple[str, ...]  # the reasons the vote reads (concurrency_variant), not every reason
 
 
 @dataclass(frozen=True)
@@ -59,16 +58,11 @@ def latest(store: Store, *, model: str | None = None, since: datetime | None = N
 
 def _latest(session: Session, model: str | None, since: datetime | None) -> list[NodeRun]:
     run, pointer, models = schema.Run, schema.LatestRun, schema.Model
+    # the one reason the vote reads, matched in the database: no run's reasons are parsed here
+    concurrency = cast(run.reasons, Text).like('%"concurrency_variant"%')
     stmt = (
         select(
-            models.name,
-            pointer.node,
-            run.id,
-            run.started_at,
-            run.run_digest,
-            run.stack_key,
-            run.spread,
-            run.reasons,
+            models.name, pointer.node, run.id, run.started_at, run.run_digest, run.stack_key, run.spread, concurrency
         )
         .select_from(pointer)
         .join(run, run.id == pointer.run_id)
@@ -79,16 +73,16 @@ def _latest(session: Session, model: str | None, since: datetime | None) -> list
         stmt = stmt.where(models.name == model)
     if since is not None:
         stmt = stmt.where(run.started_at >= since)
+    rows = session.connection().execute(stmt).all()  # Core rows: 100,000 of them without the ORM's per-row work
+    flagged = ("concurrency_variant",)
     return [
-        NodeRun(name, node, run_id, started, digest, key, spread, _codes(reasons))
-        for name, node, run_id, started, digest, key, spread, reasons in session.execute(stmt)
+        NodeRun(name, node, run_id, _aware(started), digest, key, spread, flagged if concurrent else ())
+        for name, node, run_id, started, digest, key, spread, concurrent in rows
     ]
 
 
-def _codes(reasons: Any) -> tuple[str, ...]:
-    if not isinstance(reasons, list):
-        return ()
-    return tuple(str(r.get("code")) for r in reasons if isinstance(r, Mapping) and r.get("code"))
+def _aware(when: datetime) -> datetime:
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)  # SQLite's are naive UTC
 
 
 def stacks(store: Store, run_ids: Iterable[int]) -> dict[int, dict[str, str]]:
@@ -97,7 +91,7 @@ def stacks(store: Store, run_ids: Iterable[int]) -> dict[int, dict[str, str]]:
     if not ids:
         return {}
     with store._session() as session:
-        rows = session.execute(select(schema.Run.id, schema.Run.stack).where(schema.Run.id.in_(ids)))
+        rows = session.connection().execute(select(schema.Run.id, schema.Run.stack).where(schema.Run.id.in_(ids)))
         return {run_id: {str(k): str(v) for k, v in (stack or {}).items()} for run_id, stack in rows}
 
 
@@ -107,7 +101,7 @@ def digests(store: Store, run_ids: Iterable[int]) -> dict[int, tuple[OutputDiges
     if not ids:
         return {}
     with store._session() as session:
-        rows = session.execute(select(schema.Run.id, schema.Run.digests).where(schema.Run.id.in_(ids)))
+        rows = session.connection().execute(select(schema.Run.id, schema.Run.digests).where(schema.Run.id.in_(ids)))
         return {run_id: tuple(_digest(d) for d in (found or [])) for run_id, found in rows}
 
 
