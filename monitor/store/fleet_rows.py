@@ -76,7 +76,7 @@ def _latest(session: Session, model: str | None, since: datetime | None) -> list
     rows = session.connection().execute(stmt).all()  # Core rows: 100,000 of them without the ORM's per-row work
     flagged = ("concurrency_variant",)
     return [
-        NodeRun(name, node, run_id, _aware(started), digest, key, spread, flagged if concurrent else ())
+        NodeRun(name, node, run_id, _aware(started), digest or "", key or "", spread, flagged if concurrent else ())
         for name, node, run_id, started, digest, key, spread, concurrent in rows
     ]
 
