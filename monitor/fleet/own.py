@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from monitor.config.settings import Settings
@@ -33,7 +34,8 @@ def vote_own(
     now: datetime,
     rerun: Rerunner | None = None,
 ) -> ModelVote:
-    """The vote of ``model`` as ``node`` sees it, its own finding recorded; returns the vote."""
+    """The vote of ``model`` as ``node`` sees it, its own finding recorded; returns the vote, the node's
+    outlier (if any) with the kind its re-run found."""
     since = now - timedelta(seconds=settings.fleet.max_age)
     runs = fleet_rows.latest(store, model=model, since=since)
     loader = report.StoreLoader(store)
@@ -64,4 +66,5 @@ def vote_own(
     fleet_rows.record(store, model, node, mine.run_id, kind, mine.samples, detail, now)
     if kind != "transient":
         log.warning("fleet: %s on %s is %s: %s", model, node, kind, detail)
-    return vote
+    found = replace(mine, kind=kind, detail=detail)  # what this node now is, for its own series
+    return replace(vote, outliers=tuple(found if o is mine else o for o in vote.outliers))
