@@ -276,6 +276,23 @@ class OutputStats:
         return shapes.from_dict(cls, data)
 
 
+@dataclass(frozen=True)
+class OutputDigest:
+    """What one output computed, as hashes (``compare/digest.py``): xxh3-128 of each sample's dtype, shape and
+    raw bytes, in sample order (``""`` where the sample produced none); for a floating output the sum of its
+    elements (``total``) and their L2 norm (``magnitude``) over every sample, non-finite ones counted as 0, which
+    the fleet vote compares within a tolerance where nodes cannot be bit-exact (docs/fleet.md)."""
+
+    name: str
+    samples: tuple[str, ...] = ()
+    total: float | None = None
+    magnitude: float | None = None
+    elements: int = 0  # over every sample: the sums' tolerance grows with it
+
+    def to_dict(self) -> dict[str, Any]:
+        return shapes.to_dict(self)
+
+
 def run_error_ratio(ratios: Iterable[float | None]) -> float | None:
     """A run's one "error ÷ tolerance" figure (``error_ratio`` everywhere; 1 is the line): its outputs' largest.
 
@@ -318,6 +335,10 @@ class CheckResult:
     environment: EnvironmentSnapshot = field(default_factory=lambda: EnvironmentSnapshot())
     attribution: str | None = None
     details: Details = field(default_factory=lambda: Details())  # typed: monitor.details
+    digests: tuple[OutputDigest, ...] = ()  # each output's per-sample digests (docs/fleet.md)
+    run_digest: str | None = None  # one xxh3-128 of every output of every sample: equal runs computed equal bits
+    stack: Mapping[str, str] = field(default_factory=dict)  # the stack key's fields (runtime/stackkey.py)
+    stack_key: str | None = None  # their digest: the fleet vote compares runs of one model and one stack key
     DERIVED: ClassVar = (("duration_s", "finished_at"), ("all_reasons", "reasons"))  # written, not read
 
     def __bool__(self) -> bool:

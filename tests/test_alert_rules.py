@@ -37,6 +37,7 @@ REQUIRED_ALERTS = {
     "OnnxmonEnvironmentChanged": "info",
     "OnnxmonNondeterministic": "warning",
     "OnnxmonNumericDriftWarning": "warning",
+    "OnnxmonNodeComputesDifferently": "critical",
     "OnnxmonDown": "warning",
     "OnnxmonConfigReloadFailed": "warning",
 }
@@ -149,6 +150,9 @@ STORE_GAUGES = frozenset(
         "onnxmon_output_numeric_warning",
         "onnxmon_schedule_interval_seconds",
         "onnxmon_config_last_reload_successful",
+        # set after each check from the daemon's vote over the shared store (docs/fleet.md): a gauge
+        # that is right from the first vote after a restart, never a counter that must move
+        "onnxmon_fleet_consistent",
     }
 )
 

@@ -82,6 +82,7 @@ ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("diff-model",): ("{model_file}", "{model_file}"),
     ("env", "diff"): ("-c", "{config}"),
     ("env", "show"): (),
+    ("fleet",): ("-c", "{config}"),
     ("history",): ("clf", "-c", "{config}"),
     ("incident", "list"): ("-c", "{config}"),
     ("incident", "note"): ("{run}", "--cause", "unknown", "--text", "noted by the scripting test", "-c", "{config}"),

@@ -369,7 +369,7 @@ def test_selector_variables_appear_only_as_regex_matchers() -> None:
 
 def test_rows_are_status_deviation_environment_scheduler(dashboard: dict[str, Any]) -> None:
     rows = [p["title"] for p in dashboard["panels"] if p["type"] == "row"]
-    assert rows == ["Status", "Deviation", "Environment", "Scheduler"]
+    assert rows == ["Status", "Deviation", "Environment", "Scheduler", "Fleet"]
 
 
 def test_error_ratio_panel_draws_the_tolerance_line_at_one(dashboard: dict[str, Any]) -> None:

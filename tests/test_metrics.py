@@ -333,6 +333,9 @@ def test_the_scrape_carries_the_daemon_process_series_documented_in_the_contract
 # Registered by the daemon's warm pool (daemon/root.py), which this module's RealDaemon has not:
 # tests/test_worker_gpu_memory.py scrapes it from a real pool.
 WARM_POOL_ONLY = {"onnxmon_worker_gpu_memory_bytes"}
+# Set by the daemon's own fleet vote after a check (daemon/fleetvote.py), which RealDaemon.dispatch does not
+# run: tests/test_fleet.py scrapes them after real votes.
+VOTE_ONLY = {"onnxmon_fleet_consistent", "onnxmon_fleet_group"}
 
 
 def test_every_metric_in_the_contract_is_exported(daemon: RealDaemon, scenario: Scenario) -> None:
@@ -345,7 +348,7 @@ def test_every_metric_in_the_contract_is_exported(daemon: RealDaemon, scenario: 
             name = sample.name.removesuffix("_bucket") if family.type == "histogram" else sample.name
             exported.setdefault(name, (family.type, set()))[1].update(set(sample.labels) - {"le"})
     for name, (kind, labels) in documented_metrics().items():
-        if not name.startswith("onnxmon_") or ":" in name or name in WARM_POOL_ONLY:
+        if not name.startswith("onnxmon_") or ":" in name or name in WARM_POOL_ONLY | VOTE_ONLY:
             continue  # series made by Prometheus and recording rules; the warm pool's own
         assert name in exported, f"{name} is in docs/metrics.md but not exported"
         assert exported[name] == (kind, set(labels)), name

@@ -21,7 +21,7 @@ from tests.test_store import T0, result
 
 ALL_TABLES = {
     "models", "benchsets", "environments", "runs", "output_results", "baselines", "latest_runs", "events", "leases",
-    "diagnoses", "incidents",
+    "diagnoses", "incidents", "fleet_outliers",
 }  # fmt: skip
 
 
@@ -38,15 +38,15 @@ def tables(store: Store) -> set[str]:
 def test_an_empty_database_upgrades_to_head(empty: Store) -> None:
     assert empty.current_revision() is None
     empty.upgrade()
-    assert empty.current_revision() == empty.head_revision() == "0007"
+    assert empty.current_revision() == empty.head_revision() == "0008"
     assert tables(empty) == ALL_TABLES
     empty.upgrade()  # a second upgrade is a no-op
-    assert empty.current_revision() == "0007"
+    assert empty.current_revision() == "0008"
 
 
 def test_a_database_at_the_previous_revision_upgrades_and_keeps_its_runs(empty: Store) -> None:
     empty.upgrade("0001")
-    assert tables(empty) == ALL_TABLES - {"events", "leases", "diagnoses", "incidents"}
+    assert tables(empty) == ALL_TABLES - {"events", "leases", "diagnoses", "incidents", "fleet_outliers"}
     with empty.engine.begin() as conn:
         conn.execute(sa.text("INSERT INTO models (name, first_seen, last_seen) VALUES ('resnet', :t, :t)"), {"t": T0})
     empty.upgrade()
@@ -150,7 +150,7 @@ def test_a_history_left_with_alembic_tmp_runs_by_the_failed_0007_upgrade_migrate
 @pytest.mark.parametrize(
     ("tampering", "said"),
     [
-        ("INSERT INTO alembic_version VALUES ('0005')", "alembic_version holds 2 revisions ('0007', '0005'), one"),
+        ("INSERT INTO alembic_version VALUES ('0005')", "alembic_version holds 2 revisions ('0008', '0005'), one"),
         ("UPDATE alembic_version SET version_num = ''", "is at schema revision '', which this onnxmon does not know"),
         ("UPDATE alembic_version SET version_num = 'head'", "is at schema revision head, which this onnxmon does not"),
     ],

@@ -78,6 +78,7 @@ CONDITION_LESS: dict[str, str] = {
     "alert:OnnxmonEnvironmentChanged": "the stack does not change here (tests/test_upgrade_alerts.py changes it)",
     "alert:OnnxmonNondeterministic": "repeats: 1 never measures nondeterminism",
     "alert:OnnxmonNumericDriftWarning": "no model here sets tolerance.numeric: warn (broken decides logits)",
+    "alert:OnnxmonNodeComputesDifferently": "one daemon is no fleet (tests/test_fleet_e2e.py fires it)",
     "alert:OnnxmonDown": "the daemon is up and scraped (its `absent()` side needs no target at all)",
 }
 _COMPARISON = re.compile(r" (==|!=|>=|<=|>|<) (?!bool\b)")

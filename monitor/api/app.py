@@ -35,7 +35,7 @@ from prometheus_client.exposition import choose_encoder
 from starlette.routing import Match, Route
 
 from monitor import __version__, bounded, jsonsafe
-from monitor.api import environments, gate, incidents, index, params, schemas, traffic, web
+from monitor.api import environments, fleet, gate, incidents, index, params, schemas, traffic, web
 from monitor.api.environments import HEX_PREFIX, NAME
 from monitor.api.guard import ErrorGuard, internal_error, invalid_request
 from monitor.api.handle import DaemonHandle
@@ -73,6 +73,7 @@ def create_app(handle: DaemonHandle, *, body_timeout_s: float = gate.BODY_TIMEOU
     app.add_exception_handler(RequestValidationError, invalid_request)
     _health_routes(app, handle)
     _read_routes(app, handle)
+    fleet.mount(app, handle)
     authorized = _write_routes(app, handle)
     # Outermost (added last): the token and the body's size are checked before anything reads the body.
     guarded = [

@@ -139,6 +139,12 @@ class RunSummary(_Out):
     candidate: bool = Field(
         default=False, description="a rehearsal's run on a candidate stack (onnxmon rehearse), not production's"
     )
+    run_digest: str | None = Field(
+        default=None, description="xxh3-128 of every output of every sample: equal digests, equal bits (docs/fleet.md)"
+    )
+    stack_key: str | None = Field(
+        default=None, description="the digest of the stack key's fields: the fleet vote compares runs that share it"
+    )
 
     @classmethod
     def of(cls, run: RunRecord) -> RunSummary:
@@ -147,7 +153,8 @@ class RunSummary(_Out):
 
 # What a run's JSON leaves out of ``RunRecord``'s fields: a summary has no outputs, timings or details (the
 # detail adds them), and neither shows the benchmark set's hash. Every other field is shown under its name.
-RUN_HIDDEN = ("outputs", "timings", "details", "benchset_sha256")
+RUN_HIDDEN = ("outputs", "timings", "details", "benchset_sha256", "digests", "stack")
+RUN_IN_DETAIL = ("outputs", "timings", "details", "digests", "stack")  # hidden from a summary, shown in a detail
 
 
 def _run_fields(run: RunRecord) -> dict[str, Any]:
@@ -204,6 +211,16 @@ class EnvDiff(_Out):
     note: str | None = None
 
 
+class DigestOut(_Out):
+    """What one output computed: xxh3-128 per sample (dtype, shape and raw bytes), and its float64 sums."""
+
+    name: str
+    samples: list[str]
+    total: JsonNumber | None = None
+    magnitude: JsonNumber | None = None
+    elements: int = 0
+
+
 class RunDetail(RunSummary):
     """One run with every output, its timings and details, and the diff against the baseline's environment."""
 
@@ -211,6 +228,8 @@ class RunDetail(RunSummary):
     timings: dict[str, JsonNumber]
     details: dict[str, Any]
     env_diff: EnvDiff
+    digests: list[DigestOut] = Field(default=[], description="each output's per-sample digests (docs/fleet.md)")
+    stack: dict[str, str] = Field(default={}, description="the stack key's fields (docs/fleet.md)")
 
     @classmethod
     def build(cls, run: RunRecord, env_diff: EnvDiff) -> RunDetail:
@@ -220,6 +239,8 @@ class RunDetail(RunSummary):
             timings={k: v for k, v in ((k, num(float(v))) for k, v in run.timings.items()) if v is not None},
             details=json_safe(run.details),
             env_diff=env_diff,
+            digests=[DigestOut(**json_safe(d.to_dict())) for d in run.digests],
+            stack=dict(run.stack),
         )
 
 

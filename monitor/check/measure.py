@@ -28,12 +28,13 @@ from monitor.check.reasons import env_changes as environment_changes
 from monitor.check.replay import Clock, Replay, replay_benchset, with_repeat_spread
 from monitor.check.served import measure_served
 from monitor.compare.accumulate import Comparison
+from monitor.compare.digest import DigestAccumulator, run_digest
 from monitor.config.plan import CheckPlan
 from monitor.details import Details, EnvChange
 from monitor.errors import MonitorError
 from monitor.files import baselines, benchsets, modelfile
-from monitor.results import CheckResult, OutputStats, Reason, Verdict, error_result
-from monitor.runtime import envsnap
+from monitor.results import CheckResult, OutputDigest, OutputStats, Reason, Verdict, error_result
+from monitor.runtime import envsnap, stackkey
 from monitor.runtime.session import Session
 from monitor.runtime.worker_state import WorkerState
 from monitor.serving import metadata
@@ -54,12 +55,14 @@ class Opened:
 
 @dataclass(frozen=True)
 class Measured:
-    """The numbers: each output's stats (repeat spread included), the replay's timing, the environment."""
+    """The numbers: each output's stats (repeat spread included), the replay's timing, the environment, and
+    what each output computed, as digests (``compare/digest.py``)."""
 
     outputs: tuple[OutputStats, ...]
     replay: Replay
     snapshot: envsnap.EnvSnapshot
     endpoint_s: float | None = None  # the endpoint's replay, when the model names one (check/served.py)
+    digests: tuple[OutputDigest, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -148,7 +151,10 @@ def measure(
         decisions=plan.model.decisions,  # counted per sample beside the metrics (compare/decisions.py)
     )
 
+    digests = DigestAccumulator(session.output_names)
+
     def feed(index: int, produced: Mapping[str, np.ndarray]) -> None:
+        digests.feed(produced)
         if index < baseline.meta.sample_count:  # a count mismatch is judged by finish()
             comparison.feed(produced, baseline.sample_outputs(index))
         if serial is not None:
@@ -157,7 +163,8 @@ def measure(
     replay = replay_benchset(session, opened.bench, plan.repeats, deadline=deadline, clock=clock, each=feed)
     snapshot = capture_env()
     outputs = comparison.finish(len(opened.bench))
-    return Measured(tuple(with_repeat_spread(o, replay.spread.get(o.name)) for o in outputs), replay, snapshot)
+    spread = tuple(with_repeat_spread(o, replay.spread.get(o.name)) for o in outputs)
+    return Measured(spread, replay, snapshot, digests.finish())
 
 
 def reasons_of(plan: CheckPlan, opened: Opened) -> list[Reason]:
@@ -216,6 +223,16 @@ def assemble(
     """The frozen result of the steps above."""
     session, bench = opened.session, opened.bench
     verdict, reasons = judged.verdict, judged.reasons
+    environment = measured.snapshot.to_dict()
+    stack = stackkey.stack_of(
+        environment,
+        model_sha256=opened.identity.sha256,
+        benchset=bench.name,
+        benchset_version=bench.version,
+        providers=session.info.effective,
+        provider_options=session.info.provider_options,
+        session_options=plan.model.session.model_dump(mode="json"),
+    )
     return CheckResult(
         model=plan.model.name,
         verdict=verdict,
@@ -236,9 +253,13 @@ def assemble(
             "replay_s": measured.replay.seconds,
             **({"endpoint_s": measured.endpoint_s} if measured.endpoint_s is not None else {}),
         },
-        environment=measured.snapshot.to_dict(),
+        environment=environment,
         attribution=attribute(verdict, list(reasons), judged.env_changes),
         details=judged.details,
+        digests=measured.digests,
+        run_digest=run_digest(measured.digests),
+        stack=stack,
+        stack_key=stackkey.key_of(stack),
     )
 
 

@@ -75,6 +75,7 @@ def _register() -> None:
         diagnose_cmd,
         diff_model_cmd,
         env_cmd,
+        fleet_cmd,
         history_cmd,
         incident_cmd,
         lint_cmd,
@@ -94,6 +95,7 @@ def _register() -> None:
     diagnose_cmd.register(app)
     diff_model_cmd.register(app)
     env_cmd.register(app)
+    fleet_cmd.register(app)
     history_cmd.register(app)
     lint_cmd.register(app)
     incident_cmd.register(app)

@@ -1,4 +1,4 @@
-"""The sections that shape ``onnxmon serve``: ``daemon:``, ``api:`` and ``logging:``.
+"""The sections that shape ``onnxmon serve``: ``daemon:``, ``api:``, ``logging:`` and ``fleet:``.
 
 How the daemon runs checks (its workers, back-off, diagnosis, the check workers and their GPU
 memory), its HTTP server, and how it logs. Each class is one YAML section, validated by pydantic
@@ -130,3 +130,21 @@ class DaemonConfig(StrictModel):
         if isinstance(data, dict) and "rehash_every" in data:
             raise ValueError("rehash_every was removed (a model file is hashed again when its stat moves): delete it")
         return data
+
+
+class FleetConfig(StrictModel):
+    """The fleet vote (``onnxmon fleet``, docs/fleet.md): nodes of one stack compared by their output digests."""
+
+    vote: bool = Field(
+        default=True, description="After each check, the daemon votes for its own node from the shared store."
+    )
+    min_nodes: int = Field(default=3, ge=2, le=100_000, description="Nodes a group needs before its vote counts.")
+    majority: float = Field(
+        default=0.5, ge=0.5, lt=1.0, description="Share of a group's nodes the winning digest must exceed."
+    )
+    max_age: Duration = Field(
+        default=86400.0, description="Runs older than this take no part in the vote (a node gone from the fleet)."
+    )
+    rerun: bool = Field(
+        default=True, description="Re-run an outvoted node's differing samples in a fresh session to attribute it."
+    )

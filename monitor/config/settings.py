@@ -45,7 +45,7 @@ from monitor.config.schema import (
     TopK,
     parse_duration,
 )
-from monitor.config.serve_schema import ApiConfig, DaemonConfig, LoggingConfig
+from monitor.config.serve_schema import ApiConfig, DaemonConfig, FleetConfig, LoggingConfig
 from monitor.errors import ConfigError
 from monitor.results import AppliedTolerance
 
@@ -95,6 +95,7 @@ class Settings(StrictModel):
     daemon: DaemonConfig = DaemonConfig()
     defaults: Defaults = Defaults()
     logging: LoggingConfig = LoggingConfig()
+    fleet: FleetConfig = FleetConfig()
     benchsets: list[BenchsetConfig] = Field(default=[], description="Declared benchmark sets.")
     models: list[ModelConfig] = Field(default=[], description="Models to monitor.")
     source: Path | None = Field(default=None, exclude=True)

@@ -30,7 +30,7 @@ from monitor.config import scope, settings
 from monitor.config.identity import identity
 from monitor.config.plan import CheckPlan, plan_for
 from monitor.config.settings import Settings
-from monitor.daemon import attach, child, scheduler, warm, wiring
+from monitor.daemon import attach, child, fleetvote, scheduler, warm, wiring
 from monitor.errors import BusyError, MonitorError
 from monitor.files import baseline_meta, baselines
 from monitor.results import CheckResult, Verdict, error_result
@@ -229,6 +229,10 @@ class Daemon:
                     stop=self._stopping,
                     results_log=wiring.RESULTS_LOG,
                 )
+            fleetvote.after_check(  # the node's vote from the shared store; a re-run here, on its device
+                plan, result, run_id, settings=self._settings, store=self.store, node=self.node,
+                gauges=self.metrics.fleet, stop=self._stopping,
+            )  # fmt: skip
         return result
 
     def dispatch(self, result: CheckResult) -> int | None:

@@ -79,7 +79,28 @@ def onnxruntime_entries() -> Entries:
         "onnxruntime.build_info": (str(get_build_info()) if get_build_info else None, True),
         # Compiled in, not necessarily working: only session.get_providers() tells what runs.
         "onnxruntime.providers": (list(onnxruntime.get_available_providers()), True),
+        # The execution-provider packages with their versions (onnxruntime-gpu, a plugin EP's own package):
+        # part of the fleet's stack key (runtime/stackkey.py).
+        "onnxruntime.ep_packages": (ep_packages(), True),
     }
+
+
+def ep_packages(names: tuple[str, ...] | None = None) -> list[str]:
+    """``name==version`` of every ONNX Runtime distribution and execution-provider plugin package installed."""
+    found = _onnxruntime_distributions() if names is None else names
+    plugins = _ep_plugin_distributions() if names is None else ()
+    return sorted(f"{name}=={_distribution_version(name)}" for name in {*found, *plugins})
+
+
+@functools.cache
+def _ep_plugin_distributions() -> tuple[str, ...]:
+    # Plugin execution providers ship as packages of their own (onnxruntime-ep-*, *-onnxruntime-ep): by name.
+    found = set()
+    for dist in metadata.distributions():
+        name = str(dist.metadata["Name"] or "").lower().replace("_", "-")
+        if name.startswith("onnxruntime-ep") or name.endswith(("-onnxruntime-ep", "-ort-ep")):
+            found.add(str(dist.metadata["Name"]))
+    return tuple(sorted(found))
 
 
 def python_entries() -> Entries:

@@ -162,6 +162,13 @@ def _device_entries(nvml: NvmlLike, index: int) -> Entries:
     ask("memory_total_mib", True, lambda: int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // 2**20)
     ask("ecc", True, lambda: enabled(nvml.nvmlDeviceGetEccMode(handle)))
     ask("mig", True, lambda: enabled(nvml.nvmlDeviceGetMigMode(handle)))
+    # The fleet's stack key (runtime/stackkey.py): cuBLAS is bitwise reproducible only on one SM count, and
+    # a MIG slice is another machine. Both optional in NVML bindings: asked only where the binding has them.
+    attributes = getattr(nvml, "nvmlDeviceGetAttributes", None)
+    if attributes is not None:
+        ask("sm_count", True, lambda: int(attributes(handle).multiprocessorCount))
+    if hasattr(nvml, "nvmlDeviceGetMigDeviceHandleByIndex"):
+        ask("mig_profile", True, lambda: mig_profile(nvml, handle))
     # Volatile: the state of the moment.
     ask("memory_used_mib", False, lambda: int(nvml.nvmlDeviceGetMemoryInfo(handle).used) // 2**20)
     ask("sm_clock_mhz", False, lambda: int(nvml.nvmlDeviceGetClockInfo(handle, NVML_CLOCK_SM)))
@@ -172,6 +179,22 @@ def _device_entries(nvml: NvmlLike, index: int) -> Entries:
     if errors:
         entries[f"gpu.{index}.error"] = ("; ".join(errors), False)
     return entries
+
+
+def mig_profile(nvml: Any, handle: Any) -> str:
+    """The MIG slices of a board by their profile (``1g.10gb,3g.40gb``, from each MIG device's name), or
+    ``none`` with MIG off: two slices of one board compute on different SM counts."""
+    if not nvml.nvmlDeviceGetMigMode(handle)[0]:
+        return "none"
+    profiles = []
+    for index in range(int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))):
+        try:
+            device = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+        except Exception:  # an empty slot: NVML_ERROR_NOT_FOUND
+            continue
+        name = _text(nvml.nvmlDeviceGetName(device))
+        profiles.append(name.rsplit(" MIG ", 1)[-1].strip())
+    return ",".join(sorted(profiles)) or "none"
 
 
 # --- NVML over ctypes, for machines without nvidia-ml-py --------------------------------------

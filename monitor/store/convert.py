@@ -81,7 +81,12 @@ def run_row(result: CheckResult, model_id: int, node: str | None, pod: str | Non
         worst_output=worst.name if worst is not None else None,
         worst_max_abs_error=worst.metrics.max_abs_error if worst is not None else None,
         worst_atol_ratio=worst.atol_ratio if worst is not None else None,
+        spread=max(spreads) if (spreads := _spreads(result)) else None,
     )
+
+
+def _spreads(result: CheckResult) -> list[float]:
+    return [o.metrics.nondeterminism_max_abs for o in result.outputs if o.metrics.nondeterminism_max_abs is not None]
 
 
 # An output's fields become its row's columns of the same names, but for these two exceptions: each metric

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from monitor.details import Details
-from monitor.results import OutputStats, Reason, Verdict
+from monitor.results import OutputDigest, OutputStats, Reason, Verdict
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,11 @@ class RunRecord:
     """The run's error ÷ tolerance: ``results.run_error_ratio`` of its outputs (read from the output rows)."""
     candidate: bool = False
     """A rehearsal's run on a candidate stack (``onnxmon rehearse``), not production's."""
+    digests: tuple[OutputDigest, ...] = ()
+    run_digest: str | None = None
+    stack: Mapping[str, str] = field(default_factory=dict)
+    stack_key: str | None = None
+    """What the run computed and on which stack, as ``CheckResult`` has them (docs/fleet.md)."""
 
     def __bool__(self) -> bool:
         return self.verdict is Verdict.PASS

@@ -195,6 +195,12 @@ class Run(Base):
     run_key: Mapped[str | None] = mapped_column(StoredString(64), unique=True)
     candidate: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     """A rehearsal's run on a candidate stack (``onnxmon rehearse``): shown, never production's state."""
+    # What the run computed (compare/digest.py) and on which stack (runtime/stackkey.py): the fleet vote's rows
+    digests: Mapped[list[Any]] = mapped_column(JSON, default=list, server_default="[]")
+    run_digest: Mapped[str | None] = mapped_column(StoredString(32))
+    stack: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict, server_default="{}")
+    stack_key: Mapped[str | None] = mapped_column(StoredString(32))
+    spread: Mapped[float | None]  # the largest run-to-run spread of its outputs (repeats > 1), else NULL
 
 
 class OutputResult(Base):
@@ -260,6 +266,25 @@ class LatestRun(Base):
     model_id: Mapped[int] = mapped_column(ForeignKey("models.id"), primary_key=True)
     node: Mapped[str] = mapped_column(StoredString(253), primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))
+
+
+class FleetOutlier(Base):
+    """A node whose digest the fleet vote outvoted for a model (``monitor/fleet/``): what it was found to be.
+
+    One row per (model, node) while the node stands apart, deleted when it agrees again; ``since`` is the
+    first run it stood apart in, ``run_id`` the run last attributed, ``samples`` the samples that differ.
+    """
+
+    __tablename__ = "fleet_outliers"
+
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id"), primary_key=True)
+    node: Mapped[str] = mapped_column(StoredString(253), primary_key=True)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    kind: Mapped[str] = mapped_column(StoredString(24))
+    since: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    samples: Mapped[list[Any]]
+    detail: Mapped[str] = mapped_column(StoredText, default="")
 
 
 class Event(Base):

@@ -27,7 +27,7 @@ from fastapi import FastAPI, Query
 from fastapi.responses import HTMLResponse, Response
 
 from monitor import jsonsafe
-from monitor.api.web import env_page, model_page, overview, run_page
+from monitor.api.web import env_page, fleet_page, model_page, overview, run_page
 from monitor.api.web.env_page import NotFound
 from monitor.api.web.formats import CONTENT_SECURITY_POLICY
 from monitor.api.web.lookup import error_page
@@ -78,6 +78,10 @@ def mount(app: FastAPI, handle: DaemonHandle, *, clock: Callable[[], datetime] =
     @app.get("/runs/{run_id:path}", response_class=HTMLResponse, include_in_schema=False)
     def run(run_id: str) -> HTMLResponse:
         return respond(lambda: run_page.render(handle, run_id, clock()))
+
+    @app.get("/fleet", response_class=HTMLResponse, include_in_schema=False)
+    def fleet() -> HTMLResponse:
+        return respond(lambda: fleet_page.render(handle, clock()))
 
     @app.get("/environments/diff", response_class=HTMLResponse, include_in_schema=False)
     def environments_diff(a: RefParam = None, b: RefParam = None) -> HTMLResponse:

@@ -47,6 +47,12 @@ class RunFacts:
     reasons: list[Reason]
     warnings: list[Reason]  # tolerance.numeric: warn
     within: str  # a pass without reasons: what it means
+    run_digest: str  # what it computed (docs/fleet.md); "—" for a run of an older version
+    stack_key: str
+    digests: list[tuple[str, str]]  # (output, its samples' digests, the first ones)
+
+
+DIGESTS_SHOWN = 8  # samples per output on the page; the API's run document has them all
 
 
 def render(handle: DaemonHandle, run_ref: str, now: datetime) -> str:
@@ -107,7 +113,16 @@ def _facts(record: RunRecord) -> RunFacts:
         reasons=list(record.all_reasons()),
         warnings=warnings,
         within="no decision flipped" if warnings else "every output within tolerance",
+        run_digest=record.run_digest or "—",
+        stack_key=record.stack_key or "—",
+        digests=[(d.name, _samples(d.samples)) for d in record.digests],
     )
+
+
+def _samples(digests: tuple[str, ...]) -> str:
+    shown = " ".join(d[:12] or "none" for d in digests[:DIGESTS_SHOWN])
+    more = len(digests) - DIGESTS_SHOWN
+    return f"{shown} … {more} more" if more > 0 else shown
 
 
 def model_explorer(handle: DaemonHandle, run_ref: str) -> dict[str, Any]:

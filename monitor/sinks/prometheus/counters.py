@@ -33,7 +33,9 @@ from monitor import __version__
 from monitor.config.settings import ModelConfig, Settings
 from monitor.files import baseline_meta
 from monitor.results import CheckResult, Verdict
-from monitor.sinks.prometheus import label_values
+from monitor.sinks.prometheus import label_values, model_facts
+from monitor.sinks.prometheus.active_baselines import ActiveBaselines
+from monitor.sinks.prometheus.fleet_gauges import FleetGauges
 from monitor.sinks.prometheus.model_states import ModelState, ModelStates
 from monitor.store import RunRecord, Store, pick_latest
 
@@ -109,6 +111,7 @@ class Metrics:
             registry=r,
         )
         self.session_builds = Counter("onnxmon_worker_session_builds", "Sessions workers built.", ["model"], registry=r)
+        self.fleet = FleetGauges(r)  # this node's place in the fleet vote, set by the daemon after its own vote
         self.reload_ok = Gauge(
             "onnxmon_config_last_reload_successful", "1 when the last config (re)load succeeded.", registry=r
         )
@@ -171,6 +174,7 @@ class Metrics:
             _remove(one, model)
         for reason in state.reasons_seen:
             _remove(self.run_failures, model, reason)
+        self.fleet.forget(model)
 
     def _remove_output(self, model: str, output: str) -> None:
         _remove(self.out_of_tolerance, model, output)
