@@ -99,7 +99,9 @@ def check(plan: CheckPlan, started: float, clock: Clock, capture_env: EnvCapture
             clock=clock,
         )
         snapshot = metadata.with_server(measured.snapshot, served.fields)
-        measured = Measured(served.outputs, measured.replay, snapshot, served.seconds)
+        measured = Measured(
+            served.outputs, measured.replay, snapshot, endpoint_s=served.seconds, digests=served.digests
+        )
         reasons.extend(served.reasons)
     env_changes = environment_changes(opened.baseline.meta.environment, measured.snapshot)
     verdict = Verdict.worst([o.verdict for o in measured.outputs] + ([Verdict.FAIL] if reasons else []))
@@ -164,7 +166,7 @@ def measure(
     snapshot = capture_env()
     outputs = comparison.finish(len(opened.bench))
     spread = tuple(with_repeat_spread(o, replay.spread.get(o.name)) for o in outputs)
-    return Measured(spread, replay, snapshot, digests.finish())
+    return Measured(spread, replay, snapshot, digests=digests.finish())
 
 
 def reasons_of(plan: CheckPlan, opened: Opened) -> list[Reason]:

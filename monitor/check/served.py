@@ -29,6 +29,7 @@ import numpy as np
 from monitor.check import cacheprobe
 from monitor.check.replay import Clock, replay_benchset, with_repeat_spread
 from monitor.compare.accumulate import Comparison
+from monitor.compare.digest import DigestAccumulator, OutputDigest
 from monitor.config.plan import CheckPlan
 from monitor.files import baselines, benchsets
 from monitor.results import OutputStats, Reason
@@ -50,6 +51,7 @@ class Served:
     details: dict[str, Any]
     fields: Entries
     seconds: float
+    digests: tuple[OutputDigest, ...]  # what the endpoint answered, hashed (the run's digests: the fleet vote's)
 
 
 def runner_for(plan: CheckPlan, session: Session) -> EndpointRunner:
@@ -91,8 +93,10 @@ def measure_served(
             decisions=plan.model.decisions,
         )
         layout_moved = any(r.code in _LAYOUT for o in local for r in o.reasons)
+        digests = DigestAccumulator(names)
 
         def feed(index: int, produced: Mapping[str, np.ndarray]) -> None:
+            digests.feed(produced)
             if index >= baseline.meta.sample_count:
                 return
             expected = baseline.sample_outputs(index)
@@ -131,7 +135,8 @@ def measure_served(
         "served": {o.name: o.verdict.value for o in outputs},
         "cache_probe": probe.to_dict(),
     }
-    return Served(outputs, tuple(reasons), details, fields, time.perf_counter() - began)
+    seconds = time.perf_counter() - began
+    return Served(outputs, tuple(reasons), details, fields, seconds, digests.finish())
 
 
 def _split(local: Sequence[OutputStats], served: Sequence[OutputStats]) -> str:
