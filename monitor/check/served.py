@@ -29,10 +29,10 @@ import numpy as np
 from monitor.check import cacheprobe
 from monitor.check.replay import Clock, replay_benchset, with_repeat_spread
 from monitor.compare.accumulate import Comparison
-from monitor.compare.digest import DigestAccumulator, OutputDigest
+from monitor.compare.digest import DigestAccumulator
 from monitor.config.plan import CheckPlan
 from monitor.files import baselines, benchsets
-from monitor.results import OutputStats, Reason
+from monitor.results import OutputDigest, OutputStats, Reason
 from monitor.runtime import nontensor
 from monitor.runtime.gpu import Entries
 from monitor.runtime.session import Session

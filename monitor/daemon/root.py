@@ -230,9 +230,15 @@ class Daemon:
                     results_log=wiring.RESULTS_LOG,
                 )
             fleetvote.after_check(  # the node's vote from the shared store; a re-run here, on its device
-                plan, result, run_id, settings=self._settings, store=self.store, node=self.node,
-                gauges=self.metrics.fleet, stop=self._stopping,
-            )  # fmt: skip
+                plan,
+                result,
+                run_id,
+                settings=self._settings,
+                store=self.store,
+                node=self.node,
+                gauges=self.metrics.fleet,
+                stop=self._stopping,
+            )
         return result
 
     def dispatch(self, result: CheckResult) -> int | None:

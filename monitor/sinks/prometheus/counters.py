@@ -33,8 +33,7 @@ from monitor import __version__
 from monitor.config.settings import ModelConfig, Settings
 from monitor.files import baseline_meta
 from monitor.results import CheckResult, Verdict
-from monitor.sinks.prometheus import label_values, model_facts
-from monitor.sinks.prometheus.active_baselines import ActiveBaselines
+from monitor.sinks.prometheus import label_values
 from monitor.sinks.prometheus.fleet_gauges import FleetGauges
 from monitor.sinks.prometheus.model_states import ModelState, ModelStates
 from monitor.store import RunRecord, Store, pick_latest
