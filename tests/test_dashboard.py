@@ -94,6 +94,11 @@ REQUIRED_METRICS = [
     ("onnxmon_output_checks_total", "counter", {"model", "output"}),
     ("onnxmon_provider_fallback", "gauge", {"model"}),
     ("onnxmon_diagnosis_info", "gauge", {"model", "cause"}),
+    (
+        "onnxmon_last_run_info",
+        "gauge",
+        {"model", "verdict", "reason", "attribution", "cause", "error_over_tolerance", "environment_changed"},
+    ),
     ("onnxmon_environment_matches_baseline", "gauge", {"model"}),
     ("onnxmon_environment_changes_total", "counter", {"model"}),
     ("onnxmon_environment_changed_timestamp_seconds", "gauge", {"model"}),
@@ -108,6 +113,7 @@ REQUIRED_METRICS = [
     ("onnxmon_schedule_interval_seconds", "gauge", {"model"}),
     ("onnxmon_scheduler_missed_runs_total", "counter", {"model"}),
     ("onnxmon_scheduler_skipped_runs_total", "counter", {"model"}),
+    ("onnxmon_scheduler_backed_off_runs_total", "counter", {"model"}),
 ]
 
 

@@ -28,7 +28,7 @@ from prometheus_client.registry import Collector
 
 from monitor.config.settings import ModelConfig, Settings
 from monitor.results import CAUSE_CODES, AppliedTolerance, Verdict, fingerprint_of
-from monitor.sinks.prometheus import label_values, runtime_info
+from monitor.sinks.prometheus import label_values, last_run_info, runtime_info
 from monitor.sinks.prometheus.counters import VERDICTS, Clock, Metrics, ModelState
 from monitor.store import RECENT_RUNS, RecentState, RunRecord, Store, incidents, pick_latest
 
@@ -156,7 +156,9 @@ class StoreCollector(Collector):
             else None
         )
         f.fallback.add_metric([name], state.fallback if fallback is None else fallback)
-        f.diagnosis.add_metric([name, diagnosed_cause(last, scrape.causes)], 1.0)
+        cause = diagnosed_cause(last, scrape.causes)
+        f.diagnosis.add_metric([name, cause], 1.0)
+        f.last_run_info.add_metric(last_run_info.labels(name, last, cause), 1.0)
         run_fingerprint = (last.environment_fingerprint if last is not None else None) or scrape.env_fingerprint
         matches = meta is not None and run_fingerprint is not None and run_fingerprint == meta.environment_fingerprint
         f.env_matches.add_metric([name], 1.0 if matches else 0.0)
@@ -293,6 +295,12 @@ class _Families:
             "onnxmon_diagnosis_info",
             "Always 1; the most likely cause of the last run's diagnosis ('none' without one).",
             ["model", "cause"],
+        )
+        self.last_run_info = gauge(
+            "onnxmon_last_run_info",
+            "Always 1; why the last run ended as it did: reason, attribution, likely cause, error / tolerance"
+            " bucket, environment fields changed against the baseline ('none' for each that does not apply).",
+            list(last_run_info.LABELS),
         )
         self.max_abs = gauge("onnxmon_output_max_abs_error", "max |a-b|.", output)
         self.max_rel = gauge("onnxmon_output_max_rel_error", "max |a-b| / max(|b|, floor).", output)

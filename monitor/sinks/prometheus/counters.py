@@ -122,6 +122,12 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.backed_off_runs = Counter(
+            "onnxmon_scheduler_backed_off_runs",
+            "Runs not started: the model is backed off after runs that could not run (not an overlap).",
+            ["model"],
+            registry=r,
+        )
         self.session_builds = Counter("onnxmon_worker_session_builds", "Sessions workers built.", ["model"], registry=r)
         self.reload_ok = Gauge(
             "onnxmon_config_last_reload_successful", "1 when the last config (re)load succeeded.", registry=r
@@ -188,6 +194,7 @@ class Metrics:
             counter.labels(name)
         self.missed_runs.labels(name)
         self.skipped_runs.labels(name)
+        self.backed_off_runs.labels(name)
         self.session_builds.labels(name)
         self.run_duration.labels(name)
         # run_failures{reason} children appear with their first run: 23 reasons x every model
@@ -202,7 +209,7 @@ class Metrics:
             self._remove_output(model, output)
         for per_model in (self.runs, self.run_errors, self.environment_changes, self.baseline_promotions):
             _remove(per_model, model)
-        for one in (self.missed_runs, self.skipped_runs, self.session_builds, self.run_duration):
+        for one in (self.missed_runs, self.skipped_runs, self.backed_off_runs, self.session_builds, self.run_duration):
             _remove(one, model)
         for reason in state.reasons_seen:
             _remove(self.run_failures, model, reason)
@@ -278,6 +285,11 @@ class Metrics:
         """A scheduled run was not started because the previous run of the model was still going."""
         if model in self._states:
             self.skipped_runs.labels(model).inc()
+
+    def record_backed_off(self, model: str) -> None:
+        """A scheduled run was not started because the model is backed off (``monitor/daemon/backoff.py``)."""
+        if model in self._states:
+            self.backed_off_runs.labels(model).inc()
 
     def baseline_promoted(self, model: str, baseline_id: str | None = None) -> None:
         """Count a promotion now; with ``baseline_id`` the next run on it is not counted a second time."""
