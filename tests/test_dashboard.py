@@ -89,7 +89,11 @@ REQUIRED_METRICS = [
     ("onnxmon_output_tolerance_atol", "gauge", {"model", "output"}),
     ("onnxmon_output_tolerance_rtol", "gauge", {"model", "output"}),
     ("onnxmon_output_tolerance_max_mismatch_ratio", "gauge", {"model", "output"}),
-    ("onnxmon_output_error_ratio", "gauge", {"model", "output"}),
+    ("onnxmon_output_error_over_tolerance", "gauge", {"model", "output"}),
+    ("onnxmon_results_not_stored_total", "counter", set()),
+    ("onnxmon_database_refused_results_total", "counter", set()),
+    ("onnxmon_spool_entries_set_aside_total", "counter", set()),
+    ("onnxmon_stored_results_text_replaced_total", "counter", set()),
     ("onnxmon_output_out_of_tolerance_total", "counter", {"model", "output"}),
     ("onnxmon_output_checks_total", "counter", {"model", "output"}),
     ("onnxmon_provider_fallback", "gauge", {"model"}),
@@ -379,7 +383,7 @@ def test_rows_are_status_deviation_environment_scheduler(dashboard: dict[str, An
 
 
 def test_error_ratio_panel_draws_the_tolerance_line_at_one(dashboard: dict[str, Any]) -> None:
-    panel = next(p for p in query_panels(dashboard) if "onnxmon_output_error_ratio" in p["targets"][0]["expr"])
+    panel = next(p for p in query_panels(dashboard) if "onnxmon_output_error_over_tolerance" in p["targets"][0]["expr"])
     defaults = panel["fieldConfig"]["defaults"]
     assert defaults["custom"]["thresholdsStyle"]["mode"].startswith("line")
     assert [s["value"] for s in defaults["thresholds"]["steps"]] == [None, 1]

@@ -327,7 +327,7 @@ def test_fp16_conversion_moves_the_drift_series_and_fires_the_out_of_tolerance_a
 
 def test_error_ratio_shows_the_drift_past_the_tolerance_line(scenario: Scenario) -> None:
     scenario.with_faults()
-    ratio = scenario.value(f'onnxmon_output_error_ratio{{job="{JOB}", model="{DRIFT}", output="y"}}')
+    ratio = scenario.value(f'onnxmon_output_error_over_tolerance{{job="{JOB}", model="{DRIFT}", output="y"}}')
     assert ratio is not None and ratio > 1
 
 

@@ -186,6 +186,7 @@ class StoreCollector(Collector):
             f.cosine.add_metric(labels, m.cosine_similarity)
             f.mismatch.add_metric(labels, m.mismatch_ratio)
             f.nondeterministic.add_metric(labels, 1.0 if stats.is_nondeterministic else 0.0)
+            f.error_over_tolerance.add_metric(labels, stats.error_ratio)
             f.error_ratio.add_metric(labels, stats.error_ratio)
         for output in model.decisions:  # only what the config says is decided: bounded, and NaN until measured
             stats = measured.get(output)
@@ -308,7 +309,14 @@ class _Families:
         self.cosine = gauge("onnxmon_output_cosine_similarity", "Cosine similarity to the baseline.", output)
         self.mismatch = gauge("onnxmon_output_mismatch_ratio", "Share of elements breaking the rule.", output)
         self.nondeterministic = gauge("onnxmon_output_nondeterministic", "1 when repeats disagreed.", output)
-        self.error_ratio = gauge("onnxmon_output_error_ratio", "Worst error / tolerance; 1.0 is the line.", output)
+        self.error_over_tolerance = gauge(
+            "onnxmon_output_error_over_tolerance", "Worst error / tolerance; 1.0 is the line (not a 0-1 ratio).", output
+        )
+        self.error_ratio = gauge(
+            "onnxmon_output_error_ratio",
+            "DEPRECATED, removed in the next release: use onnxmon_output_error_over_tolerance (the same value).",
+            output,
+        )
         self.decisions_flipped = gauge(
             "onnxmon_output_decisions_flipped_ratio",
             "Share of the output's decisions (models[].decisions) that differ from the baseline's.",
@@ -331,6 +339,7 @@ class _Families:
             self.cosine,
             self.mismatch,
             self.nondeterministic,
+            self.error_over_tolerance,
             self.error_ratio,
         )
 

@@ -35,7 +35,7 @@ from monitor import __version__
 from monitor.config.settings import ModelConfig, Settings
 from monitor.files import baseline_meta, stamped
 from monitor.results import CheckResult, Verdict
-from monitor.sinks.prometheus import label_values, model_facts
+from monitor.sinks.prometheus import label_values, model_facts, since_start
 from monitor.sinks.prometheus.active_baselines import ActiveBaselines
 from monitor.store import RunRecord, Store, pick_latest
 
@@ -136,15 +136,9 @@ class Metrics:
             "onnxmon_config_last_reload_success_timestamp_seconds", "Unix time of the last good (re)load.", registry=r
         )
         self.spooled = Gauge("onnxmon_results_spooled", "Results waiting on disk for the history database.", registry=r)
-        self.unspooled = Gauge(
-            "onnxmon_results_unspooled",
-            "Results since start that neither the database nor the spool took (each logged in full).",
-            registry=r,
-        )
-        # each since start: refused by the database (kept in failed/), spool entries set aside, text replaced
-        self.refused = Gauge("onnxmon_results_refused", "Results the database refused (not an outage).", registry=r)
-        self.spool_set_aside = Gauge("onnxmon_spool_set_aside", "Spool entries moved to failed/.", registry=r)
-        self.text_replaced = Gauge("onnxmon_results_text_replaced", "Results stored with text replaced.", registry=r)
+        # the history sink's counts since start: counters, and their old gauge names for one release
+        self.since_start = since_start.SinceStart()
+        r.register(self.since_start)
         Gauge("onnxmon_build_info", "Always 1; the onnxmon version.", ["version"], registry=r).labels(version).set(1)
         self.reload_ok.set(1)
         self.reload_timestamp.set(self.started_at)
