@@ -303,6 +303,11 @@ def test_before_the_faults_both_models_pass_with_zero_deviation(scenario: Scenar
     assert scenario.value(f'onnxmon_output_out_of_tolerance_total{{job="{JOB}", model="{DRIFT}", output="y"}}') == 0
     assert scenario.value(f'onnxmon_config_last_reload_successful{{job="{JOB}"}}') == 1
     assert scenario.prometheus.alert_state("OnnxmonOutputOutOfTolerance") is None
+    # the dashboard's log panel draws that exact 0 at its floor instead of dropping it
+    floor = scenario.value(
+        f'clamp_min(onnxmon_output_max_abs_error{{job="{JOB}", model="{DRIFT}", output="y"}}, 1e-12)'
+    )
+    assert floor == 1e-12
 
 
 def test_fp16_conversion_moves_the_drift_series_and_fires_the_out_of_tolerance_alert(scenario: Scenario) -> None:
