@@ -285,8 +285,11 @@ def test_overridden_rules_fire_with_the_platforms_severity_for_labels_and_runboo
                                     "summary": "stuck has not been checked for more than twice its interval",
                                     "description": (
                                         "The last run of model stuck on gpu-0:8080 finished 4m 0s ago, more than "
-                                        "2 x its schedule interval. Its numbers are not being watched: the "
-                                        "scheduler is stuck, runs are skipped or missed, or checks hang."
+                                        "2 x its schedule interval. Its numbers are not being watched. When "
+                                        "OnnxmonRunErrors fires for the same model, that is the cause (its runs end "
+                                        "in error and are backed off; the shipped Alertmanager inhibition silences "
+                                        "this alert then); otherwise the scheduler is stuck, runs are skipped or "
+                                        "missed, or checks hang."
                                     ),
                                     "runbook_url": runbook + "onnxmonchecksstale",
                                 },

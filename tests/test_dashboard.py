@@ -89,11 +89,20 @@ REQUIRED_METRICS = [
     ("onnxmon_output_tolerance_atol", "gauge", {"model", "output"}),
     ("onnxmon_output_tolerance_rtol", "gauge", {"model", "output"}),
     ("onnxmon_output_tolerance_max_mismatch_ratio", "gauge", {"model", "output"}),
-    ("onnxmon_output_error_ratio", "gauge", {"model", "output"}),
+    ("onnxmon_output_error_over_tolerance", "gauge", {"model", "output"}),
+    ("onnxmon_results_not_stored_total", "counter", set()),
+    ("onnxmon_database_refused_results_total", "counter", set()),
+    ("onnxmon_spool_entries_set_aside_total", "counter", set()),
+    ("onnxmon_stored_results_text_replaced_total", "counter", set()),
     ("onnxmon_output_out_of_tolerance_total", "counter", {"model", "output"}),
     ("onnxmon_output_checks_total", "counter", {"model", "output"}),
     ("onnxmon_provider_fallback", "gauge", {"model"}),
     ("onnxmon_diagnosis_info", "gauge", {"model", "cause"}),
+    (
+        "onnxmon_last_run_info",
+        "gauge",
+        {"model", "verdict", "reason", "attribution", "cause", "error_over_tolerance", "environment_changed"},
+    ),
     ("onnxmon_environment_matches_baseline", "gauge", {"model"}),
     ("onnxmon_environment_changes_total", "counter", {"model"}),
     ("onnxmon_environment_changed_timestamp_seconds", "gauge", {"model"}),
@@ -108,6 +117,7 @@ REQUIRED_METRICS = [
     ("onnxmon_schedule_interval_seconds", "gauge", {"model"}),
     ("onnxmon_scheduler_missed_runs_total", "counter", {"model"}),
     ("onnxmon_scheduler_skipped_runs_total", "counter", {"model"}),
+    ("onnxmon_scheduler_backed_off_runs_total", "counter", {"model"}),
 ]
 
 
@@ -373,7 +383,7 @@ def test_rows_are_status_deviation_environment_scheduler(dashboard: dict[str, An
 
 
 def test_error_ratio_panel_draws_the_tolerance_line_at_one(dashboard: dict[str, Any]) -> None:
-    panel = next(p for p in query_panels(dashboard) if "onnxmon_output_error_ratio" in p["targets"][0]["expr"])
+    panel = next(p for p in query_panels(dashboard) if "onnxmon_output_error_over_tolerance" in p["targets"][0]["expr"])
     defaults = panel["fieldConfig"]["defaults"]
     assert defaults["custom"]["thresholdsStyle"]["mode"].startswith("line")
     assert [s["value"] for s in defaults["thresholds"]["steps"]] == [None, 1]
@@ -471,3 +481,34 @@ def test_every_expression_parses_with_promtool(tmp_path: Path) -> None:
 if __name__ == "__main__":
     for found in promql_expressions():
         sys.stdout.write(f"{found.kind}\t{found.name}\t{' '.join(found.expr.split())}\n")
+
+
+# --------------------------------------------------------------------------- readable panels (issue 40)
+
+KPS_VALUES = ROOT / "helm" / "onnxmon" / "values-kube-prometheus-stack.yaml"
+
+
+def test_legends_name_the_node_never_a_pod_ip(dashboard: dict[str, Any]) -> None:
+    legends = [t.get("legendFormat", "") for p in query_panels(dashboard) for t in p["targets"]]
+    assert any("{{node}}" in legend for legend in legends)
+    assert not [legend for legend in legends if "{{instance}}" in legend], "instance is a pod IP in Kubernetes"
+
+
+def test_log_panels_draw_exact_zeros_at_a_floor_and_error_over_tolerance_is_one(dashboard: dict[str, Any]) -> None:
+    logs = [
+        p for p in query_panels(dashboard) if p["fieldConfig"]["defaults"].get("custom", {}).get("scaleDistribution")
+    ]
+    assert {p["title"] for p in logs} >= {"Error ÷ tolerance", "Max abs error (log)"}, "one spike crushes a linear axis"
+    for panel in logs:
+        assert panel["fieldConfig"]["defaults"]["custom"]["scaleDistribution"] == {"type": "log", "log": 10}
+        assert "min" not in panel["fieldConfig"]["defaults"], "a log axis has no 0"
+        for target in panel["targets"]:
+            floor = re.fullmatch(r"clamp_min\((.+), ([0-9.e-]+)\)", target["expr"], re.S)
+            assert floor and 0 < float(floor.group(2)) < 1, f"{panel['title']}: a 0 would vanish: {target['expr']}"
+
+
+def test_the_grafana_folder_example_names_the_two_sidecar_values_it_needs() -> None:
+    text = KPS_VALUES.read_text(encoding="utf-8")
+    assert "grafana_folder:" in text
+    assert "sidecar.dashboards.folderAnnotation: grafana_folder" in text
+    assert "sidecar.dashboards.provider.foldersFromFilesStructure: true" in text

@@ -233,7 +233,9 @@ def test_model_explorer_node_data_follows_its_format_and_marks_the_localized_nod
         results = data[model.graph.name]["results"]
         assert set(results) <= {n.name for n in model.graph.node}  # its node ids are the node names
         first = report["first_out_of_tolerance"]["name"]
-        assert results[first]["bgColor"] == "#d62728"
+        changed = report["first_changed"]["name"]
+        assert results[changed]["bgColor"] == "#9467bd", "where the drift starts, apart from downstream"
+        assert results[first]["bgColor"] == ("#9467bd" if first == changed else "#d62728")
     rel = json.loads(target.read_text(encoding="utf-8"))[model.graph.name]["results"]
     by_name = {n["name"]: n for n in report["profile"]}
     assert all(math.isclose(rel[k]["value"], by_name[k]["rel_error"]) for k in rel if k in by_name

@@ -94,8 +94,13 @@ def is_conditional(expr: str) -> bool:
 
 
 def condition_less(expr: str) -> str:
-    """``expr`` with every comparison ``a op b`` written ``a op bool b``: 0/1 values, no series dropped."""
-    return _COMPARISON.sub(lambda m: f" {m.group(1)} bool ", expr)
+    """``expr`` with every comparison ``a op b`` written ``a op bool b``: 0/1 values, no series dropped.
+
+    The operand of an ``unless`` keeps its filter: written with ``bool`` it would match every series
+    and leave nothing.
+    """
+    kept, unless, rest = expr.partition(" unless ")
+    return _COMPARISON.sub(lambda m: f" {m.group(1)} bool ", kept) + unless + rest
 
 
 # --------------------------------------------------------------------------- the real Prometheus
@@ -169,9 +174,13 @@ class Prometheus:
         return found
 
     def alert_state(self, name: str, **labels: str) -> str | None:
+        found = self.alert(name, **labels)
+        return str(found["state"]) if found is not None else None
+
+    def alert(self, name: str, **labels: str) -> dict[str, Any] | None:
         for alert in self.alerts():
             if alert["labels"]["alertname"] == name and labels.items() <= alert["labels"].items():
-                return str(alert["state"])
+                return dict(alert)
         return None
 
     def stop(self) -> None:
@@ -259,7 +268,7 @@ class Scenario:
             self.daemon.process.send_signal(signal.SIGHUP)
             self.faults_injected = True
         for alert, labels in (
-            ("OnnxmonOutputOutOfTolerance", {"model": DRIFT, "output": "y"}),
+            ("OnnxmonOutputOutOfTolerance", {"model": DRIFT}),
             ("OnnxmonRunErrors", {"model": BROKEN}),
             ("OnnxmonCheckFailing", {"model": RESAVED}),
         ):
@@ -295,12 +304,24 @@ def test_before_the_faults_both_models_pass_with_zero_deviation(scenario: Scenar
     assert scenario.value(f'onnxmon_output_out_of_tolerance_total{{job="{JOB}", model="{DRIFT}", output="y"}}') == 0
     assert scenario.value(f'onnxmon_config_last_reload_successful{{job="{JOB}"}}') == 1
     assert scenario.prometheus.alert_state("OnnxmonOutputOutOfTolerance") is None
+    # the dashboard's log panel draws that exact 0 at its floor instead of dropping it
+    floor = scenario.value(
+        f'clamp_min(onnxmon_output_max_abs_error{{job="{JOB}", model="{DRIFT}", output="y"}}, 1e-12)'
+    )
+    assert floor == 1e-12
 
 
 def test_fp16_conversion_moves_the_drift_series_and_fires_the_out_of_tolerance_alert(scenario: Scenario) -> None:
     scenario.with_faults()
     drift = f'job="{JOB}", model="{DRIFT}"'
-    assert scenario.prometheus.alert_state("OnnxmonOutputOutOfTolerance", model=DRIFT, output="y") == "firing"
+    alert = scenario.prometheus.alert("OnnxmonOutputOutOfTolerance", model=DRIFT)
+    assert alert is not None and alert["state"] == "firing"
+    assert "output" not in alert["labels"], "one alert per model"
+    # the page says why: the last run's reason and attribution (the fp16 file is another model file)
+    notes = alert["annotations"]
+    assert (notes["reason"], notes["attribution"]) == ("model_changed", "model_changed"), notes
+    assert notes["error_over_tolerance"] not in ("none", "<1", "unknown"), notes
+    assert "output(s) y broke their tolerance" in notes["description"], notes["description"]
     assert (scenario.value(f'onnxmon_output_max_abs_error{{{drift}, output="y"}}') or 0) > 0
     assert (scenario.value(f'onnxmon_output_rms_error{{{drift}, output="y"}}') or 0) > 0
     assert (scenario.value(f'onnxmon_output_mismatch_ratio{{{drift}, output="y"}}') or 0) > 0
@@ -312,7 +333,7 @@ def test_fp16_conversion_moves_the_drift_series_and_fires_the_out_of_tolerance_a
 
 def test_error_ratio_shows_the_drift_past_the_tolerance_line(scenario: Scenario) -> None:
     scenario.with_faults()
-    ratio = scenario.value(f'onnxmon_output_error_ratio{{job="{JOB}", model="{DRIFT}", output="y"}}')
+    ratio = scenario.value(f'onnxmon_output_error_over_tolerance{{job="{JOB}", model="{DRIFT}", output="y"}}')
     assert ratio is not None and ratio > 1
 
 
@@ -320,7 +341,9 @@ def test_a_broken_model_file_fires_run_errors_and_a_broken_config_leaves_reload_
     scenario: Scenario,
 ) -> None:
     scenario.with_faults()
-    assert scenario.prometheus.alert_state("OnnxmonRunErrors", model=BROKEN) == "firing"
+    errors = scenario.prometheus.alert("OnnxmonRunErrors", model=BROKEN)
+    assert errors is not None and errors["state"] == "firing"
+    assert errors["annotations"]["reason"] == "model_error", errors["annotations"]
     broken = f'job="{JOB}", model="{BROKEN}"'
     assert scenario.value(f'onnxmon_last_run_verdict{{{broken}, verdict="error"}}') == 1
     assert (scenario.value(f'onnxmon_run_failures_total{{{broken}, reason="model_error"}}') or 0) >= 2

@@ -229,7 +229,10 @@ def test_run_page_links_the_localization_as_model_explorer_node_data(client: Tes
     data = response.json()
     [(graph, node_data)] = data.items()
     assert graph == onnx.load(str(history.settings.model("mlp").path), load_external_data=False).graph.name
-    assert node_data["results"]["tanh_2"]["bgColor"] == "#d62728"  # the first node out of tolerance, red
+    # tanh_2 is where the drift starts (the first changed node): purple, apart from its downstream
+    assert node_data["results"]["tanh_2"]["bgColor"] == "#9467bd"
+    downstream = {v.get("bgColor") for k, v in node_data["results"].items() if k != "tanh_2"}
+    assert "#9467bd" not in downstream and "#d62728" in downstream
     unlocalized = client.get(f"/runs/{history.hostile_run}/model-explorer.json")
     assert unlocalized.status_code == 200 and [g["results"] for g in unlocalized.json().values()] == [{}]
     assert client.get("/runs/999999/model-explorer.json").status_code == 404

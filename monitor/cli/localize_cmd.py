@@ -111,7 +111,8 @@ def register(app: typer.Typer) -> None:
         if model_explorer is not None:
             from monitor.localize import explorer
 
-            explorer.write(report, explorer.graph_name(plan.model.path), model_explorer)
+            path = plan.model.path
+            explorer.write(report, explorer.graph_name(path), model_explorer, explorer.model_ids(path))
 
         def text(wide: bool) -> list[common.PlainTable | str]:
             details = (report.comparison_detail, report.rule_detail, report.graph_level_detail, *report.notes)

@@ -132,6 +132,21 @@ def _midnight(day: dt.date) -> dt.datetime:
 
 
 @functools.lru_cache(maxsize=256)
+def next_gap_seconds(expression: str, after: dt.datetime) -> float:
+    """The time from the expression's next fire after ``after`` to the one after it; NaN for one ``trigger`` refuses.
+
+    What "one interval" means for a cron model at a given moment (a model backed off after failing
+    runs waits a whole number of these, not a guessed minute).
+    """
+    try:
+        cron = trigger(expression)
+    except ConfigError:
+        return math.nan
+    first = cron.get_next_fire_time(None, after)
+    second = cron.get_next_fire_time(first, first + dt.timedelta(seconds=1)) if first is not None else None
+    return (second - first).total_seconds() if first is not None and second is not None else math.nan
+
+
 def longest_gap_seconds(expression: str, day: dt.date) -> float:
     """Longest time between two starts over the week from ``day``; NaN for an expression ``trigger`` refuses.
 

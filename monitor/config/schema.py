@@ -128,6 +128,13 @@ class Schedule(StrictModel):
         start = (now or dt.datetime.now(dt.UTC)).replace(minute=0, second=0, microsecond=0)
         return cron.longest_gap_seconds(self.cron, start.date()) + float(self.jitter)
 
+    def next_gap_seconds(self, *, now: dt.datetime | None = None) -> float:
+        """One interval from ``now``: the interval, or the cron's gap between its next two starts (jitter aside)."""
+        if self.interval is not None:
+            return float(self.interval)
+        assert self.cron is not None
+        return cron.next_gap_seconds(self.cron, now or dt.datetime.now(dt.UTC))
+
     def shortest_gap_seconds(self, *, now: dt.datetime | None = None, under: float = math.inf) -> float:
         """Shortest time between two scheduled starts (jitter aside): what a check's timeout must stay under.
 

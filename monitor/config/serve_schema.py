@@ -65,7 +65,12 @@ class DaemonConfig(StrictModel):
         default=False, description="Capture a first baseline for a model that has none (never replaces one)."
     )
     max_backoff: Duration = Field(
-        default=3600.0, le=MAX_BACKOFF, description="Longest wait between runs of a model that keeps crashing."
+        default=3600.0,
+        le=MAX_BACKOFF,
+        description=(
+            "Longest wait between runs of a model whose runs keep failing to run (2, 4, ... intervals;"
+            " over at once when its model file, baseline or config entry changes)."
+        ),
     )
     workers: int = Field(default=4, ge=1, le=64, description="Checks that may run at once (GPU checks serialize).")
     startup_spread: Duration = Field(

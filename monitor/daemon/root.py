@@ -3,11 +3,11 @@
 ``Daemon`` owns one process's parts (injected, never global) and runs each check through
 ``isolate`` so that no model can hang or crash it. A model that keeps failing to *run*
 (timeout, crash, unloadable model) is backed off exponentially instead of retried in a
-tight loop. Signals: SIGTERM stops scheduling, lets the running check finish or hit its
-timeout, flushes and exits 0, within the check's timeout (+ 10 s grace) + ``store.write_timeout``
-even while the database hangs (the write then times out and the result goes to the spool); a running
-diagnosis (``daemon.diagnose_on_fail``, after its fail was recorded: ``attach.py``) is cut within
-``diagnosis.STOP_S``;
+tight loop, until its inputs change (``backoff.py``). Signals: SIGTERM stops scheduling, lets the
+running check finish or hit its timeout, flushes and exits 0, within the check's timeout (+ 10 s
+grace) + ``store.write_timeout`` even while the database hangs (the write then times out and the
+result goes to the spool); a running diagnosis (``daemon.diagnose_on_fail``, after its fail was
+recorded: ``attach.py``) is cut within ``diagnosis.STOP_S``;
 SIGHUP re-reads the config, and a bad config keeps the last good one (``onnxmon_config_last_reload_successful 0``);
 reloads take turns. A SIGTERM to the whole process group reaches neither the check workers (groups of their own)
 nor the forkserver (it ignores SIGTERM: ``forkmain``), so the check in flight finishes as with a SIGTERM to the daemon.
@@ -22,7 +22,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,24 +29,16 @@ from monitor.config import scope, settings
 from monitor.config.identity import identity
 from monitor.config.plan import CheckPlan, plan_for
 from monitor.config.settings import Settings
-from monitor.daemon import attach, child, fleetvote, scheduler, warm, wiring
+from monitor.daemon import attach, backoff, child, fleetvote, scheduler, warm, wiring
 from monitor.errors import BusyError, MonitorError
 from monitor.files import baseline_meta, baselines
-from monitor.results import CheckResult, Verdict, error_result
+from monitor.results import CheckResult, error_result
 from monitor.runtime import envsnap
 from monitor.sinks import Sink
 
 log = logging.getLogger("onnxmon.daemon")
 
-# Reasons that mean "the check could not run at all": these back a model off.
-_RUN_FAILURES = frozenset({"timeout", "crash", "model_error", "run_error", "internal_error"})
 _BUSY_WAIT_S = 1.0  # an API-triggered check waits this long for a free worker, then gets 429
-
-
-@dataclass
-class _Backoff:
-    failures: int = 0
-    not_before: float = 0.0
 
 
 class Daemon:
@@ -85,7 +76,7 @@ class Daemon:
         self.workers = settings.daemon.workers
         self._slots = threading.BoundedSemaphore(self.workers)
         self.pool = warm.configured(settings)  # the check workers: up to daemon.warm_workers kept, with their sessions
-        self._backoff: dict[str, _Backoff] = {}
+        self.backoff = backoff.Backoff(clock)
         self._reload_turn = threading.Lock()  # reloads take turns (SIGHUP, POST /-/reload)
         self._stopping = threading.Event()
         self._reasons: dict[str, str] = {}
@@ -158,14 +149,14 @@ class Daemon:
         """The job APScheduler calls: honours back-off and shutdown, never raises."""
         if self._stopping.is_set():
             return
-        state = self._backoff.get(model)
-        if state and self.clock() < state.not_before:
-            log.info("skipping %s: backed off after %d failed runs", model, state.failures)
-            self.metrics.record_skipped(model)
-            return
         started = self.clock()
         try:
             plan = plan_for(self._settings, model)
+            failures = self.backoff.holds(plan)
+            if failures:
+                log.info("skipping %s: backed off after %d failed runs in a row", model, failures)
+                self.metrics.record_backed_off(model)
+                return
             if not self._my_turn(plan):
                 return
             self.run_plan(plan)
@@ -216,7 +207,7 @@ class Daemon:
             )
             if captured and "error" not in captured:
                 self._record_captured(captured)
-            self._update_backoff(plan, result)
+            self.backoff.update(plan, result, self._settings.daemon.max_backoff)
             run_id = self.dispatch(result)  # every sink first: a fail is never held back for its diagnosis
             if self._settings.daemon.diagnose_on_fail:  # still holding the device: experiments run on it
                 budget = self._settings.daemon.diagnose_budget
@@ -256,17 +247,6 @@ class Daemon:
             except Exception:
                 log.exception("sink %s failed for %s", type(sink).__name__, result.model)
         return run_id
-
-    def _update_backoff(self, plan: CheckPlan, result: CheckResult) -> None:
-        codes = {r.code for r in result.reasons}
-        if result.verdict is Verdict.ERROR and codes & _RUN_FAILURES:
-            state = self._backoff.setdefault(plan.name, _Backoff())
-            state.failures += 1
-            interval = plan.schedule.interval or 60.0
-            delay = min(interval * 2 ** (state.failures - 1), self._settings.daemon.max_backoff)
-            state.not_before = self.clock() + delay if state.failures > 1 else 0.0
-        else:
-            self._backoff.pop(plan.name, None)
 
     def _record_captured(self, meta: dict[str, Any]) -> None:
         try:

@@ -54,15 +54,11 @@ def database_sink(store: Any, settings: Settings, metrics: Any, *, node: str | N
     fallback = spool.configured(settings.store)
     stall = 3 * settings.store.write_timeout + 10  # a write never holds the writer's turn this long
     sink = DatabaseSink(store, node=node, pod=pod, spool=fallback, stall_after_s=stall)
-    counts: list[tuple[Any, Callable[[], int]]] = [
-        (metrics.spooled, lambda: sink.spooled),
-        (metrics.unspooled, lambda: sink.unspooled),
-        (metrics.refused, lambda: sink.refused),
-        (metrics.spool_set_aside, lambda: fallback.set_aside),
-        (metrics.text_replaced, lambda: getattr(store, "text_replaced", 0)),
-    ]
-    for gauge, count in counts:
-        gauge.set_function(lambda count=count: float(count()))
+    metrics.spooled.set_function(lambda: float(sink.spooled))
+    metrics.since_start.provide("onnxmon_results_unspooled", lambda: sink.unspooled)
+    metrics.since_start.provide("onnxmon_results_refused", lambda: sink.refused)
+    metrics.since_start.provide("onnxmon_spool_set_aside", lambda: fallback.set_aside)
+    metrics.since_start.provide("onnxmon_results_text_replaced", lambda: getattr(store, "text_replaced", 0))
     return sink
 
 

@@ -48,8 +48,10 @@ class Localized:
 
 def node_data(details: Mapping[str, Any], model_path: Path) -> dict[str, Any]:
     """The run's localization as Model Explorer node data (``localize/explorer.py``); empty results without one."""
+    ids: dict[str, str] = {}
     try:
         graph = explorer.graph_name(model_path)
+        ids = explorer.model_ids(model_path)
     except Exception:  # the model file moved or is unreadable now: the adapter's default graph name
         graph = "main_graph"
     data = details.get("localization")
@@ -59,7 +61,7 @@ def node_data(details: Mapping[str, Any], model_path: Path) -> dict[str, Any]:
         report = LocalizationReport.from_dict(data)
     except (KeyError, TypeError, ValueError):
         return {graph: {"results": {}}}
-    return explorer.node_data(report, graph)
+    return explorer.node_data(report, graph, ids=ids)
 
 
 def view(details: Mapping[str, Any], *, explorer_url: str = "") -> Localized | None:

@@ -29,7 +29,7 @@ from prometheus_client.samples import Sample
 
 from monitor.config.settings import ModelConfig, Settings
 from monitor.results import CAUSE_CODES, AppliedTolerance, Verdict, fingerprint_of
-from monitor.sinks.prometheus import label_values, runtime_info
+from monitor.sinks.prometheus import label_values, last_run_info, runtime_info
 from monitor.sinks.prometheus.counters import VERDICTS, Clock, Metrics
 from monitor.sinks.prometheus.model_states import ModelState
 from monitor.store import RECENT_RUNS, RecentState, RunRecord, Store, incidents, pick_latest
@@ -167,7 +167,10 @@ class StoreCollector(Collector):
             else None
         )
         _add(f.fallback, own, state.fallback if fallback is None else fallback)
-        _add(f.diagnosis, {"model": name, "cause": diagnosed_cause(last, scrape.causes)}, 1.0)
+        cause = diagnosed_cause(last, scrape.causes)
+        _add(f.diagnosis, {"model": name, "cause": cause}, 1.0)
+        info = last_run_info.labels(name, last, cause)
+        _add(f.last_run_info, dict(zip(last_run_info.LABELS, info, strict=True)), 1.0)
         run_fingerprint = (last.environment_fingerprint if last is not None else None) or scrape.env_fingerprint
         matches = meta is not None and run_fingerprint is not None and run_fingerprint == meta.environment_fingerprint
         _add(f.env_matches, own, 1.0 if matches else 0.0)
@@ -194,6 +197,7 @@ class StoreCollector(Collector):
             _add(f.cosine, labels, m.cosine_similarity)
             _add(f.mismatch, labels, m.mismatch_ratio)
             _add(f.nondeterministic, labels, 1.0 if stats.is_nondeterministic else 0.0)
+            _add(f.error_over_tolerance, labels, stats.error_ratio)
             _add(f.error_ratio, labels, stats.error_ratio)
         for output in model.decisions:  # only what the config says is decided: bounded, and NaN until measured
             stats = measured.get(output)
@@ -308,13 +312,26 @@ class _Families:
             "Always 1; the most likely cause of the last run's diagnosis ('none' without one).",
             ["model", "cause"],
         )
+        self.last_run_info = gauge(
+            "onnxmon_last_run_info",
+            "Always 1; why the last run ended as it did: reason, attribution, likely cause, error / tolerance"
+            " bucket, environment fields changed against the baseline ('none' for each that does not apply).",
+            list(last_run_info.LABELS),
+        )
         self.max_abs = gauge("onnxmon_output_max_abs_error", "max |a-b|.", output)
         self.max_rel = gauge("onnxmon_output_max_rel_error", "max |a-b| / max(|b|, floor).", output)
         self.rms = gauge("onnxmon_output_rms_error", "sqrt(mean((a-b)^2)).", output)
         self.cosine = gauge("onnxmon_output_cosine_similarity", "Cosine similarity to the baseline.", output)
         self.mismatch = gauge("onnxmon_output_mismatch_ratio", "Share of elements breaking the rule.", output)
         self.nondeterministic = gauge("onnxmon_output_nondeterministic", "1 when repeats disagreed.", output)
-        self.error_ratio = gauge("onnxmon_output_error_ratio", "Worst error / tolerance; 1.0 is the line.", output)
+        self.error_over_tolerance = gauge(
+            "onnxmon_output_error_over_tolerance", "Worst error / tolerance; 1.0 is the line (not a 0-1 ratio).", output
+        )
+        self.error_ratio = gauge(
+            "onnxmon_output_error_ratio",
+            "DEPRECATED, removed in the next release: use onnxmon_output_error_over_tolerance (the same value).",
+            output,
+        )
         self.decisions_flipped = gauge(
             "onnxmon_output_decisions_flipped_ratio",
             "Share of the output's decisions (models[].decisions) that differ from the baseline's.",
@@ -337,6 +354,7 @@ class _Families:
             self.cosine,
             self.mismatch,
             self.nondeterministic,
+            self.error_over_tolerance,
             self.error_ratio,
         )
 

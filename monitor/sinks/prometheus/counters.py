@@ -33,7 +33,7 @@ from monitor import __version__
 from monitor.config.settings import ModelConfig, Settings
 from monitor.files import baseline_meta
 from monitor.results import CheckResult, Verdict
-from monitor.sinks.prometheus import label_values
+from monitor.sinks.prometheus import label_values, since_start
 from monitor.sinks.prometheus.fleet_gauges import FleetGauges
 from monitor.sinks.prometheus.model_states import ModelState, ModelStates
 from monitor.store import RunRecord, Store, pick_latest
@@ -109,6 +109,12 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.backed_off_runs = Counter(
+            "onnxmon_scheduler_backed_off_runs",
+            "Runs not started: the model is backed off after runs that could not run (not an overlap).",
+            ["model"],
+            registry=r,
+        )
         self.session_builds = Counter("onnxmon_worker_session_builds", "Sessions workers built.", ["model"], registry=r)
         self.fleet = FleetGauges(r)  # this node's place in the fleet vote, set by the daemon after its own vote
         self.reload_ok = Gauge(
@@ -118,15 +124,9 @@ class Metrics:
             "onnxmon_config_last_reload_success_timestamp_seconds", "Unix time of the last good (re)load.", registry=r
         )
         self.spooled = Gauge("onnxmon_results_spooled", "Results waiting on disk for the history database.", registry=r)
-        self.unspooled = Gauge(
-            "onnxmon_results_unspooled",
-            "Results since start that neither the database nor the spool took (each logged in full).",
-            registry=r,
-        )
-        # each since start: refused by the database (kept in failed/), spool entries set aside, text replaced
-        self.refused = Gauge("onnxmon_results_refused", "Results the database refused (not an outage).", registry=r)
-        self.spool_set_aside = Gauge("onnxmon_spool_set_aside", "Spool entries moved to failed/.", registry=r)
-        self.text_replaced = Gauge("onnxmon_results_text_replaced", "Results stored with text replaced.", registry=r)
+        # the history sink's counts since start: counters, and their old gauge names for one release
+        self.since_start = since_start.SinceStart()
+        r.register(self.since_start)
         Gauge("onnxmon_build_info", "Always 1; the onnxmon version.", ["version"], registry=r).labels(version).set(1)
         self.reload_ok.set(1)
         self.reload_timestamp.set(self.started_at)
@@ -155,6 +155,7 @@ class Metrics:
             counter.labels(name)
         self.missed_runs.labels(name)
         self.skipped_runs.labels(name)
+        self.backed_off_runs.labels(name)
         self.session_builds.labels(name)
         self.run_duration.labels(name)
         # run_failures{reason} children appear with their first run: 23 reasons x every model
@@ -169,7 +170,7 @@ class Metrics:
             self._remove_output(model, output)
         for per_model in (self.runs, self.run_errors, self.environment_changes, self.baseline_promotions):
             _remove(per_model, model)
-        for one in (self.missed_runs, self.skipped_runs, self.session_builds, self.run_duration):
+        for one in (self.missed_runs, self.skipped_runs, self.backed_off_runs, self.session_builds, self.run_duration):
             _remove(one, model)
         for reason in state.reasons_seen:
             _remove(self.run_failures, model, reason)
@@ -246,6 +247,11 @@ class Metrics:
         """A scheduled run was not started because the previous run of the model was still going."""
         if model in self._states:
             self.skipped_runs.labels(model).inc()
+
+    def record_backed_off(self, model: str) -> None:
+        """A scheduled run was not started because the model is backed off (``monitor/daemon/backoff.py``)."""
+        if model in self._states:
+            self.backed_off_runs.labels(model).inc()
 
     def baseline_promoted(self, model: str, baseline_id: str | None = None) -> None:
         """Count a promotion now; with ``baseline_id`` the next run on it is not counted a second time."""
