@@ -567,3 +567,20 @@ def test_gpu_check_script_runs_on_a_cpu_machine_and_says_no_gpu() -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     assert "no GPU" in run.stdout
     assert "fingerprint" in run.stdout
+
+
+def test_a_field_an_older_onnxmon_did_not_record_appearing_is_shown_but_not_a_stack_change() -> None:
+    """A baseline captured before onnxmon recorded ``onnxruntime.ep_packages`` (or a GPU's SM count) must
+    not make every later check look like a changed stack: the field is shown, never attributed."""
+    now = envsnap.capture()
+    assert now.fields["onnxruntime.ep_packages"].stable
+    older = EnvSnapshot({n: f for n, f in now.fields.items() if n != "onnxruntime.ep_packages"})
+    (change,) = envsnap.diff(older, now)
+    assert change.field == "onnxruntime.ep_packages" and change.stable is False
+    gpu = {"gpu.0.name": Field("NVIDIA H100", True), "gpu.0.sm_count": Field(132, True)}
+    (sm,) = envsnap.diff(EnvSnapshot({"gpu.0.name": Field("NVIDIA H100", True)}), EnvSnapshot(gpu))
+    assert sm.field == "gpu.0.sm_count" and sm.stable is False
+    # a value that moved is a change of the stack, as ever
+    moved = EnvSnapshot({**gpu, "gpu.0.sm_count": Field(114, True)})
+    (again,) = envsnap.diff(EnvSnapshot(gpu), moved)
+    assert again.stable is True and (again.old, again.new) == (132, 114)

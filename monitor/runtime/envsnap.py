@@ -31,6 +31,7 @@ the standard library at import time (ONNX Runtime lazily), so it runs without py
 from __future__ import annotations
 
 import enum
+import fnmatch
 import functools
 import hashlib
 import json
@@ -62,6 +63,11 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
+
+# Stable fields a later onnxmon learned to record (fnmatch patterns). A snapshot without one was taken
+# by an older onnxmon: the field appearing is shown in a diff, but as not stable (it is not a change of
+# the stack: the stack was only not described), so it is never attributed nor ranked as a cause.
+LATER_FIELDS = ("onnxruntime.ep_packages", "gpu.*.sm_count", "gpu.*.mig_profile")
 
 # What a running process cannot change, probed once per check worker (``capture(constant=...)``).
 PROCESS_CONSTANT_PARTS = frozenset({"onnxruntime", "python", "os"})
@@ -148,9 +154,14 @@ def diff(a: EnvSnapshot, b: EnvSnapshot) -> list[FieldChange]:
     for name in sorted(a.fields.keys() | b.fields.keys()):
         old, new = a.fields.get(name), b.fields.get(name)
         if old != new:
-            stable = any(f.stable for f in (old, new) if f is not None)
+            stable = any(f.stable for f in (old, new) if f is not None) and not _learned_later(name, old, new)
             changes.append(FieldChange(name, old.value if old else None, new.value if new else None, stable))
     return sorted(changes, key=lambda c: change_order(c.field, c.stable))
+
+
+def _learned_later(name: str, old: Field | None, new: Field | None) -> bool:
+    """A field only one side has, which an older onnxmon did not record (``LATER_FIELDS``)."""
+    return (old is None or new is None) and any(fnmatch.fnmatchcase(name, p) for p in LATER_FIELDS)
 
 
 def change_order(field: str, stable: bool = True) -> tuple[bool, int, str]:
