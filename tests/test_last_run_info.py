@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from monitor.sinks.prometheus import last_run_info
-from monitor.store import Store
+from monitor.store import Store, incidents
 from tests.test_metrics import RealDaemon, Scenario, scrape, series
 
 
@@ -88,3 +88,24 @@ def test_a_passing_run_says_none(daemon: RealDaemon, scenario: Scenario) -> None
         "none",
         "<1",
     )
+
+
+def test_a_page_on_a_later_fail_names_the_diagnosis_of_an_earlier_one_in_its_window(
+    daemon: RealDaemon, scenario: Scenario, store: Store
+) -> None:
+    """A fail's diagnosis lands after its run; the alert fires on a later fail of the same window, whose
+    own diagnosis is not there yet: the page names the window's newest diagnosis, not ``none``."""
+    daemon.dispatch(scenario.failing)
+    (first,) = [r for r in store.latest_per_model() if r.model == "clf"]
+    document = {"hypotheses": [{"cause": "model_weights_changed", "confidence": 0.8}]}
+    incidents.record_diagnosis(store, first.id, document)
+    daemon.dispatch(scenario.failing)
+    (second,) = [r for r in store.latest_per_model() if r.model == "clf"]
+    assert second.id != first.id and incidents.diagnosis(store, second.id) is None
+    info = {i["model"]: i for i in series(scrape(daemon.registry), "onnxmon_last_run_info")}
+    assert info["clf"]["cause"] == "model_weights_changed"
+    diagnosed = series(scrape(daemon.registry), "onnxmon_diagnosis_info")
+    assert {d["model"]: d["cause"] for d in diagnosed}["clf"] == "none", "diagnosis_info stays the last run's own"
+    daemon.dispatch(scenario.passing)
+    info = {i["model"]: i for i in series(scrape(daemon.registry), "onnxmon_last_run_info")}
+    assert info["clf"]["cause"] == "none", "a pass names no cause"

@@ -51,6 +51,9 @@ class RecentState:
     """Per output: runs of the window in which the output was out of tolerance."""
     environment_changed_at: datetime | None = None
     baseline_promoted_at: datetime | None = None
+    cause: str | None = None
+    """The top cause of the newest diagnosis of a window's run that did not pass: what a page names as the
+    likely cause (a diagnosis lands after its run, so the last run's own is often not there yet)."""
 
 
 def recent_states(
@@ -76,8 +79,10 @@ def recent_states(
         rows.extend(session.execute(_newest_runs(len(model_ids), window), {**params, "node": node}))
     model_of_run: dict[int, int] = {}
     verdicts: dict[int, list[str]] = {}
+    verdict_of: dict[int, str] = {}
     for found, run_id, verdict in rows:
         model_of_run[run_id] = found
+        verdict_of[run_id] = verdict
         verdicts.setdefault(found, []).append(verdict)
     failing: dict[int, dict[str, int]] = {}
     for run_ids in _chunks(list(model_of_run)):
@@ -89,6 +94,9 @@ def recent_states(
         for run_id, name in outputs:
             counts = failing.setdefault(model_of_run[run_id], {})
             counts[name] = counts.get(name, 0) + 1
+    causes: dict[int, str] = {}  # per model: its newest diagnosed run of the window that did not pass
+    for run_id, cause in _window_causes(session, [r for r in model_of_run if verdict_of[r] != Verdict.PASS.value]):
+        causes.setdefault(model_of_run[run_id], cause)
     changed: dict[tuple[int, str], datetime] = {}
     for model_ids in _chunks(list(ids.values())):
         latest = session.execute(
@@ -115,8 +123,22 @@ def recent_states(
             failing=failing.get(known, {}),
             environment_changed_at=changed.get((known, events.ENVIRONMENT_CHANGED)),
             baseline_promoted_at=changed.get((known, events.BASELINE_PROMOTED)),
+            cause=causes.get(known),
         )
     return states
+
+
+def _window_causes(session: Session, run_ids: list[int]) -> list[tuple[int, str]]:
+    """(run id, top cause) of the newest diagnosis of each of ``run_ids`` that has one, newest run first."""
+    newest: dict[int, str] = {}
+    for chunk in _chunks(run_ids):
+        rows = session.execute(
+            select(schema.Diagnosis.run_id, schema.Diagnosis.cause)
+            .where(schema.Diagnosis.run_id.in_(chunk))
+            .order_by(schema.Diagnosis.id)
+        )
+        newest.update({run_id: cause for run_id, cause in rows})  # by diagnosis id: the newest wins
+    return sorted(newest.items(), reverse=True)
 
 
 _CHUNK = 200

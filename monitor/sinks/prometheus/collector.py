@@ -169,12 +169,13 @@ class StoreCollector(Collector):
         _add(f.fallback, own, state.fallback if fallback is None else fallback)
         cause = diagnosed_cause(last, scrape.causes)
         _add(f.diagnosis, {"model": name, "cause": cause}, 1.0)
-        info = last_run_info.labels(name, last, cause)
+        recent = scrape.recent.get(name) if scrape.recent is not None else None
+        likely = _likely_cause(last, cause, recent)
+        info = last_run_info.labels(name, last, likely)
         _add(f.last_run_info, dict(zip(last_run_info.LABELS, info, strict=True)), 1.0)
         run_fingerprint = (last.environment_fingerprint if last is not None else None) or scrape.env_fingerprint
         matches = meta is not None and run_fingerprint is not None and run_fingerprint == meta.environment_fingerprint
         _add(f.env_matches, own, 1.0 if matches else 0.0)
-        recent = scrape.recent.get(name) if scrape.recent is not None else None
         if recent is not None:
             _add(f.recent_runs, own, float(recent.runs))
             _add(f.recent_errors, own, float(recent.errors))
@@ -215,6 +216,14 @@ def _add(family: Metric, labels: dict[str, str], value: float) -> None:
 
 def _timestamp(when: datetime | None) -> float:
     return when.timestamp() if when is not None else 0.0
+
+
+def _likely_cause(last: RunRecord | None, cause: str, recent: RecentState | None) -> str:
+    """What a page names as the likely cause: the last run's own diagnosis, else the newest of the alert's
+    window (``RecentState.cause``: a fail's diagnosis lands after the run, and the page fires on a later one)."""
+    if cause != "none" or last is None or last.verdict is Verdict.PASS or recent is None:
+        return cause
+    return recent.cause if recent.cause in CAUSE_CODES else "none"
 
 
 def diagnosed_cause(last: RunRecord | None, causes: Mapping[int, str] | None = None) -> str:
