@@ -67,7 +67,7 @@ def test_the_last_runs_info_says_why_it_failed(daemon: RealDaemon, scenario: Sce
     )
     assert info["clf"]["error_over_tolerance"] == expected
     assert info["clf"]["environment_changed"] == "none", "same machine as the baseline's"
-    assert info["clf"]["cause"] == "none", "no diagnosis stored"
+    assert info["clf"]["cause"] == "undiagnosed", "a fail no diagnosis has named"
     assert info["fresh"] == {
         "model": "fresh",
         "verdict": "error",

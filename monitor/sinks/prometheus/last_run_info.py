@@ -23,6 +23,8 @@ from monitor.store import RunRecord
 
 LABELS = ("model", "verdict", "reason", "attribution", "cause", "error_over_tolerance", "environment_changed")
 NONE = "none"
+UNDIAGNOSED = "undiagnosed"
+"""The cause of a failing run no diagnosis has named yet (``daemon.diagnose_on_fail`` off, or still running)."""
 MAX_FIELDS = 3
 """Changed environment fields named in the label; more are counted (``+2 more``)."""
 # (upper bound, label): the run's error ÷ tolerance falls in the first bucket whose bound exceeds it
@@ -56,7 +58,10 @@ def environment_changed(changes: Iterable[Mapping[str, Any]]) -> str:
 
 
 def labels(model: str, last: RunRecord | None, cause: str) -> list[str]:
-    """The label values, in ``LABELS`` order, of the model's last run (``cause``: ``collector.diagnosed_cause``)."""
+    """The label values, in ``LABELS`` order, of the model's last run (``cause``: ``collector.diagnosed_cause``).
+
+    A fail no diagnosis has named says ``undiagnosed``, so a page reads "likely cause undiagnosed"
+    (the runbook: `onnxmon diagnose MODEL`), never "likely cause none"."""
     if last is None:
         return [model, NONE, NONE, NONE, NONE, NONE, NONE]
     reasons = last.all_reasons()
@@ -70,7 +75,7 @@ def labels(model: str, last: RunRecord | None, cause: str) -> list[str]:
         last.verdict.value,
         reason,
         last.attribution or NONE,
-        cause,
+        UNDIAGNOSED if cause == NONE and last.verdict is Verdict.FAIL else cause,
         error_bucket(last.error_ratio) if last.verdict is not Verdict.ERROR else NONE,
         environment_changed(changes),
     ]
