@@ -20,7 +20,11 @@ _LOW_PRECISION = ("float16", "bfloat16", "FLOAT16", "BFLOAT16")
 
 
 def model_hypotheses(codes: set[str], model_diff: Any) -> list[Hypothesis]:
+    """Causes a ``model_changed`` run's model diff supports; none when the diff found nothing computed moved
+    (a file re-saved with other metadata: blaming its weights would send a person after the wrong fix)."""
     if "model_changed" not in codes:
+        return []
+    if isinstance(model_diff, Mapping) and model_diff.get("identical") is True:
         return []
     kinds = model_change_kinds(model_diff)
     summary = "; ".join(model_diff.get("summary", [])[:3]) if isinstance(model_diff, Mapping) else ""
