@@ -26,6 +26,7 @@ from __future__ import annotations
 import http.server
 import json
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -35,8 +36,6 @@ from typing import Any
 import pytest
 import yaml
 
-from monitor import capture
-from monitor.config.plan import plan_for
 from monitor.results import Verdict
 from monitor.store import Store
 from tests import modelzoo
@@ -194,9 +193,11 @@ def routed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Workspace
     for name, model in models.items():
         ws.add_model(name, model, count=2, tolerance={"outputs": {"logits": {"atol": 1e-4, "rtol": 0.0}}}, **timing)
     ws.extra["daemon"] = {"startup_spread": 0}
-    settings = ws.settings()
-    for name in models:
-        capture.capture_baseline(plan_for(settings, name))
+    ws.write()
+    for name in models:  # captured as a user does, in a process of its own: this one may have mapped torch's CUDA
+        onnxmon = str(Path(sys.executable).parent / "onnxmon")
+        command = [onnxmon, "baseline", "capture", name, "--config", str(ws.config_file)]
+        subprocess.run(command, check=True, capture_output=True, text=True, timeout=120)
     # the faults, before the daemon's first check
     ws.replace_model("drift", modelzoo.perturb_initializer(models["drift"], "w2", 1e-2))
     models["swapped"].doc_string = "re-saved: only the description changed"

@@ -176,6 +176,12 @@ def test_the_shipped_alert_fires_for_the_odd_node_with_a_real_prometheus(fleet: 
             "OnnxmonNodeComputesDifferently for the odd node",
             prometheus.process,
         )
+        # the dashboard's fleet panels and the rule, as test_prometheus_e2e queries every other expression
+        from tests.test_prometheus_e2e import ELSEWHERE, condition_less, key, promql_expressions
+
+        for expr in [e for e in promql_expressions(substituted=True) if key(e) in ELSEWHERE]:
+            query = condition_less(expr.expr) if expr.kind == "alert" else expr.expr
+            assert prometheus.query(query), f"{key(expr)} returned no data: {query}"
     finally:
         if prometheus is not None:
             prometheus.stop()
