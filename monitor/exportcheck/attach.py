@@ -39,7 +39,7 @@ def with_export_checks(plan: CheckPlan, result: CheckResult, *, clock: Any = tim
 
     def bench() -> benchsets.Benchset | None:  # read the manifest at most once, and only when needed
         if not opened:
-            opened.append(_benchset(plan, result))
+            opened.append(benchsets.replayed(plan.benchsets_dir, plan.benchset.name, result))
         return opened[0]
 
     hazards: tuple[lint.Hazard, ...] = ()
@@ -131,14 +131,3 @@ def _lint(
     return lint_warnings.cached_lint(
         plan.model.path, digest, support=support.probe(), varied=varied, inputs_key=inputs_key, cold=cold
     )
-
-
-def _benchset(plan: CheckPlan, result: CheckResult) -> benchsets.Benchset | None:
-    """The version the check replayed, else the newest materialized one; None when there is none."""
-    version = result.details.get("benchset_version")
-    try:
-        return benchsets.open_benchset(
-            plan.benchsets_dir, result.benchset or plan.benchset.name, version if isinstance(version, int) else None
-        )
-    except MonitorError:
-        return None

@@ -46,7 +46,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from monitor.config.settings import BenchsetConfig
-from monitor.errors import BenchsetError
+from monitor.errors import BenchsetError, MonitorError
 from monitor.files.benchset_generate import Sample
 from monitor.files.benchset_manifest import (
     FORMAT,
@@ -68,6 +68,7 @@ from monitor.files.benchset_sources import (
 )
 from monitor.files.signature import InputSpec, check_inputs_fit, model_signature
 from monitor.files.tensors import fsync_dir, load_npy, resolve_inside, save_npy, sha256_bytes
+from monitor.results import CheckResult
 
 __all__ = [
     "FORMAT",
@@ -349,3 +350,12 @@ def _versions(set_dir: Path) -> list[int]:
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def replayed(root: Path, default: str, result: CheckResult) -> Benchset | None:
+    """The set version a check replayed (``result``), else ``default``'s newest materialized one; None when none."""
+    version = result.details.get("benchset_version")
+    try:
+        return open_benchset(root, result.benchset or default, version if isinstance(version, int) else None)
+    except MonitorError:
+        return None

@@ -38,7 +38,7 @@ def with_calibration_coverage(plan: CheckPlan, result: CheckResult, *, clock: An
     if left <= 0:
         document = {"note": "not run: the check used its whole timeout"}
     else:
-        bench = _benchset(plan, result)
+        bench = benchsets.replayed(plan.benchsets_dir, plan.benchset.name, result)
         if bench is None:
             document = {"note": f"benchset {plan.benchset.name!r} is not materialized yet"}
         else:
@@ -97,14 +97,3 @@ def _detail(found: Coverage, out: list[TensorCoverage], most: float) -> str:
         f"{len(out)} of {len(found.tensors)} quantized tensors clip more than {most:.2%} of their values over"
         f" {found.samples} samples: {named}{more}"
     )
-
-
-def _benchset(plan: CheckPlan, result: CheckResult) -> benchsets.Benchset | None:
-    """The version the check replayed, else the newest materialized one; None when there is none."""
-    version = result.details.get("benchset_version")
-    try:
-        return benchsets.open_benchset(
-            plan.benchsets_dir, result.benchset or plan.benchset.name, version if isinstance(version, int) else None
-        )
-    except MonitorError:
-        return None
