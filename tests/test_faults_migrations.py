@@ -28,14 +28,13 @@ from monitor.sinks.spool import Spool
 from monitor.store import Store, migrate
 from tests import history_rows, modelzoo
 from tests.conftest import onnxmon
-
-HEAD = migrate.head()  # the newest revision this onnxmon ships (a new migration moves it)
 from tests.databases import BACKENDS, database_url
 from tests.serving import free_port
 from tests.test_migrations import ALL_TABLES, tables
 from tests.workspace import Workspace
 
 BIN = Path(sys.executable).parent
+HEAD = migrate.head()  # the newest revision this onnxmon ships (a new migration moves it)
 Completed = subprocess.CompletedProcess[str]
 KILLS = int(os.environ.get("ONNXMON_MIGRATION_KILLS", "12"))  # per start; a soak run sets more (docs/reliability.md)
 HISTORY_RUNS = 4000
