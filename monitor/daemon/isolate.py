@@ -169,8 +169,11 @@ def _child(
         result = function(*args)
         sender.send(("ok", dict(result)))
     except BaseException as exc:  # report, then die: the parent records a crash
+        note = ""  # under a cap below the process's own footprint, say so (a second refusal here says nothing)
         with contextlib.suppress(Exception):
-            sender.send(("raised", f"{type(exc).__name__}: {exc}"[:1000]))
+            note = footprint.cap_note(exc)
+        with contextlib.suppress(Exception):
+            sender.send(("raised", f"{type(exc).__name__}: {exc}{note}"[:1000]))
     finally:
         sender.close()
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from monitor.daemon import isolate
 from monitor.details import WorkerNote
 from monitor.results import CheckResult
+from monitor.runtime import footprint
 from monitor.runtime.worker_state import WorkerState
 
 
@@ -51,8 +52,11 @@ def serve(conn: multiprocessing.connection.Connection, owner: int, memory_limit_
             payload["memory"] = memory()
             conn.send(("ok", payload))
         except BaseException as exc:  # report, then die: the parent records a crash and starts afresh
+            refused = ""  # under a cap below the process's own footprint, say so (a second refusal here says nothing)
             with contextlib.suppress(Exception):
-                conn.send(("raised", f"{type(exc).__name__}: {exc}"[:1000]))
+                refused = footprint.cap_note(exc)
+            with contextlib.suppress(Exception):
+                conn.send(("raised", f"{type(exc).__name__}: {exc}{refused}"[:1000]))
             return
 
 
