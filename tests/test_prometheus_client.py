@@ -168,8 +168,10 @@ def test_no_module_under_monitor_reads_a_private_attribute_of_prometheus_client(
 def test_the_walk_sees_the_clients_objects_in_monitor() -> None:
     """Not vacuous: the modules that use the client have their registries and metrics tracked."""
     counters = ClientReads(ast.parse((ROOT / "monitor/sinks/prometheus/counters.py").read_text(encoding="utf-8")))
-    assert {"Counter", "Histogram", "CollectorRegistry"} <= counters.roots
-    assert {"registry", "self.runs", "self.run_duration", "self.registry"} <= counters.objects
+    assert {"Gauge", "CollectorRegistry"} <= counters.roots
+    assert {"registry", "self.reload_ok", "self.registry"} <= counters.objects
+    counts = ClientReads(ast.parse((ROOT / "monitor/sinks/prometheus/model_counts.py").read_text(encoding="utf-8")))
+    assert {"CounterMetricFamily", "HistogramMetricFamily", "Collector", "Sample"} <= counts.roots
     collector = ClientReads(ast.parse((ROOT / "monitor/sinks/prometheus/collector.py").read_text(encoding="utf-8")))
     assert {"prometheus_client", "GaugeMetricFamily", "Collector"} <= collector.roots
     assert {"_collector_to_names", "_metrics", "_samples", "_lock"} <= PRIVATE

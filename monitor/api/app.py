@@ -31,7 +31,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from prometheus_client.exposition import choose_encoder
 from starlette.routing import Match, Route
 
 from monitor import __version__, bounded, jsonsafe
@@ -42,6 +41,7 @@ from monitor.api.handle import DaemonHandle
 from monitor.config.settings import Settings
 from monitor.errors import BusyError, MonitorError
 from monitor.files import baselines
+from monitor.sinks.prometheus.render import render
 from monitor.store import pick_latest
 
 log = logging.getLogger(__name__)
@@ -98,8 +98,8 @@ def _health_routes(app: FastAPI, handle: DaemonHandle) -> None:
     @app.get("/metrics", response_class=Response, responses={200: {"content": _METRICS_TYPES}}, tags=["health"])
     def metrics(request: Request) -> Response:
         """Prometheus exposition of every onnxmon series (OpenMetrics when the scraper asks for it)."""
-        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
-        return Response(encoder(handle.registry), media_type=content_type)
+        body, content_type = render(handle.registry, request.headers.get("accept", ""))
+        return Response(body, media_type=content_type)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> schemas.Health:

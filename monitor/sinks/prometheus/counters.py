@@ -18,7 +18,6 @@ output none of those sources names appears once a run has seen it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -27,13 +26,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Gauge
 
 from monitor import __version__
 from monitor.config.settings import ModelConfig, Settings
 from monitor.files import baseline_meta
 from monitor.results import CheckResult, Verdict
-from monitor.sinks.prometheus import label_values, since_start
+from monitor.sinks.prometheus import label_values, model_counts, since_start
 from monitor.sinks.prometheus.fleet_gauges import FleetGauges
 from monitor.sinks.prometheus.model_states import ModelState, ModelStates
 from monitor.store import RunRecord, Store, pick_latest
@@ -72,50 +71,42 @@ class Metrics:
         self._states = self._models.by_name
         self._lock = threading.RLock()
         r = registry
-        self.runs = Counter("onnxmon_runs", "Runs finished, any verdict.", ["model"], registry=r)
-        self.run_failures = Counter(
-            "onnxmon_run_failures", "Runs not passing, by primary reason.", ["model", "reason"], registry=r
+        counts = model_counts.ModelCounts()  # the labelled counters: one collector over plain numbers
+        self.runs = counts.counter("onnxmon_runs", "Runs finished, any verdict.", ["model"])
+        self.run_failures = counts.counter(
+            "onnxmon_run_failures", "Runs not passing, by primary reason.", ["model", "reason"]
         )
-        self.run_errors = Counter(
-            "onnxmon_run_errors", "Runs that ended in error: precision was not measured.", ["model"], registry=r
+        self.run_errors = counts.counter(
+            "onnxmon_run_errors", "Runs that ended in error: precision was not measured.", ["model"]
         )
-        self.run_duration = Histogram(
-            "onnxmon_run_duration_seconds", "Wall time of a run.", ["model"], buckets=DURATION_BUCKETS, registry=r
+        self.out_of_tolerance = counts.counter(
+            "onnxmon_output_out_of_tolerance", "Runs in which the output failed.", ["model", "output"]
         )
-        self.out_of_tolerance = Counter(
-            "onnxmon_output_out_of_tolerance", "Runs in which the output failed.", ["model", "output"], registry=r
+        self.output_checks = counts.counter(
+            "onnxmon_output_checks", "Runs in which the output was compared.", ["model", "output"]
         )
-        self.output_checks = Counter(
-            "onnxmon_output_checks", "Runs in which the output was compared.", ["model", "output"], registry=r
+        self.environment_changes = counts.counter(
+            "onnxmon_environment_changes", "Runs whose environment differs from the previous run.", ["model"]
         )
-        self.environment_changes = Counter(
-            "onnxmon_environment_changes",
-            "Runs whose environment differs from the previous run.",
-            ["model"],
-            registry=r,
+        self.baseline_promotions = counts.counter(
+            "onnxmon_baseline_promotions", "New active baselines seen for the model.", ["model"]
         )
-        self.baseline_promotions = Counter(
-            "onnxmon_baseline_promotions", "New active baselines seen for the model.", ["model"], registry=r
+        self.missed_runs = counts.counter(
+            "onnxmon_scheduler_missed_runs", "Runs not started: start time passed the grace time.", ["model"]
         )
-        self.missed_runs = Counter(
-            "onnxmon_scheduler_missed_runs",
-            "Runs not started: start time passed the grace time.",
-            ["model"],
-            registry=r,
+        self.skipped_runs = counts.counter(
+            "onnxmon_scheduler_skipped_runs", "Runs not started: the previous one was still going.", ["model"]
         )
-        self.skipped_runs = Counter(
-            "onnxmon_scheduler_skipped_runs",
-            "Runs not started: the previous one was still going.",
-            ["model"],
-            registry=r,
-        )
-        self.backed_off_runs = Counter(
+        self.backed_off_runs = counts.counter(
             "onnxmon_scheduler_backed_off_runs",
             "Runs not started: the model is backed off after runs that could not run (not an overlap).",
             ["model"],
-            registry=r,
         )
-        self.session_builds = Counter("onnxmon_worker_session_builds", "Sessions workers built.", ["model"], registry=r)
+        self.session_builds = counts.counter("onnxmon_worker_session_builds", "Sessions workers built.", ["model"])
+        self.run_duration = counts.histogram(
+            "onnxmon_run_duration_seconds", "Wall time of a run.", ["model"], buckets=DURATION_BUCKETS
+        )
+        r.register(counts)
         self.fleet = FleetGauges(r)  # this node's place in the fleet vote, set by the daemon after its own vote
         self.reload_ok = Gauge(
             "onnxmon_config_last_reload_successful", "1 when the last config (re)load succeeded.", registry=r
@@ -148,37 +139,36 @@ class Metrics:
         declared = self._models.declare(settings, model, last, first)
         name = model.name
         if declared.promoted:
-            self.baseline_promotions.labels(name).inc()
+            self.baseline_promotions.inc(name)
         for gone in declared.gone_outputs:
             self._remove_output(name, gone)
         for counter in (self.runs, self.run_errors, self.environment_changes, self.baseline_promotions):
-            counter.labels(name)
-        self.missed_runs.labels(name)
-        self.skipped_runs.labels(name)
-        self.backed_off_runs.labels(name)
-        self.session_builds.labels(name)
-        self.run_duration.labels(name)
+            counter.declare(name)
+        for counter in (self.missed_runs, self.skipped_runs, self.backed_off_runs, self.session_builds):
+            counter.declare(name)
+        self.run_duration.declare(name)
         # run_failures{reason} children appear with their first run: 23 reasons x every model
         # pre-declared were 30 % of a 200-model scrape. Alerts use the pre-declared run_errors.
         for output in declared.state.outputs:
-            self.out_of_tolerance.labels(name, output)
-            self.output_checks.labels(name, output)
+            self.out_of_tolerance.declare(name, output)
+            self.output_checks.declare(name, output)
 
     def _forget(self, model: str) -> None:
         state = self._models.forget(model)
         for output in state.outputs:
             self._remove_output(model, output)
         for per_model in (self.runs, self.run_errors, self.environment_changes, self.baseline_promotions):
-            _remove(per_model, model)
-        for one in (self.missed_runs, self.skipped_runs, self.backed_off_runs, self.session_builds, self.run_duration):
-            _remove(one, model)
+            per_model.remove(model)
+        for one in (self.missed_runs, self.skipped_runs, self.backed_off_runs, self.session_builds):
+            one.remove(model)
+        self.run_duration.remove(model)
         for reason in state.reasons_seen:
-            _remove(self.run_failures, model, reason)
+            self.run_failures.remove(model, reason)
         self.fleet.forget(model)
 
     def _remove_output(self, model: str, output: str) -> None:
-        _remove(self.out_of_tolerance, model, output)
-        _remove(self.output_checks, model, output)
+        self.out_of_tolerance.remove(model, output)
+        self.output_checks.remove(model, output)
 
     def config_reloaded(self, ok: bool) -> None:
         """Record a config (re)load; a failed one keeps the previous config and its series."""
@@ -196,16 +186,16 @@ class Metrics:
                 log.warning("result for model %r, which is not in the config: not exported", result.model)
                 return
             name = result.model
-            self.runs.labels(name).inc()
-            self.run_duration.labels(name).observe(max(0.0, result.duration_s))
+            self.runs.inc(name)
+            self.run_duration.observe(name, value=max(0.0, result.duration_s))
             if result.verdict is Verdict.ERROR:
-                self.run_errors.labels(name).inc()
+                self.run_errors.inc(name)
             if isinstance(worker := result.details.get("worker"), Mapping) and worker.get("session_built") is True:
-                self.session_builds.labels(name).inc()
+                self.session_builds.inc(name)
             if result.verdict is not Verdict.PASS:
                 reason = label_values.primary_reason(result)
                 state.reasons_seen.add(reason)
-                self.run_failures.labels(name, reason).inc()
+                self.run_failures.inc(name, reason)
             else:
                 state.last_success = max(state.last_success, result.finished_at)
             if result.verdict is not Verdict.ERROR:
@@ -213,18 +203,18 @@ class Metrics:
                     if output.name not in state.outputs:
                         state.outputs.append(output.name)
                     if output.is_measured:
-                        self.output_checks.labels(name, output.name).inc()
+                        self.output_checks.inc(name, output.name)
                     if output.verdict is Verdict.FAIL:
-                        self.out_of_tolerance.labels(name, output.name).inc()
+                        self.out_of_tolerance.inc(name, output.name)
             fingerprint = result.environment_fingerprint
             if fingerprint:
                 if state.fingerprint and fingerprint != state.fingerprint:
-                    self.environment_changes.labels(name).inc()
+                    self.environment_changes.inc(name)
                 state.fingerprint = fingerprint
                 self.environment = dict(result.environment)
             if result.baseline_id:
                 if state.baseline_id and result.baseline_id != state.baseline_id:
-                    self.baseline_promotions.labels(name).inc()
+                    self.baseline_promotions.inc(name)
                 state.baseline_id = result.baseline_id
             fallback = label_values.provider_fallback(
                 result.providers_requested, result.providers_effective, result.all_reasons()
@@ -241,17 +231,17 @@ class Metrics:
     def record_missed(self, model: str) -> None:
         """A scheduled run was not started because its start time passed beyond the grace time."""
         if model in self._states:
-            self.missed_runs.labels(model).inc()
+            self.missed_runs.inc(model)
 
     def record_skipped(self, model: str) -> None:
         """A scheduled run was not started because the previous run of the model was still going."""
         if model in self._states:
-            self.skipped_runs.labels(model).inc()
+            self.skipped_runs.inc(model)
 
     def record_backed_off(self, model: str) -> None:
         """A scheduled run was not started because the model is backed off (``monitor/daemon/backoff.py``)."""
         if model in self._states:
-            self.backed_off_runs.labels(model).inc()
+            self.backed_off_runs.inc(model)
 
     def baseline_promoted(self, model: str, baseline_id: str | None = None) -> None:
         """Count a promotion now; with ``baseline_id`` the next run on it is not counted a second time."""
@@ -259,7 +249,7 @@ class Metrics:
             state = self._states.get(model)
             if state is None or (baseline_id is not None and baseline_id == state.baseline_id):
                 return
-            self.baseline_promotions.labels(model).inc()
+            self.baseline_promotions.inc(model)
             if baseline_id is not None:
                 state.baseline_id = baseline_id
 
@@ -273,8 +263,3 @@ class Metrics:
     def active_baseline(self, root: Path, model: str) -> baseline_meta.BaselineMeta | None:
         """The active baseline's metadata (``active_baselines.py``: ACTIVE re-read when it moves)."""
         return self._models.active_baseline(root, model)
-
-
-def _remove(metric: Counter | Histogram | Gauge, *labels: str) -> None:
-    with contextlib.suppress(KeyError):  # never declared: nothing to remove
-        metric.remove(*labels)
