@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+import numpy as np
 import prometheus_client
 import pytest
 from hypothesis import given
@@ -32,6 +33,8 @@ ACCEPTS = [
     "text/plain;version=1.0.0;escaping=allow-utf-8",
     "text/plain;version=1.0.0;escaping=underscores",
     "text/plain;version=1.0.0;escaping=dots",  # left to the client
+    "text/plain;version=1.0.0;escaping=values",
+    "application/openmetrics-text;version=1.0.0;escaping=values",  # left to the client: U__ before every name
     "application/openmetrics-text",
     "application/openmetrics-text; version=1.0.0",
     "application/openmetrics-text;version=2.0.0",  # left to the client
@@ -97,6 +100,8 @@ def test_every_float_timestamps_info_and_the_text_formats_moved_samples(accept: 
         GaugeMetricFamily("onnxmon:colon", "A colon, which OpenMetrics escapes in a sample name.", value=1.0),
         GaugeMetricFamily("onnxmon_reserved", "A '__' label name.", labels=["__x"]),
         GaugeMetricFamily("onnxmon_dotted", "A label name outside the legacy set.", labels=["a.b"]),
+        GaugeMetricFamily("onnxmon_newline", "A label name ending in a newline.", labels=["model\n"]),
+        GaugeMetricFamily("onnxmon_ends\n", "A metric name ending in a newline.", labels=["model"]),
     ],
 )
 @pytest.mark.parametrize("accept", ACCEPTS)
@@ -145,7 +150,7 @@ def test_model_counts_serve_what_the_clients_counter_serves() -> None:
     for accept in ("", "application/openmetrics-text; version=1.0.0"):
         assert render(ours, accept)[0] == choose_encoder(accept)[0](theirs)
     assert runs.value("b", "y") == 2.0 and runs.value("a", "x") == 0.0
-    with pytest.raises(ValueError, match="finite amount"):
+    with pytest.raises(ValueError, match="only increases"):
         runs.inc("a", "x", amount=-1.0)
     with pytest.raises(ValueError, match="labels"):
         runs.inc("a")
@@ -162,6 +167,7 @@ def test_model_histograms_serve_what_the_clients_histogram_serves() -> None:
     durations = counts.histogram("onnxmon_run_duration_seconds", "Wall time.", ["model"], buckets)
     ours.register(counts)
     observed = [("a", 0.0), ("a", 0.5), ("b", 0.50001), ("a", 2.5), ("b", 61.0), ("a", 1e9), ("c", 0.1 + 0.2)]
+    observed += [("d", math.nan), ("d", math.inf), ("d", 300.0)]  # NaN: in no bucket, only in the sum
     for model, value in [("z", None), *observed]:
         if value is None:  # declared, never observed
             histogram.labels(model)
@@ -173,3 +179,11 @@ def test_model_histograms_serve_what_the_clients_histogram_serves() -> None:
     durations.remove("b")
     for accept in ("", "application/openmetrics-text; version=1.0.0"):
         assert render(ours, accept)[0] == choose_encoder(accept)[0](theirs)
+
+
+@pytest.mark.parametrize("value", [np.float64(2.5), np.array(2.5), np.float32(-0.0), np.int64(7)])
+def test_numpy_values_as_the_client_writes_them(value: object) -> None:
+    family = GaugeMetricFamily("onnxmon_np", "A numpy value.")
+    family.samples.append(Sample("onnxmon_np", {}, value))  # type: ignore[arg-type]
+    for accept in ("", "application/openmetrics-text; version=1.0.0"):
+        same_as_the_client(Fixed([family]), accept)

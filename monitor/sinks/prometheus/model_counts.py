@@ -38,8 +38,8 @@ class Counts:
             self._values.setdefault(key, 0.0)
 
     def inc(self, *labels: str, amount: float = 1.0) -> None:
-        if not (amount >= 0 and math.isfinite(amount)):
-            raise ValueError(f"{self.name}: a counter only increases by a finite amount >= 0, not {amount}")
+        if amount < 0:  # as the client's Counter: it only goes up
+            raise ValueError(f"{self.name}: a counter only increases, not by {amount}")
         key = self._key(labels)
         with self._mutex:
             self._values[key] = self._values.get(key, 0.0) + amount
@@ -90,7 +90,9 @@ class Histograms:
         key = _key(self.name, self.labelnames, labels)
         with self._mutex:
             buckets, total = self._values.setdefault(key, ([0.0] * len(self.bounds), [0.0]))
-            buckets[bisect.bisect_left(self.bounds, value)] += 1.0
+            index = bisect.bisect_left(self.bounds, value)
+            if index < len(self.bounds) and value <= self.bounds[index]:  # NaN: in no bucket, as the client's
+                buckets[index] += 1.0
             total[0] += value
 
     def remove(self, *labels: str) -> None:

@@ -11,8 +11,8 @@ holds every body it serves equal, to the byte, to the client's own encoder over 
 in each format and escaping; ``bench/bench_scrape.py`` measures both.
 
 What it does not write goes to the client's encoder, over the families already collected:
-a name outside the legacy character set, the ``dots`` escaping, OpenMetrics 2.0, an exemplar or a
-native histogram. Nothing is kept between two scrapes.
+a name outside the legacy character set, the ``dots`` and ``values`` escapings, OpenMetrics 2.0, an
+exemplar or a native histogram. Nothing is kept between two scrapes.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from prometheus_client.utils import floatToGoString
 # names every escaping and both encoders leave as they are (OpenMetrics escapes a sample name's ':')
 _METRIC_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _LABEL_NAME = re.compile(r"^(?!__)[a-zA-Z_][a-zA-Z0-9_]*$")  # '__' starts the names Prometheus reserves
-# the escapings that leave a legacy name as it is (``dots`` doubles its underscores)
-_SAME_FOR_LEGACY = {openmetrics.UNDERSCORES, openmetrics.ALLOWUTF8, openmetrics.VALUES}
+# the escapings that leave a legacy name as it is in both formats (``dots`` doubles its underscores,
+# ``values`` prefixes every OpenMetrics sample name with ``U__``)
+_SAME_FOR_LEGACY = {openmetrics.UNDERSCORES, openmetrics.ALLOWUTF8}
 # OpenMetrics-only samples the text format moves into a gauge family of their own, after the family
 _TEXT_APART = ("_created", "_gsum", "_gcount")
 # the text format's type for each OpenMetrics type, and the suffix its family name takes
@@ -173,6 +174,7 @@ class _Values:
         self.zeros: tuple[str, str] = (floatToGoString(0.0), floatToGoString(-0.0))  # type: ignore[no-untyped-call]
 
     def __call__(self, value: float) -> str:
+        value = float(value)  # as the client's floatToGoString does first (a numpy 0-d array is no dict key)
         if value == 0:
             return self.zeros[math.copysign(1.0, value) < 0]
         text = self.written.get(value)
@@ -183,7 +185,7 @@ class _Values:
 
 @functools.lru_cache(maxsize=4096)  # a pure function of the name: the family and label names, a bounded set
 def _legacy(name: str, pattern: re.Pattern[str]) -> bool:
-    return pattern.match(name) is not None
+    return pattern.fullmatch(name) is not None  # not ``match``: its ``$`` also matches before a final newline
 
 
 def _checked(name: str, pattern: re.Pattern[str]) -> str:
