@@ -162,7 +162,7 @@ def _cases() -> list[Any]:
         cases.append(pytest.param([np.array(-0.0, dtype)], [np.array(0.0, dtype)], TOL, {}, id=f"{name}-signed-zero"))
     a, b = _pair(np.float32, 50_000, 1e-2, seed=5)
     splits = [a[:1], a[1:30_000], a[30_000:]], [b[:1], b[1:30_000], b[30_000:]]
-    cases.append(pytest.param(*splits, TOL, {"chunk_elements": 4096, "workers": 2}, id="samples-chunks-threads"))
+    cases.append(pytest.param(*splits, TOL, {"chunk_elements": 4096}, id="samples-chunks"))
     cases.append(pytest.param([a[::-3]], [b[::-3]], TOL, {}, id="reversed-strided-views"))
     grid = a.reshape(250, 200)
     cases.append(pytest.param([grid.T], [b.reshape(250, 200).T], TOL, {"chunk_elements": 999}, id="transposed"))
@@ -212,7 +212,7 @@ def _documented_sum(values: np.ndarray, chunk: int, lanes: int = 256) -> float:
 
 def test_sums_follow_the_documented_order() -> None:
     a, b = _pair(np.float32, 20_000, 1e-2, seed=11)
-    stats = _measure([a], [b], TOL, chunk_elements=3000, workers=2)
+    stats = _measure([a], [b], TOL, chunk_elements=3000)
     d = a.astype(np.float64) - b.astype(np.float64)
     assert stats.metrics.rms_error == math.sqrt(_documented_sum(d * d, 3000) / d.size)
     assert stats.metrics.mean_abs_error == _documented_sum(np.abs(d), 3000) / d.size
@@ -242,7 +242,7 @@ def _comparisons(draw: st.DrawFn) -> tuple[list[np.ndarray], list[np.ndarray], A
     tol = AppliedTolerance(
         atol=draw(st.sampled_from([0.0, 1e-310, 1e-5, 1.0])), rtol=draw(st.sampled_from([0.0, 1e-3, 0.5]))
     )
-    options = {"chunk_elements": draw(st.sampled_from([1, 7, 256, 300, 65536])), "workers": draw(st.integers(1, 2))}
+    options = {"chunk_elements": draw(st.sampled_from([1, 7, 256, 300, 65536]))}
     return actual, expected, tol, options
 
 

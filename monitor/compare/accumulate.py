@@ -6,8 +6,8 @@ wrapper over it. ``Comparison`` holds one accumulator per baseline output and is
 feeds after each sample, dropping the sample's arrays before the next one runs.
 
 What needs the whole output is known up front instead: the element count (the baseline's
-shapes times its samples, ``Baseline.element_counts``) fixes the chunk size, the thread count
-and the p99 candidates, so a float output's metrics do not depend on how the same data is split
+shapes times its samples, ``Baseline.element_counts``) fixes the chunk size and
+the p99 candidates, so a float output's metrics do not depend on how the same data is split
 into samples. Everything else is per sample: the layout checks (dtype, shape), the equality-only
 path (strings, objects), top-k agreement (counted per row) and missing outputs.
 """
@@ -23,7 +23,7 @@ import numpy.typing as npt
 from monitor.compare import judge
 from monitor.compare.decisions import DecisionCounter, DecisionRule, tiered
 from monitor.compare.decisions import judge as judge_decisions
-from monitor.compare.stream import DEFAULT_CHUNK_ELEMENTS, DEFAULT_WORKERS, ChunkStream
+from monitor.compare.stream import DEFAULT_CHUNK_ELEMENTS, ChunkStream
 from monitor.errors import ConfigError
 from monitor.results import AppliedTolerance, OutputMetrics, OutputStats, Reason, Verdict
 
@@ -48,14 +48,13 @@ class OutputAccumulator:
         samples: int,
         elements: int,
         chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
-        workers: int = DEFAULT_WORKERS,
         decision: DecisionRule | None = None,
     ) -> None:
-        if min(chunk_elements, workers) < 1 or (tolerance.topk_k is not None and tolerance.topk_k < 1):
-            detail = f"{chunk_elements}, {workers} and {tolerance.topk_k}"
-            raise ValueError(f"chunk_elements, workers and topk_k must be >= 1, got {detail}")
+        if chunk_elements < 1 or (tolerance.topk_k is not None and tolerance.topk_k < 1):
+            detail = f"{chunk_elements} and {tolerance.topk_k}"
+            raise ValueError(f"chunk_elements and topk_k must be >= 1, got {detail}")
         self.name, self.tolerance, self.samples, self.elements = name, tolerance, samples, elements
-        self.chunk, self.workers = chunk_elements, workers
+        self.chunk = chunk_elements
         self.fed = 0
         self.first: tuple[np.dtype[np.generic], np.dtype[np.generic]] | None = None
         self.observed: tuple[np.dtype[np.generic], tuple[int, ...]] = (_F64, (0,))
@@ -149,7 +148,6 @@ class OutputAccumulator:
             self.chunk,
             exact=exact,
             elements=self.elements,
-            workers=self.workers,
             ulp_dtype=ulp_dtype,
         )
 

@@ -1,8 +1,8 @@
-"""One worker's measurement of one chunk: about twenty numpy passes in float64 scratch buffers.
+"""The measurement of one chunk: about twenty numpy passes in float64 scratch buffers.
 
-``stream.ChunkStream`` cuts the output into chunks and hands each to a ``Worker`` (one per
-thread); the worker folds the chunk into its order-free totals (counts, maxima, the p99
-candidates) and keeps the chunk's five float sums for ``stream._merge`` to fold in chunk order.
+``stream.ChunkStream`` cuts the output into chunks and hands each to its ``Worker``, which
+folds the chunk into its order-free totals (counts, maxima, the p99 candidates) and keeps the
+chunk's five float sums for ``stream._merge`` to fold in chunk order.
 
 What keeps it near memory speed (``bench/bench_compare.py`` measures it against one copy of both
 tensors): a bitwise-equal chunk (tested on the integer view of the bits) only adds its squares;
@@ -40,7 +40,7 @@ F64 = npt.NDArray[np.float64]
 
 
 class Worker:
-    """One thread's scratch buffers, its order-free totals and the per-chunk float sums."""
+    """The scratch buffers, the order-free totals and the per-chunk float sums of one output's pass."""
 
     def __init__(
         self,

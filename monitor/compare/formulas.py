@@ -1,10 +1,10 @@
 """Closed-form pieces of the chunked pass: the summation order, cosine, SNR, ULPs across float dtypes.
 
-Kept apart from ``stream.py`` (which owns the pass and its workers) because each is a pure
+Kept apart from ``stream.py`` (which owns the pass) because each is a pure
 function of a few numbers or one chunk, with its own reason to be written the way it is.
 
-The summation order (why a result never depends on threads, samples or the CPU)
---------------------------------------------------------------------------------
+The summation order (why a result never depends on how samples are split, or on the CPU)
+-----------------------------------------------------------------------------------------
 Every floating-point sum of the suite (sum of a², b², (a-b)², a·b and |a-b|) is taken in one
 written order, which a plain loop reproduces (``tests/test_compare_exact.py`` holds one):
 

@@ -60,13 +60,13 @@ Metric definitions (over all samples of one output; error = a - b)
   index *sets* match. Ties are broken by ``argpartition``, so identical rows always agree.
   None for 0-d outputs or when not asked.
 
-Cost: one chunked pass of ``chunk_elements`` elements over the flattened samples, on
-``workers`` threads, with fixed float64 buffers per thread; memory is O(chunk) plus the p99
-candidates (up to 2% of the elements, in float64, per worker). The pass is fed one sample at a
+Cost: one chunked pass of ``chunk_elements`` elements over the flattened samples, on one thread
+with fixed float64 buffers; memory is O(chunk) plus the p99 candidates (up to 2% of the
+elements, in float64). The pass is fed one sample at a
 time (``accumulate.OutputAccumulator``; a check drops each sample after its feed), and the
 lists API here is a thin wrapper over it, so both give the same stats to the bit.
-``monitor/compare/stream.py`` holds the pass and why its results depend neither on the thread
-count nor on how the data is split into samples; ``bench/bench_compare.py`` measures it. Sums of
+``monitor/compare/stream.py`` holds the pass and why its results do not depend on how the data is
+split into samples; ``bench/bench_compare.py`` measures it. Sums of
 squares are float64 dots over chunks; values past ~1e154 overflow those sums (cosine/SNR become
 NaN) - outputs that large are out of scope.
 """
@@ -79,12 +79,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from monitor.compare.accumulate import Comparison, OutputAccumulator, missing
-from monitor.compare.stream import DEFAULT_CHUNK_ELEMENTS, DEFAULT_WORKERS
+from monitor.compare.stream import DEFAULT_CHUNK_ELEMENTS
 from monitor.results import AppliedTolerance, OutputStats
 
 __all__ = [
     "DEFAULT_CHUNK_ELEMENTS",
-    "DEFAULT_WORKERS",
     "Comparison",
     "OutputAccumulator",
     "compare_output",
@@ -125,11 +124,9 @@ def compare_output(
     tolerance: AppliedTolerance,
     *,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
-    workers: int = DEFAULT_WORKERS,
 ) -> OutputStats:
     """Judge one output (one array per sample) against its baseline; never raises on bad data.
 
-    ``workers`` threads share the chunks; the metrics are the same, to the bit, for any count.
     A thin wrapper over ``OutputAccumulator``, fed the samples in order.
     """
     elements = sum(np.asarray(b).size for b in expected)
@@ -139,7 +136,6 @@ def compare_output(
         samples=len(expected),
         elements=elements,
         chunk_elements=chunk_elements,
-        workers=workers,
     )
     pairs = list(zip(actual, expected, strict=False))
     if len(actual) != len(expected):

@@ -1,8 +1,8 @@
 """The exact 99th percentile of absolute errors in one streaming pass, in bounded memory.
 
-Each worker keeps only the errors that can still be among the top 1% (``Largest``): a
-threshold that only rises rejects most of every chunk at once. ``p99`` then takes the exact
-nearest-rank order statistic from the union of the workers' candidates.
+The pass keeps only the errors that can still be among the top 1% (``Largest``): a threshold
+that only rises rejects most of every chunk at once. ``p99`` then takes the exact nearest-rank
+order statistic from the candidates (of one ``Largest`` or the union of several).
 
 Why there is no guessed threshold: a check feeds the comparison one sample at a time and drops
 each sample after its feed, so the stream cannot be run a second time. The threshold therefore
