@@ -96,10 +96,14 @@ def _encode(families: list[Metric], *, openmetrics_format: bool) -> bytes:
         moved: dict[str, list[str]] = {}
         names: set[str] = set()  # the family's sample names checked so far
         for sample in family.samples:
-            if sample.name not in names:
-                names.add(_checked(sample.name, _METRIC_NAME))
-            line = f"{sample.name}{labels_of(sample.labels)} {_value(sample, value_of, openmetrics_format)}\n"
-            suffix = apart.get(sample.name)
+            sample_name, labels, value, timestamp, exemplar = sample[:5]
+            if sample_name not in names:
+                names.add(_checked(sample_name, _METRIC_NAME))
+            if timestamp is None and not exemplar and value is not None and not (_NATIVE and sample.native_histogram):
+                line = f"{sample_name}{labels_of(labels)} {value_of(value)}\n"  # nearly every sample
+            else:
+                line = f"{sample_name}{labels_of(labels)} {_value(sample, value_of, openmetrics_format)}\n"
+            suffix = apart.get(sample_name)
             if suffix is None:
                 lines.append(line)
             else:
