@@ -115,13 +115,18 @@ class EndpointRunner:
         return {name: self._decode(result, name, where) for name in self._outputs}
 
     def _decode(self, result: Any, name: str, where: str) -> np.ndarray:
-        described = result.get_output(name)
+        try:
+            described = result.get_output(name)
+            if isinstance(described, dict):
+                datatype, shape = str(described.get("datatype")), [int(d) for d in described.get("shape", [])]
+            elif described is not None:
+                datatype, shape = str(described.datatype), [int(d) for d in described.shape]
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:  # "outputs": 5, "shape": ["a"] or null
+            raise EndpointError(
+                "endpoint_answer", f"{self.where} answered a malformed output {name!r} ({where}): {exc}"
+            ) from None
         if described is None:
             raise EndpointError("endpoint_answer", f"{self.where} answered no output {name!r} ({where})")
-        if isinstance(described, dict):
-            datatype, shape = str(described.get("datatype")), [int(d) for d in described.get("shape", [])]
-        else:
-            datatype, shape = str(described.datatype), [int(d) for d in described.shape]
         return wire.received(name, datatype, shape, lambda: result.as_numpy(name), self._outputs[name])
 
     def server_metadata(self) -> dict[str, Any]:
@@ -136,6 +141,9 @@ class EndpointRunner:
                 self,
                 lambda: client.get_model_metadata(self.cfg.model, self.cfg.version, headers=headers, as_json=True),
             )
+        for what, found in (("server", server), ("model", model)):
+            if not isinstance(found, dict):
+                raise EndpointError("endpoint_answer", f"{self.where}: its {what} metadata is not a JSON object")
         return {"server": dict(server), "model": dict(model)}
 
     def close(self) -> None:
@@ -198,6 +206,11 @@ def _guarded(runner: EndpointRunner, call: Callable[[], Any], *, where: str = ""
         raise EndpointError("endpoint_timeout", f"{at}: no answer within {runner.cfg.timeout_s:g}s ({exc})") from None
     except OSError as exc:  # refused, reset, no route, no such host
         raise EndpointError("endpoint_unreachable", f"{at}: {type(exc).__name__}: {exc}") from None
+    except Exception as exc:  # the client could not read the answer: malformed JSON, a body cut short
+        detail = f"{type(exc).__name__}: {exc}"[:500]
+        raise EndpointError(
+            "endpoint_answer", f"{at}: the answer is not an Open Inference Protocol one: {detail}"
+        ) from None
 
 
 def _classify(status: str, message: str, at: str, timeout_s: float) -> tuple[str, str]:
