@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from monitor.errors import BenchsetError
 from monitor.files import traffic
 from tests.test_api_traffic import AUTH, served  # noqa: F401 (a fixture)
 
@@ -27,7 +28,7 @@ URL = "/api/v1/benchsets/traffic/samples"
 
 @pytest.mark.parametrize(("datatype", "value"), [("UINT8", 300), ("INT64", 2**70), ("UINT32", -1)])
 def test_an_integer_out_of_its_datatype_is_400_naming_the_input(datatype: str, value: int) -> None:
-    with pytest.raises(traffic.BenchsetError, match="input 'x'"):
+    with pytest.raises(BenchsetError, match="input 'x'"):
         traffic.payload_sample({"inputs": [{"name": "x", "shape": [1], "datatype": datatype, "data": [value]}]})
 
 
