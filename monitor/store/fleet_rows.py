@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from monitor.results import OutputDigest
 from monitor.store import schema
+from monitor.store.text import storable
 
 if TYPE_CHECKING:
     from monitor.store.repo import Store
@@ -48,6 +49,12 @@ class OutlierRecord:
     updated_at: datetime
     samples: tuple[int, ...]
     detail: str
+
+
+def stored_node(node: str) -> str:
+    """``node`` as the store keeps it (storable, cut to the column): what the runs' and the vote's rows name."""
+    length = getattr(schema.Run.__table__.c.node.type, "length", None)
+    return storable(node)[:length] if length else storable(node)
 
 
 def latest(store: Store, *, model: str | None = None, since: datetime | None = None) -> list[NodeRun]:
