@@ -40,6 +40,14 @@ def test_an_integer_out_of_its_datatype_posted_is_400(served: Any) -> None:  # n
     assert "input 'x'" in answer.json()["detail"]
 
 
+def test_json_nested_too_deeply_is_400(served: Any) -> None:  # noqa: F811
+    _, client = served
+    body = b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": ' + b"[" * 200_000 + b"]" * 200_000
+    answer = client.post(URL, content=body + b"}]}", headers={**AUTH, "Content-Type": "application/json"})
+    assert answer.status_code == 400, answer.text
+    assert "nested too deeply" in answer.json()["detail"]
+
+
 def test_a_partial_temporary_file_is_never_a_staged_sample(tmp_path: Path) -> None:
     folder = traffic.staging_dir(tmp_path, "traffic")
     folder.mkdir(parents=True)

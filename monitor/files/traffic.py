@@ -205,6 +205,8 @@ def _json(body: bytes | str) -> Any:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BenchsetError(f"not JSON: {exc}") from None
+    except RecursionError:  # '[[[[...' a few hundred kB deep fits the body limit
+        raise BenchsetError("not a payload: JSON nested too deeply") from None
 
 
 def _base64(document: Mapping[str, Any]) -> bytes:
