@@ -103,3 +103,18 @@ def test_a_disk_that_fills_while_a_sample_is_staged_is_507_and_leaves_nothing(
     assert "could not be staged" in answer["body"] and "traffic" in answer["body"]
     assert list(traffic.staging_dir(root, "traffic").iterdir()) == []  # no partial file left
     assert traffic.staged(root, "traffic") == []
+
+
+def test_a_sample_removed_while_listed_is_not_a_500(served: Any) -> None:  # noqa: F811
+    """A promotion removes staged files while another request lists them: a name found, then gone (here a
+    dangling link, found by the listing and gone at its stat) must not fail the listing or the staging."""
+    ws, client = served
+    folder = traffic.staging_dir(ws.settings().store.benchsets_dir, "traffic")
+    folder.mkdir(parents=True)
+    (folder / f"{'0' * 64}.npz").symlink_to(folder / "promoted-meanwhile.npz")
+    listed = client.get(URL)
+    assert listed.status_code == 200 and listed.json()["staged"] == 0, listed.text
+    values = np.arange(16, dtype=np.float32).reshape(1, 16)
+    payload = {"inputs": [{"name": "x", "shape": [1, 16], "datatype": "FP32", "data": values.ravel().tolist()}]}
+    answer = client.post(URL, json=payload, headers=AUTH)
+    assert answer.status_code == 201 and answer.json()["staged"] == 1, answer.text

@@ -65,7 +65,7 @@ def mount(app: FastAPI, handle: DaemonHandle, *, auth: Sequence[Depends]) -> Non
         name = benchset
         _declared(handle, name)
         files = traffic.staged(_root(handle), name)
-        return JSONResponse({"benchset": name, "staged": len(files), "bytes": sum(p.stat().st_size for p in files)})
+        return JSONResponse({"benchset": name, "staged": len(files), "bytes": traffic.staged_bytes(files)})
 
     @app.post("/api/v1/benchsets/{benchset}/promote", dependencies=list(auth), responses=problems, tags=["benchsets"])
     def promote(benchset: SetName) -> JSONResponse:

@@ -139,8 +139,26 @@ def staging_dir(root: Path, name: str) -> Path:
 def staged(root: Path, name: str) -> list[Path]:
     """The staged samples of set ``name``, oldest first."""
     folder = staging_dir(root, name)
-    files = [p for p in folder.glob("*.npz") if not p.name.startswith(".")] if folder.is_dir() else []
-    return sorted(files, key=lambda p: (p.stat().st_mtime_ns, p.name))
+    found = []
+    for path in folder.glob("*.npz") if folder.is_dir() else ():
+        if path.name.startswith("."):  # a sample still being written (or one a full disk cut short)
+            continue
+        try:
+            found.append((path.stat().st_mtime_ns, path.name, path))
+        except FileNotFoundError:  # promoted (removed) since it was listed
+            continue
+    return [path for *_, path in sorted(found)]
+
+
+def staged_bytes(files: Sequence[Path]) -> int:
+    """The bytes of ``files``; one removed meanwhile (a promotion) counts 0."""
+    total = 0
+    for path in files:
+        try:
+            total += path.stat().st_size
+        except FileNotFoundError:
+            continue
+    return total
 
 
 def stage(root: Path, name: str, sample: Sample, signature: Sequence[InputSpec], *, where: str = "sample") -> Staged:
@@ -160,7 +178,7 @@ def stage(root: Path, name: str, sample: Sample, signature: Sequence[InputSpec],
     arrays: dict[str, Any] = dict(sample)
     np.savez(buffer, **arrays)
     data = buffer.getvalue()
-    if len(present) >= MAX_SAMPLES or sum(p.stat().st_size for p in present) + len(data) > MAX_BYTES:
+    if len(present) >= MAX_SAMPLES or staged_bytes(present) + len(data) > MAX_BYTES:
         raise StagingFull(
             f"benchset {name!r}: {len(present)} samples staged, the cap is {MAX_SAMPLES} samples and"
             f" {MAX_BYTES} bytes: promote them (onnxmon benchset promote {name}) first"
