@@ -136,10 +136,15 @@ class EndpointRunner:
             server = _guarded(self, lambda: client.get_server_metadata(headers=headers))
             model = _guarded(self, lambda: client.get_model_metadata(self.cfg.model, self.cfg.version, headers=headers))
         else:
-            server = _guarded(self, lambda: client.get_server_metadata(headers=headers, as_json=True))
+            wait = float(self.cfg.timeout_s)  # gRPC waits without end unless told (REST: the client's timeouts)
+            server = _guarded(
+                self, lambda: client.get_server_metadata(headers=headers, as_json=True, client_timeout=wait)
+            )
             model = _guarded(
                 self,
-                lambda: client.get_model_metadata(self.cfg.model, self.cfg.version, headers=headers, as_json=True),
+                lambda: client.get_model_metadata(
+                    self.cfg.model, self.cfg.version, headers=headers, as_json=True, client_timeout=wait
+                ),
             )
         for what, found in (("server", server), ("model", model)):
             if not isinstance(found, dict):
