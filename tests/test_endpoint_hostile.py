@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -43,7 +44,8 @@ ANSWERS = {
 }
 
 
-def _serve(raw: bytes) -> Iterator[int]:
+def _serve(raw: bytes, *, pace_s: float = 0.0) -> Iterator[int]:
+    """A server answering every request with ``raw``; with ``pace_s``, one byte every ``pace_s`` seconds."""
     listener = socket.create_server(("127.0.0.1", 0))
     listener.settimeout(0.1)  # the loop sees ``stop`` soon after the test
     stop = threading.Event()
@@ -73,7 +75,13 @@ def _serve(raw: bytes) -> Iterator[int]:
                     )
                     while len(body) < length:
                         body += conn.recv(65536)
-                    conn.sendall(raw)
+                    if not pace_s:
+                        conn.sendall(raw)
+                    for i in range(len(raw) if pace_s else 0):
+                        if stop.is_set():
+                            break
+                        conn.sendall(raw[i : i + 1])
+                        time.sleep(pace_s)
                 except OSError:
                     pass
 
@@ -109,3 +117,22 @@ def test_the_metadata_probe_never_raises_on_a_malformed_answer(answer: str) -> N
     for port in _serve(ANSWERS[answer]):
         found = metadata.server_fields(EndpointConfig(protocol="v2-rest", url=f"127.0.0.1:{port}", model="m"))
         assert "endpoint_answer" in str(found["serving.error"][0])
+
+
+def test_an_answer_that_trickles_is_endpoint_timeout_within_the_timeout() -> None:
+    """Each byte comes well within the client's read timeout, the whole answer never does: a request is
+    bounded as a whole by ``endpoint.timeout_s`` (REST), as gRPC's ``client_timeout`` bounds it."""
+    for port in _serve(_answer(_output(shape=[1])), pace_s=0.5):
+        runner = EndpointRunner(
+            EndpointConfig(protocol="v2-rest", url=f"127.0.0.1:{port}", model="m", timeout_s=2),
+            {"y": np.dtype(np.float32)},
+        )
+        began = time.monotonic()
+        try:
+            with pytest.raises(EndpointError) as raised:
+                runner.run({"x": np.zeros((1, 4), np.float32)})
+        finally:
+            runner.close()
+        took = time.monotonic() - began
+        assert raised.value.code == "endpoint_timeout", str(raised.value)
+        assert took < 5, f"a trickling answer held the request {took:.1f}s against a 2 s timeout"

@@ -201,7 +201,7 @@ def _guarded(runner: EndpointRunner, call: Callable[[], Any], *, where: str = ""
 
     at = f"{runner.where}" + (f" ({where})" if where else "")
     try:
-        return call()
+        return _within(float(runner.cfg.timeout_s), call) if runner._rest else call()  # gRPC: client_timeout
     except EndpointError:
         raise
     except InferenceServerException as exc:
@@ -216,6 +216,15 @@ def _guarded(runner: EndpointRunner, call: Callable[[], Any], *, where: str = ""
         raise EndpointError(
             "endpoint_answer", f"{at}: the answer is not an Open Inference Protocol one: {detail}"
         ) from None
+
+
+def _within(seconds: float, call: Callable[[], Any]) -> Any:
+    """``call()`` within ``seconds`` in all: the REST client's timeouts bound each read, so an answer that
+    trickles (a byte a second) would otherwise take as long as the server likes."""
+    import gevent  # type: ignore[import-untyped]  # the REST client's sockets are gevent's: a gevent timeout interrupts a read in progress
+
+    with gevent.Timeout(seconds, TimeoutError(f"the whole answer took longer than {seconds:g}s")):
+        return call()
 
 
 def _classify(status: str, message: str, at: str, timeout_s: float) -> tuple[str, str]:
