@@ -5,7 +5,8 @@
   bearer token as every mutating call, the body bounded by ``gate.py``. 201 with the sample's digest and
   whether it was a duplicate; 202 for an event that is not a request (the logger's response events);
   400 for a payload that is not a sample of the model's signature; 409 when the set takes no traffic
-  (declare it ``imported: true``) or its staging area is full.
+  (declare it ``imported: true``) or its staging area is full; 507 when the sample could not be written (a
+  full disk: nothing staged).
 * ``GET  /api/v1/benchsets/{benchset}/samples``  how many samples are staged.
 * ``POST /api/v1/benchsets/{benchset}/promote``  the staged samples become the set's next version (201).
 
@@ -34,7 +35,9 @@ SetName = Annotated[str, PathParam(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_
 
 def mount(app: FastAPI, handle: DaemonHandle, *, auth: Sequence[Depends]) -> None:
     """Add the traffic routes; ``auth`` guards the two writes."""
-    problems: dict[int | str, dict[str, Any]] = {code: {"model": schemas.Problem} for code in (400, 401, 403, 404, 409)}
+    problems: dict[int | str, dict[str, Any]] = {
+        code: {"model": schemas.Problem} for code in (400, 401, 403, 404, 409, 507)
+    }
 
     @app.post("/api/v1/benchsets/{benchset}/samples", dependencies=list(auth), responses=problems, tags=["benchsets"])
     async def add_sample(benchset: SetName, request: Request) -> JSONResponse:
@@ -49,6 +52,8 @@ def mount(app: FastAPI, handle: DaemonHandle, *, auth: Sequence[Depends]) -> Non
             staged = traffic.stage(_root(handle), name, sample, spec, where=f"a sample for {name!r}")
         except traffic.StagingFull as exc:
             raise HTTPException(409, str(exc)) from None
+        except traffic.StagingFailed as exc:  # the disk, not the sample: the sender may retry later
+            raise HTTPException(507, str(exc)) from None
         except (BenchsetError, ModelError) as exc:
             raise HTTPException(400, str(exc)) from None
         body_out = {"benchset": name, "digest": staged.digest, "duplicate": staged.duplicate, "staged": staged.count}
@@ -60,7 +65,7 @@ def mount(app: FastAPI, handle: DaemonHandle, *, auth: Sequence[Depends]) -> Non
         name = benchset
         _declared(handle, name)
         files = traffic.staged(_root(handle), name)
-        return JSONResponse({"benchset": name, "staged": len(files), "bytes": sum(p.stat().st_size for p in files)})
+        return JSONResponse({"benchset": name, "staged": len(files), "bytes": traffic.staged_bytes(files)})
 
     @app.post("/api/v1/benchsets/{benchset}/promote", dependencies=list(auth), responses=problems, tags=["benchsets"])
     def promote(benchset: SetName) -> JSONResponse:

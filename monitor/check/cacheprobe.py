@@ -27,7 +27,7 @@ is not reported, because its answers are then the model's numbers too.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,8 +64,12 @@ def probe(
     tolerances: Mapping[str, AppliedTolerance],
     *,
     set_matches_baseline: bool,
+    left: Callable[[], float] | None = None,
 ) -> Probe:
-    """Send a nonce-varied twin of sample 0 to ``runner``; see the module docstring for the rule."""
+    """Send a nonce-varied twin of sample 0 to ``runner``; see the module docstring for the rule.
+
+    ``left()``: the seconds left before the check's timeout; a request that might not end before it (less
+    than ``endpoint.timeout_s`` left) is not sent: the check, past its timeout, would lose all it measured."""
     if len(bench) == 0:
         return Probe("inconclusive", "the benchmark set has no sample to vary")
     feeds = dict(session.fit_float_inputs(bench.load_sample(0)))
@@ -93,7 +97,11 @@ def probe(
             "inconclusive",
             f"no variation of the float inputs (up to {SCALES[-1]:g} of their spread) changed the model's answer",
         )
+    if (late := _no_time(runner, left)) is not None:
+        return late
     served_twin = runner.run(twin, parameters={"onnxmon_nonce": nonce}, where="cache probe, the twin")
+    if (late := _no_time(runner, left)) is not None:
+        return late
     served_sample = runner.run(feeds, where="cache probe, sample 0")
     facts: dict[str, Any] = {"nonce": nonce, "scale": scale, "varied_inputs": varied}
     if all(np.array_equal(served_twin[n], served_sample[n], equal_nan=_floats(served_sample[n])) for n in names):
@@ -114,6 +122,17 @@ def probe(
             facts,
         )
     return Probe("not_cached", "the server computed a fresh input (a nonce-varied twin of sample 0)", facts)
+
+
+def _no_time(runner: EndpointRunner, left: Callable[[], float] | None) -> Probe | None:
+    """``inconclusive`` when a request of up to ``timeout_s`` might not end before the check's timeout."""
+    if left is None or (remaining := left()) >= float(runner.cfg.timeout_s):
+        return None
+    return Probe(
+        "inconclusive",
+        f"not probed: {max(remaining, 0.0):.1f}s left before the check's timeout, a request may take"
+        f" {float(runner.cfg.timeout_s):g}s (raise the model's timeout or lower endpoint.timeout_s)",
+    )
 
 
 def _floats(value: np.ndarray) -> bool:

@@ -20,7 +20,7 @@ Every failure to ask the server is an ``EndpointError`` with its own reason code
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,7 @@ from monitor.compare.accumulate import Comparison
 from monitor.compare.digest import DigestAccumulator
 from monitor.config.plan import CheckPlan
 from monitor.files import baselines, benchsets
-from monitor.results import OutputDigest, OutputStats, Reason
+from monitor.results import AppliedTolerance, OutputDigest, OutputStats, Reason
 from monitor.runtime import nontensor
 from monitor.runtime.gpu import Entries
 from monitor.runtime.session import Session
@@ -108,11 +108,7 @@ def measure_served(
 
         replay = replay_benchset(runner, bench, plan.repeats, deadline=deadline, clock=clock, each=feed)
         outputs = tuple(with_repeat_spread(o, replay.spread.get(o.name)) for o in comparison.finish(len(bench)))
-        probe = (
-            cacheprobe.probe(session, runner, bench, tolerances, set_matches_baseline=all(outputs))
-            if plan.model.endpoint is not None and plan.model.endpoint.cache_probe
-            else cacheprobe.Probe("inconclusive", "endpoint.cache_probe is off")
-        )
+        probe = _probe(plan, session, runner, bench, tolerances, all(outputs), left=lambda: deadline - clock())
     finally:
         runner.close()
     split = _split(local, outputs)
@@ -137,6 +133,22 @@ def measure_served(
     }
     seconds = time.perf_counter() - began
     return Served(outputs, tuple(reasons), details, fields, seconds, digests.finish())
+
+
+def _probe(
+    plan: CheckPlan,
+    session: Session,
+    runner: EndpointRunner,
+    bench: benchsets.Benchset,
+    tolerances: Mapping[str, AppliedTolerance],
+    matches: bool,
+    *,
+    left: Callable[[], float],
+) -> cacheprobe.Probe:
+    endpoint = plan.model.endpoint
+    if endpoint is None or not endpoint.cache_probe:
+        return cacheprobe.Probe("inconclusive", "endpoint.cache_probe is off")
+    return cacheprobe.probe(session, runner, bench, tolerances, set_matches_baseline=matches, left=left)
 
 
 def _split(local: Sequence[OutputStats], served: Sequence[OutputStats]) -> str:

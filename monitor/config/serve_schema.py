@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from monitor.config.fields import MAX_BACKOFF, MAX_MEMORY_MB, MAX_SHORT, Duration, StrictModel
+from monitor.config.fields import MAX_BACKOFF, MAX_MEMORY_MB, MAX_RETENTION, MAX_SHORT, Duration, StrictModel
 
 
 class ApiConfig(StrictModel):
@@ -148,7 +148,9 @@ class FleetConfig(StrictModel):
         default=0.5, ge=0.5, lt=1.0, description="Share of a group's nodes the winning digest must exceed."
     )
     max_age: Duration = Field(
-        default=86400.0, description="Runs older than this take no part in the vote (a node gone from the fleet)."
+        default=86400.0,
+        le=MAX_RETENTION,  # further back than year 1 is no datetime: the vote would raise on every read
+        description="Runs older than this take no part in the vote (a node gone from the fleet).",
     )
     rerun: bool = Field(
         default=True, description="Re-run an outvoted node's differing samples in a fresh session to attribute it."

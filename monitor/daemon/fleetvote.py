@@ -22,7 +22,7 @@ from monitor.daemon import diagnosis
 from monitor.fleet import own, report
 from monitor.results import CheckResult
 from monitor.sinks.prometheus.fleet_gauges import FleetGauges
-from monitor.store import Store
+from monitor.store import Store, fleet_rows
 
 log = logging.getLogger("onnxmon.daemon")
 
@@ -54,6 +54,7 @@ def after_check(
             raise RuntimeError(str(outcome["error"]))
         return {name: {int(i): str(d) for i, d in per.items()} for name, per in outcome["digests"].items()}
 
+    node = fleet_rows.stored_node(node)  # as its runs name it: the vote finds the node, the series are set
     try:
         vote = own.vote_own(store, settings, plan.name, node, datetime.now(UTC), rerun_isolated)
         state = report.node_state(vote, node)

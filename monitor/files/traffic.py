@@ -55,6 +55,13 @@ class StagingFull(BenchsetError):
     """The staging area holds its cap of samples or bytes: promote or clear it first."""
 
 
+class StagingFailed(BenchsetError):
+    """A valid sample could not be written (a full disk, a file-size limit): nothing was staged. Not the
+    sender's mistake: exit 3 on the command line, 507 from the API."""
+
+    exit_code = 3
+
+
 @dataclass(frozen=True)
 class Staged:
     digest: str
@@ -97,7 +104,7 @@ def payload_sample(document: Any) -> Sample:
             raise BenchsetError(f"input {name!r}: shape {shape!r} is not a list of sizes")
         try:
             array = np.array(tensor["data"], dtype=numpy_type).reshape(shape)
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, OverflowError) as exc:  # OverflowError: 300 as UINT8, 2**70 as INT64
             raise BenchsetError(f"input {name!r}: data does not fill shape {shape} as {datatype}: {exc}") from None
         if name in sample:
             raise BenchsetError(f"input {name!r} is given twice")
@@ -132,8 +139,26 @@ def staging_dir(root: Path, name: str) -> Path:
 def staged(root: Path, name: str) -> list[Path]:
     """The staged samples of set ``name``, oldest first."""
     folder = staging_dir(root, name)
-    files = [p for p in folder.glob("*.npz")] if folder.is_dir() else []
-    return sorted(files, key=lambda p: (p.stat().st_mtime_ns, p.name))
+    found = []
+    for path in folder.glob("*.npz") if folder.is_dir() else ():
+        if path.name.startswith("."):  # a sample still being written (or one a full disk cut short)
+            continue
+        try:
+            found.append((path.stat().st_mtime_ns, path.name, path))
+        except FileNotFoundError:  # promoted (removed) since it was listed
+            continue
+    return [path for *_, path in sorted(found)]
+
+
+def staged_bytes(files: Sequence[Path]) -> int:
+    """The bytes of ``files``; one removed meanwhile (a promotion) counts 0."""
+    total = 0
+    for path in files:
+        try:
+            total += path.stat().st_size
+        except FileNotFoundError:
+            continue
+    return total
 
 
 def stage(root: Path, name: str, sample: Sample, signature: Sequence[InputSpec], *, where: str = "sample") -> Staged:
@@ -141,7 +166,10 @@ def stage(root: Path, name: str, sample: Sample, signature: Sequence[InputSpec],
     check_inputs_fit(sample, signature, where=where)
     digest = digest_of(sample)
     folder = staging_dir(root, name)
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StagingFailed(f"benchset {name!r}: the staging folder {folder} cannot be made: {exc}") from None
     present = staged(root, name)
     target = folder / f"{digest}.npz"
     if target.exists():
@@ -150,15 +178,22 @@ def stage(root: Path, name: str, sample: Sample, signature: Sequence[InputSpec],
     arrays: dict[str, Any] = dict(sample)
     np.savez(buffer, **arrays)
     data = buffer.getvalue()
-    if len(present) >= MAX_SAMPLES or sum(p.stat().st_size for p in present) + len(data) > MAX_BYTES:
+    if len(present) >= MAX_SAMPLES or staged_bytes(present) + len(data) > MAX_BYTES:
         raise StagingFull(
             f"benchset {name!r}: {len(present)} samples staged, the cap is {MAX_SAMPLES} samples and"
             f" {MAX_BYTES} bytes: promote them (onnxmon benchset promote {name}) first"
         )
-    handle, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=folder)
-    with os.fdopen(handle, "wb") as out:
-        out.write(data)
-    os.replace(tmp, target)
+    try:
+        handle, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=folder)
+    except OSError as exc:
+        raise StagingFailed(f"benchset {name!r}: the sample could not be staged under {folder}: {exc}") from None
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.replace(tmp, target)
+    except OSError as exc:  # a full disk, a file-size limit: no partial sample is left to be promoted
+        Path(tmp).unlink(missing_ok=True)
+        raise StagingFailed(f"benchset {name!r}: the sample could not be staged under {folder}: {exc}") from None
     return Staged(digest, False, len(present) + 1)
 
 
@@ -188,6 +223,8 @@ def _json(body: bytes | str) -> Any:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BenchsetError(f"not JSON: {exc}") from None
+    except RecursionError:  # '[[[[...' a few hundred kB deep fits the body limit
+        raise BenchsetError("not a payload: JSON nested too deeply") from None
 
 
 def _base64(document: Mapping[str, Any]) -> bytes:

@@ -221,15 +221,13 @@ def _by_tolerance(runs: list[NodeRun], loader: Loader, tolerance: Tolerance) -> 
 
 def differing_samples(a: Sequence[OutputDigest], b: Sequence[OutputDigest]) -> tuple[int, ...]:
     """The samples where any output's digest differs between two runs."""
-    theirs = _sums(b)
+    ours, theirs = _sums(a), _sums(b)
     differ: set[int] = set()
-    for mine in a:
-        other = theirs.get(mine.name)
-        samples = other.samples if other is not None else ()
-        count = max(len(mine.samples), len(samples))
-        differ.update(
-            i for i in range(count) if i >= len(mine.samples) or i >= len(samples) or mine.samples[i] != samples[i]
-        )
+    for name in ours.keys() | theirs.keys():  # an output one side lacks (unreadable digests): all its samples
+        mine = ours[name].samples if name in ours else ()
+        samples = theirs[name].samples if name in theirs else ()
+        count = max(len(mine), len(samples))
+        differ.update(i for i in range(count) if i >= len(mine) or i >= len(samples) or mine[i] != samples[i])
     return tuple(sorted(differ))
 
 

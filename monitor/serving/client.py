@@ -115,13 +115,18 @@ class EndpointRunner:
         return {name: self._decode(result, name, where) for name in self._outputs}
 
     def _decode(self, result: Any, name: str, where: str) -> np.ndarray:
-        described = result.get_output(name)
+        try:
+            described = result.get_output(name)
+            if isinstance(described, dict):
+                datatype, shape = str(described.get("datatype")), [int(d) for d in described.get("shape", [])]
+            elif described is not None:
+                datatype, shape = str(described.datatype), [int(d) for d in described.shape]
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:  # "outputs": 5, "shape": ["a"] or null
+            raise EndpointError(
+                "endpoint_answer", f"{self.where} answered a malformed output {name!r} ({where}): {exc}"
+            ) from None
         if described is None:
             raise EndpointError("endpoint_answer", f"{self.where} answered no output {name!r} ({where})")
-        if isinstance(described, dict):
-            datatype, shape = str(described.get("datatype")), [int(d) for d in described.get("shape", [])]
-        else:
-            datatype, shape = str(described.datatype), [int(d) for d in described.shape]
         return wire.received(name, datatype, shape, lambda: result.as_numpy(name), self._outputs[name])
 
     def server_metadata(self) -> dict[str, Any]:
@@ -131,11 +136,19 @@ class EndpointRunner:
             server = _guarded(self, lambda: client.get_server_metadata(headers=headers))
             model = _guarded(self, lambda: client.get_model_metadata(self.cfg.model, self.cfg.version, headers=headers))
         else:
-            server = _guarded(self, lambda: client.get_server_metadata(headers=headers, as_json=True))
+            wait = float(self.cfg.timeout_s)  # gRPC waits without end unless told (REST: the client's timeouts)
+            server = _guarded(
+                self, lambda: client.get_server_metadata(headers=headers, as_json=True, client_timeout=wait)
+            )
             model = _guarded(
                 self,
-                lambda: client.get_model_metadata(self.cfg.model, self.cfg.version, headers=headers, as_json=True),
+                lambda: client.get_model_metadata(
+                    self.cfg.model, self.cfg.version, headers=headers, as_json=True, client_timeout=wait
+                ),
             )
+        for what, found in (("server", server), ("model", model)):
+            if not isinstance(found, dict):
+                raise EndpointError("endpoint_answer", f"{self.where}: its {what} metadata is not a JSON object")
         return {"server": dict(server), "model": dict(model)}
 
     def close(self) -> None:
@@ -188,7 +201,7 @@ def _guarded(runner: EndpointRunner, call: Callable[[], Any], *, where: str = ""
 
     at = f"{runner.where}" + (f" ({where})" if where else "")
     try:
-        return call()
+        return _within(float(runner.cfg.timeout_s), call) if runner._rest else call()  # gRPC: client_timeout
     except EndpointError:
         raise
     except InferenceServerException as exc:
@@ -198,6 +211,20 @@ def _guarded(runner: EndpointRunner, call: Callable[[], Any], *, where: str = ""
         raise EndpointError("endpoint_timeout", f"{at}: no answer within {runner.cfg.timeout_s:g}s ({exc})") from None
     except OSError as exc:  # refused, reset, no route, no such host
         raise EndpointError("endpoint_unreachable", f"{at}: {type(exc).__name__}: {exc}") from None
+    except Exception as exc:  # the client could not read the answer: malformed JSON, a body cut short
+        detail = f"{type(exc).__name__}: {exc}"[:500]
+        raise EndpointError(
+            "endpoint_answer", f"{at}: the answer is not an Open Inference Protocol one: {detail}"
+        ) from None
+
+
+def _within(seconds: float, call: Callable[[], Any]) -> Any:
+    """``call()`` within ``seconds`` in all: the REST client's timeouts bound each read, so an answer that
+    trickles (a byte a second) would otherwise take as long as the server likes."""
+    import gevent  # type: ignore[import-untyped]  # the REST client's sockets are gevent's: a gevent timeout interrupts a read in progress
+
+    with gevent.Timeout(seconds, TimeoutError(f"the whole answer took longer than {seconds:g}s")):
+        return call()
 
 
 def _classify(status: str, message: str, at: str, timeout_s: float) -> tuple[str, str]:

@@ -8,6 +8,7 @@ node to be is kept in ``fleet_outliers``, one row per (model, node) while the no
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,6 +19,9 @@ from sqlalchemy.orm import Session
 
 from monitor.results import OutputDigest
 from monitor.store import schema
+from monitor.store.text import storable
+
+log = logging.getLogger("onnxmon.fleet")
 
 if TYPE_CHECKING:
     from monitor.store.repo import Store
@@ -48,6 +52,12 @@ class OutlierRecord:
     updated_at: datetime
     samples: tuple[int, ...]
     detail: str
+
+
+def stored_node(node: str) -> str:
+    """``node`` as the store keeps it (storable, cut to the column): what the runs' and the vote's rows name."""
+    length = getattr(schema.Run.__table__.c.node.type, "length", None)
+    return storable(node)[:length] if length else storable(node)
 
 
 def latest(store: Store, *, model: str | None = None, since: datetime | None = None) -> list[NodeRun]:
@@ -92,7 +102,10 @@ def stacks(store: Store, run_ids: Iterable[int]) -> dict[int, dict[str, str]]:
         return {}
     with store._session() as session:
         rows = session.connection().execute(select(schema.Run.id, schema.Run.stack).where(schema.Run.id.in_(ids)))
-        return {run_id: {str(k): str(v) for k, v in (stack or {}).items()} for run_id, stack in rows}
+        return {
+            run_id: {str(k): str(v) for k, v in stack.items()} if isinstance(stack, dict) else {}
+            for run_id, stack in rows
+        }
 
 
 def digests(store: Store, run_ids: Iterable[int]) -> dict[int, tuple[OutputDigest, ...]]:
@@ -102,7 +115,17 @@ def digests(store: Store, run_ids: Iterable[int]) -> dict[int, tuple[OutputDiges
         return {}
     with store._session() as session:
         rows = session.connection().execute(select(schema.Run.id, schema.Run.digests).where(schema.Run.id.in_(ids)))
-        return {run_id: tuple(_digest(d) for d in (found or [])) for run_id, found in rows}
+        return {run_id: _digests_of(run_id, found) for run_id, found in rows}
+
+
+def _digests_of(run_id: int, found: Any) -> tuple[OutputDigest, ...]:
+    """A run's stored digests; none when the row is not what a check writes (a hand edit, another release's
+    format): that run's vote then rests on its run digest alone, and the other runs are still voted on."""
+    try:
+        return tuple(_digest(d) for d in (found or []))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        log.warning("run %s: its output digests cannot be read (%s): voted on by its run digest only", run_id, exc)
+        return ()
 
 
 def _digest(data: Mapping[str, Any]) -> OutputDigest:
