@@ -1,10 +1,11 @@
 """``/metrics`` is prometheus_client's own rendering of the registry, and says what happened since the last scrape.
 
-The body is, to the byte, what the client's ``generate_latest`` (text) or OpenMetrics encoder writes
-over the daemon's registry, in the format the scraper's ``Accept`` asks for (``render.py`` writes it). Every step below changes something a
-scrape must show at once: runs landing (through this process, and written by another store
-client as another node would), a promotion rewriting ``ACTIVE``, a reload that drops a model,
-the store failing. Each scrape is taken twice in each format, and both must be the client's.
+The body is, to the byte, what the client's ``generate_latest`` (text) or OpenMetrics encoder
+writes over the daemon's registry, in the format the scraper's ``Accept`` asks for (``render.py``
+writes it). Every step below changes something a scrape must show at once: runs landing (through
+this process, and written by another store client as another node would), a promotion rewriting
+``ACTIVE``, a reload that drops a model, the store failing. Each scrape is taken twice in each
+format, and both must be the client's.
 """
 
 from __future__ import annotations
