@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import sys
+import traceback
 
 import typer
 
@@ -106,6 +107,9 @@ def _register() -> None:
     serve_cmd.register(app)
 
 
+INTERNAL_ERROR = 70  # sysexits' EX_SOFTWARE: neither drift (1), usage (2) nor "could not measure" (3)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     _register()
@@ -134,7 +138,11 @@ def main(argv: list[str] | None = None) -> int:
             line = f"onnxmon: error: the history store cannot be used: {exc}".splitlines()[0][:500]
             typer.echo(terminal.safe(line), err=True)
             return 3
-        raise
+        # A bug in onnxmon: never exit 1, which says "drift" to every script that reads the code.
+        typer.echo(terminal.safe("".join(traceback.format_exception(exc))), err=True, nl=False)
+        line = f"onnxmon: internal error ({type(exc).__name__}): a bug in onnxmon, please report it".splitlines()[0]
+        typer.echo(terminal.safe(line), err=True)
+        return INTERNAL_ERROR
     return code if isinstance(code, int) else 0
 
 
