@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 from monitor import capture
 from monitor.check import run_check
 from monitor.config.plan import plan_for
-from tests import modelzoo
+from tests import loopback_http, modelzoo
 from tests.workspace import Workspace
 
 pytest.importorskip("tritonclient.http")
@@ -34,54 +33,21 @@ ANSWERS = {
 }
 
 
-def _connection(conn: socket.socket, infers: list[float]) -> None:
-    pending = b""
-    with conn:
-        while True:
-            while b"\r\n\r\n" not in pending:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                pending += chunk
-            head, _, pending = pending.partition(b"\r\n\r\n")
-            lines = head.decode("latin-1").split("\r\n")
-            path = lines[0].split(" ")[1]
-            length = next(
-                (int(v) for k, _, v in (ln.partition(":") for ln in lines[1:]) if k.lower() == "content-length"), 0
-            )
-            while len(pending) < length:
-                pending += conn.recv(65536)
-            pending = pending[length:]
-            if path.endswith("/infer"):
-                infers.append(time.monotonic())
-                time.sleep(DELAY_S)
-            body = json.dumps(ANSWERS[path]).encode()
-            conn.sendall(
-                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body
-            )
-
-
 @pytest.fixture
 def slow_endpoint() -> Iterator[tuple[int, list[float]]]:
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.1)
-    stop, infers = threading.Event(), list[float]()
+    infers: list[float] = []
 
-    def loop() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            conn.settimeout(None)
-            threading.Thread(target=_connection, args=(conn, infers), daemon=True).start()
+    def respond(path: str, conn: socket.socket) -> None:
+        if path.endswith("/infer"):
+            infers.append(time.monotonic())
+            time.sleep(DELAY_S)
+        body = json.dumps(ANSWERS[path]).encode()
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+        )
 
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    yield listener.getsockname()[1], infers
-    stop.set()
-    thread.join(5)
-    listener.close()
+    for port in loopback_http.serve(respond):
+        yield port, infers
 
 
 def test_a_probe_that_would_run_past_the_checks_timeout_is_skipped(

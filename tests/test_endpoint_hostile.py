@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
 
@@ -20,6 +19,7 @@ from monitor.config.endpoint_schema import EndpointConfig
 from monitor.errors import EndpointError
 from monitor.serving import metadata
 from monitor.serving.client import EndpointRunner
+from tests import loopback_http
 
 pytest.importorskip("tritonclient.http")
 pytestmark = pytest.mark.server
@@ -45,54 +45,17 @@ ANSWERS = {
 
 
 def _serve(raw: bytes, *, pace_s: float = 0.0) -> Iterator[int]:
-    """A server answering every request with ``raw``; with ``pace_s``, one byte every ``pace_s`` seconds."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.1)  # the loop sees ``stop`` soon after the test
-    stop = threading.Event()
+    """A server answering every request with ``raw`` and closing; with ``pace_s``, one byte every ``pace_s`` s."""
 
-    def loop() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            with conn:
-                conn.settimeout(5)
-                data = b""
-                try:
-                    while b"\r\n\r\n" not in data:
-                        data += conn.recv(65536)
-                    head, _, body = data.partition(b"\r\n\r\n")
-                    length = next(
-                        (
-                            int(v)
-                            for k, _, v in (ln.partition(b":") for ln in head.split(b"\r\n"))
-                            if k.lower() == b"content-length"
-                        ),
-                        0,
-                    )
-                    while len(body) < length:
-                        body += conn.recv(65536)
-                    if not pace_s:
-                        conn.sendall(raw)
-                    for i in range(len(raw) if pace_s else 0):
-                        if stop.is_set():
-                            break
-                        conn.sendall(raw[i : i + 1])
-                        time.sleep(pace_s)
-                except OSError:
-                    pass
+    def respond(path: str, conn: socket.socket) -> None:
+        if not pace_s:
+            conn.sendall(raw)
+        for i in range(len(raw) if pace_s else 0):  # ends with the client: a closed socket refuses the next byte
+            conn.sendall(raw[i : i + 1])
+            time.sleep(pace_s)
+        conn.shutdown(socket.SHUT_RDWR)  # one answer per connection: a short body is cut short, not waited on
 
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    try:
-        yield listener.getsockname()[1]
-    finally:
-        stop.set()
-        listener.close()
-        thread.join(5)
+    return loopback_http.serve(respond)
 
 
 @pytest.fixture(params=sorted(ANSWERS))
