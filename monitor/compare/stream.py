@@ -15,7 +15,7 @@ GIL over, and the other core is the monitored model's), so there is no thread po
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -74,7 +74,7 @@ class ChunkStream:
             self.pending_b.append(expected.reshape(-1).copy())
             self.pending += actual.size
             return
-        self._consume(list(self._pieces(actual.reshape(-1), expected.reshape(-1))))
+        self._consume(self._pieces(actual.reshape(-1), expected.reshape(-1)))
 
     def finish(self) -> tuple[OutputMetrics, int]:
         """The metrics over everything fed, and the count of finite elements breaking the element rule."""
@@ -105,11 +105,11 @@ class ChunkStream:
                 self.pending_a, self.pending_b = [packed_a[chunk:]], [packed_b[chunk:]]
                 self.pending = packed_a.size - chunk
 
-    def _consume(self, pieces: list[Pair]) -> None:
+    def _consume(self, pieces: Iterable[Pair]) -> None:
         """Measure ``pieces`` in order, numbering each chunk for the sums' fold."""
-        for index, (a, b) in enumerate(pieces, start=self.next_index):
-            self.worker.update(index, a, b)
-        self.next_index += len(pieces)
+        for a, b in pieces:
+            self.worker.update(self.next_index, a, b)
+            self.next_index += 1
 
 
 def _merge(worker: Worker, count: int, p99: float, *, exact: bool) -> tuple[OutputMetrics, int]:

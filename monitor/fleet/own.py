@@ -35,8 +35,8 @@ def vote_own(
     rerun: Rerunner | None = None,
 ) -> ModelVote:
     """The vote of ``model`` as ``node`` sees it, its own finding recorded; returns the vote, the node's
-    outlier (if any) with the kind its re-run found."""
-    node = fleet_rows.stored_node(node)  # the name its runs were stored under (a long or odd one is cut)
+    outlier (if any) with the kind its re-run found. ``node`` is named as its runs are stored
+    (``fleet_rows.stored_node``: the daemon's caller cuts a long or odd name once, for the vote and its series)."""
     since = now - timedelta(seconds=settings.fleet.max_age)
     runs = fleet_rows.latest(store, model=model, since=since)
     loader = report.StoreLoader(store)

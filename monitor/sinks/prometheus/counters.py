@@ -106,6 +106,18 @@ class Metrics:
         self.run_duration = counts.histogram(
             "onnxmon_run_duration_seconds", "Wall time of a run.", ["model"], buckets=DURATION_BUCKETS
         )
+        # every model's series from its declaration on (run_failures{reason} and the outputs' apart)
+        self._per_model: tuple[model_counts.Counts | model_counts.Histograms, ...] = (
+            self.runs,
+            self.run_errors,
+            self.environment_changes,
+            self.baseline_promotions,
+            self.missed_runs,
+            self.skipped_runs,
+            self.backed_off_runs,
+            self.session_builds,
+            self.run_duration,
+        )
         r.register(counts)
         self.fleet = FleetGauges(r)  # this node's place in the fleet vote, set by the daemon after its own vote
         self.reload_ok = Gauge(
@@ -142,11 +154,8 @@ class Metrics:
             self.baseline_promotions.inc(name)
         for gone in declared.gone_outputs:
             self._remove_output(name, gone)
-        for counter in (self.runs, self.run_errors, self.environment_changes, self.baseline_promotions):
-            counter.declare(name)
-        for counter in (self.missed_runs, self.skipped_runs, self.backed_off_runs, self.session_builds):
-            counter.declare(name)
-        self.run_duration.declare(name)
+        for per_model in self._per_model:
+            per_model.declare(name)
         # run_failures{reason} children appear with their first run: 23 reasons x every model
         # pre-declared were 30 % of a 200-model scrape. Alerts use the pre-declared run_errors.
         for output in declared.state.outputs:
@@ -157,11 +166,8 @@ class Metrics:
         state = self._models.forget(model)
         for output in state.outputs:
             self._remove_output(model, output)
-        for per_model in (self.runs, self.run_errors, self.environment_changes, self.baseline_promotions):
+        for per_model in self._per_model:
             per_model.remove(model)
-        for one in (self.missed_runs, self.skipped_runs, self.backed_off_runs, self.session_builds):
-            one.remove(model)
-        self.run_duration.remove(model)
         for reason in state.reasons_seen:
             self.run_failures.remove(model, reason)
         self.fleet.forget(model)

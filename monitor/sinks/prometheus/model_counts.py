@@ -33,26 +33,26 @@ class Counts:
 
     def declare(self, *labels: str) -> None:
         """The label set's series, at 0 until it moves (kept where it already is)."""
-        key = self._key(labels)
+        key = _key(self.name, self.labelnames, labels)
         with self._mutex:
             self._values.setdefault(key, 0.0)
 
     def inc(self, *labels: str, amount: float = 1.0) -> None:
         if amount < 0:  # as the client's Counter: it only goes up
             raise ValueError(f"{self.name}: a counter only increases, not by {amount}")
-        key = self._key(labels)
+        key = _key(self.name, self.labelnames, labels)
         with self._mutex:
             self._values[key] = self._values.get(key, 0.0) + amount
 
     def remove(self, *labels: str) -> None:
         """Drop the label set's series (nothing when it was never declared)."""
-        key = self._key(labels)
+        key = _key(self.name, self.labelnames, labels)
         with self._mutex:
             self._values.pop(key, None)
 
     def value(self, *labels: str) -> float | None:
         with self._mutex:
-            return self._values.get(self._key(labels))
+            return self._values.get(_key(self.name, self.labelnames, labels))
 
     def family(self) -> Metric:
         """The family as scraped now (call with the lock held)."""
@@ -62,9 +62,6 @@ class Counts:
             Sample(sample_name, dict(zip(names, key, strict=True)), value) for key, value in self._values.items()
         )
         return family
-
-    def _key(self, labels: tuple[str, ...]) -> tuple[str, ...]:
-        return _key(self.name, self.labelnames, labels)
 
 
 class Histograms:
