@@ -7,9 +7,9 @@ packed together), each measured in turn by one ``chunk.Worker`` (about twenty nu
 forty Python calls per chunk, in its own float64 scratch buffers); the floating-point sums are
 kept per chunk and folded in chunk order at the end (``formulas.py``).
 
-One thread: on two cores a second one never paid (``bench/bench_compare.py``, side by side: one
-thread took 0.75-0.85x the wall time of two at 1e6 to 1.6e7 elements; each numpy call hands the
-GIL over, and the other core is the monitored model's), so there is no thread pool to keep.
+One thread: a second one does not pay (each numpy call over a chunk hands the GIL over, and the
+other core is the monitored model's; ``bench/bench_compare.py`` measures the pass), so there is no
+thread pool to keep.
 """
 
 from __future__ import annotations

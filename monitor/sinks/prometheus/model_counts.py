@@ -1,8 +1,8 @@
 """The counters and the histogram labelled by model: plain numbers, served through the client's collector API.
 
 The client's ``Counter`` and ``Histogram`` keep an object per label set, each with its own lock
-and value holders, and build two dicts per sample at every scrape: at 200 models its ten labelled
-counters and the run-duration histogram were 11 ms of each scrape, for 4,000 series. A ``Counts``
+and value holders, and build two dicts per sample at every scrape: with one series per model in
+each of eleven families, a good part of a scrape (``bench/bench_scrape.py``). A ``Counts``
 is a dict from label values to a number, a ``Histograms`` one from label values to bucket counts
 and a sum, all under the one lock of their ``ModelCounts``; ``ModelCounts.collect`` builds one
 family each with a sample per label set, in the order the label sets were first declared, as the

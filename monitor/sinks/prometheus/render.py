@@ -3,12 +3,11 @@
 prometheus_client decides the format (``choose_encoder``: text 0.0.4 or 1.0.0, OpenMetrics 1.0.0
 for Prometheus, which asks for it first) and collects every family (``registry.collect()``, its
 public API). Its encoders then check every metric and label name against a regular expression and
-escape every label value again for each sample: about 4 µs a line, most of a scrape at 200 models
-(12,500 lines). ``render`` writes the same bytes from the same collected families with each name
-checked once per scrape and each label set written once per scrape (``StoreCollector`` hands one
-labels dict per model and per output to all the families it labels). ``tests/test_exposition.py``
-holds every body it serves equal, to the byte, to the client's own encoder over the same registry,
-in each format and escaping; ``bench/bench_scrape.py`` measures both.
+escape every label value again for each sample, which is most of a scrape with many models.
+``render`` writes the same bytes from the same collected families with each name checked, and each
+label set, label pair and value written, once per scrape. ``tests/test_render.py`` and
+``tests/test_exposition.py`` hold every body equal, to the byte, to the client's own encoder over
+the same families, in each format and escaping; ``bench/bench_scrape.py`` measures both.
 
 What it does not write goes to the client's encoder, over the families already collected:
 a name outside the legacy character set, the ``dots`` and ``values`` escapings, OpenMetrics 2.0, an
